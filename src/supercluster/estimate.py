@@ -1,0 +1,33 @@
+"""The public one-layout API: resolve names, validate, and price through the cost model."""
+
+from __future__ import annotations
+
+from .framework import Framework, get_framework
+from .hardware import GpuSpec, SystemSpec, get_gpu, get_system
+from .layout import Layout
+from .models import ModelSpec, load_model
+from .network import Network, TwoLevelNetwork
+from .step import StepBreakdown, step_breakdown
+
+
+def default_network(gpu: GpuSpec, system: SystemSpec | None = None) -> TwoLevelNetwork:
+    """The two-level network of ``gpu``'s default system (or the given one)."""
+    return TwoLevelNetwork.for_system(gpu, system or get_system(gpu.system))
+
+
+def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layout: Layout,
+             framework: Framework | str = "megatron", network: Network | None = None) -> StepBreakdown:
+    """Predict one training step of ``model`` on ``num_gpus`` GPUs with ``layout``.
+
+    >>> b = estimate("llama3-8b", gpu="h100-sxm", num_gpus=8,
+    ...              layout=Layout(dp=8, global_batch=64, seq_len=8192))
+    >>> 0.2 < b.mfu < 0.8
+    True
+    """
+    m = load_model(model) if isinstance(model, str) else model
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    fw = get_framework(framework) if isinstance(framework, str) else framework
+    layout.check_gpus(num_gpus)
+    layout.check_model(m)
+    g.peak(layout.precision)
+    return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g), fw=fw)

@@ -1,0 +1,99 @@
+"""Framework behaviour profiles (``data/frameworks.toml``) and kernel efficiencies (``data/kernels.toml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from ._toml import check_keys, load_package_toml
+from .errors import InputError
+
+ALIASES = {
+    "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
+    "nemo": "nemo-megatron", "nemo2": "nemo-megatron", "nemo-megatron": "nemo-megatron",
+    "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed",
+    "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
+}
+DEFAULT_FRAMEWORK = "megatron"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Framework:
+    """What a framework overlaps, shards and runs by default."""
+
+    key: str
+    sequence_parallel: bool
+    tp_comm_overlap: bool
+    dp_overlap: bool
+    pp_overlap: bool
+    ep_overlap: bool
+    attention: str
+    grad_bytes: float
+    grad_reduce_bytes: float
+    zero3_gathers_per_layer: int
+    zero3_prefetch: bool
+    zero3_regather_on_recompute: bool
+    default_recompute: str
+    default_zero_stage: int
+    doc: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionEfficiency:
+    fwd_frac: float
+    bwd_frac: float
+    source: str
+
+
+_FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
+            "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
+            "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
+
+
+@cache
+def framework_catalog() -> dict[str, Framework]:
+    out = {}
+    for key, t in load_package_toml("frameworks.toml").items():
+        check_keys(f"framework {key}", t, _FW_KEYS, set())
+        out[key] = Framework(key=key, **t)
+    return out
+
+
+def get_framework(name: str) -> Framework:
+    """A framework profile by name or alias; :class:`InputError` lists the known ones."""
+    cat = framework_catalog()
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key not in cat:
+        raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))}")
+    return cat[key]
+
+
+def resolve_framework(name: str) -> tuple[Framework, str | None]:
+    """Like :func:`get_framework`, but an unknown name falls back to the default with a note."""
+    try:
+        return get_framework(name), None
+    except InputError:
+        return framework_catalog()[DEFAULT_FRAMEWORK], f"framework {name!r} unknown: {DEFAULT_FRAMEWORK} assumed"
+
+
+@cache
+def _kernels() -> dict[str, object]:
+    return load_package_toml("kernels.toml")
+
+
+def attention_efficiency(family: str, arch: str) -> AttentionEfficiency:
+    table = _kernels().get(family)
+    if not isinstance(table, dict) or arch not in table:
+        raise InputError("attention", f"no efficiency for kernel {family!r} on {arch!r}")
+    t = table[arch]
+    return AttentionEfficiency(fwd_frac=float(t["fwd_frac"]), bwd_frac=float(t["bwd_frac"]), source=t["source"])
+
+
+def hbm_frac() -> float:
+    """Achievable fraction of HBM bandwidth for memory-bound kernels."""
+    return float(_kernels()["memory"]["hbm_frac"])  # type: ignore[index]
+
+
+def straggler_waste_frac() -> float:
+    """Fraction of GPU time lost waiting for the slowest rank at synchronisations."""
+    return float(_kernels()["synchronization"]["straggler_waste_frac"])  # type: ignore[index]

@@ -1,0 +1,151 @@
+"""GPU and system specifications, loaded from ``data/gpus.toml`` and ``data/systems.toml``.
+
+Every figure is SI inside the dataclasses; the TOML keys carry human units and sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cache
+
+from ._toml import check_keys, load_package_toml
+from .errors import InputError, require
+from .units import GBIT, TERA, GiB
+
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "tf32")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """One accelerator. Rates are dense FLOP/s, bytes per second per direction."""
+
+    key: str
+    name: str
+    arch: str
+    year: int
+    peak_flops_per_s: dict[str, float]  # precision -> dense peak; 0 = unsupported
+    mamf_flops_per_s: dict[str, float]  # precision -> measured max achievable matmul FLOP/s
+    gemm_frac: dict[str, float]  # precision -> achieved fraction of peak at transformer shapes
+    clock_frac: float  # sustained tensor-core clock relative to the datasheet (power limits)
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    scaleup_bytes_per_s: float
+    scaleup_domain: int
+    allreduce_busbw_bytes_per_s: float
+    tdp_w: float
+    price_usd: float
+    system: str
+    sources: str
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s of ``precision``; an :class:`InputError` if the GPU lacks it."""
+        value = self.peak_flops_per_s.get(precision, 0.0)
+        require(value > 0, "precision", f"{self.key} has no {precision} tensor cores; "
+                f"supported: {[p for p, v in self.peak_flops_per_s.items() if v > 0]}")
+        return value
+
+    def gemm_flops_per_s(self, precision: str) -> float:
+        """FLOP/s the GEMMs of a transformer layer achieve in ``precision`` (see gpus.toml)."""
+        peak = self.peak(precision)
+        # fp16/tf32 run on the bf16 path; fp4 without a measurement takes the fp8 fraction.
+        ref = "bf16" if precision in ("bf16", "fp16", "tf32") else "fp8"
+        frac = self.gemm_frac.get(precision) or self.gemm_frac[ref] or self.gemm_frac["bf16"]
+        return frac * peak * self.clock_frac
+
+    def with_overrides(self, **changes: float) -> GpuSpec:
+        """A copy with some fields replaced (used by what-if studies and tests)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SystemSpec:
+    """The node or rack a GPU ships in; the scale-out side of the two-level network."""
+
+    key: str
+    name: str
+    gpu: str
+    gpus_per_node: int
+    scaleup_domain: int
+    nic_bytes_per_s: float  # per GPU, per direction
+    nic_busbw_frac: float
+    host_power_w: float
+    sources: str
+
+
+_GPU_REQUIRED = {
+    "name", "arch", "year", "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops",
+    "hbm_gib", "hbm_tb_per_s", "scaleup_gb_per_s", "scaleup_domain", "tdp_w", "mamf_bf16_tflops",
+    "mamf_fp8_tflops", "gemm_bf16_frac", "gemm_fp8_frac", "sustained_clock_frac", "allreduce_busbw_gb_per_s", "price_usd", "system", "sources",
+}
+_SYSTEM_REQUIRED = {
+    "name", "gpu", "gpus_per_node", "scaleup_domain", "nic_gbit_per_gpu", "nic_busbw_frac",
+    "host_power_w", "sources",
+}
+
+
+def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
+    """Build and validate a :class:`GpuSpec` from one TOML table (human units)."""
+    check_keys(f"gpu {key}", t, _GPU_REQUIRED, set())
+    num = {k: float(v) for k, v in t.items() if isinstance(v, int | float) and k != "year"}
+    for k, v in num.items():
+        require(v >= 0, f"gpu {key}.{k}", f"must be >= 0, got {v}")
+    for k in ("gemm_bf16_frac", "gemm_fp8_frac", "sustained_clock_frac"):
+        require(num[k] <= 1, f"gpu {key}.{k}", f"must be a fraction in [0, 1], got {num[k]}")
+    for k in ("bf16_tflops", "hbm_gib", "hbm_tb_per_s", "scaleup_gb_per_s", "mamf_bf16_tflops", "gemm_bf16_frac",
+              "sustained_clock_frac"):
+        require(num[k] > 0, f"gpu {key}.{k}", f"must be > 0, got {num[k]}")
+    peaks = {p: num[f"{p}_tflops"] * TERA for p in PRECISIONS}
+    return GpuSpec(
+        key=key, name=str(t["name"]), arch=str(t["arch"]), year=int(t["year"]),  # type: ignore[call-overload]
+        peak_flops_per_s=peaks,
+        mamf_flops_per_s={"bf16": num["mamf_bf16_tflops"] * TERA, "fp8": num["mamf_fp8_tflops"] * TERA},
+        gemm_frac={"bf16": num["gemm_bf16_frac"], "fp8": num["gemm_fp8_frac"]},
+        clock_frac=num["sustained_clock_frac"],
+        hbm_bytes=num["hbm_gib"] * GiB, hbm_bytes_per_s=num["hbm_tb_per_s"] * TERA,
+        scaleup_bytes_per_s=num["scaleup_gb_per_s"] * 1e9, scaleup_domain=int(num["scaleup_domain"]),
+        allreduce_busbw_bytes_per_s=num["allreduce_busbw_gb_per_s"] * 1e9, tdp_w=num["tdp_w"],
+        price_usd=num["price_usd"], system=str(t["system"]), sources=str(t["sources"]),
+    )
+
+
+def system_from_table(key: str, t: dict[str, object]) -> SystemSpec:
+    """Build and validate a :class:`SystemSpec` from one TOML table."""
+    check_keys(f"system {key}", t, _SYSTEM_REQUIRED, set())
+    nic = float(t["nic_gbit_per_gpu"])  # type: ignore[arg-type]
+    frac = float(t["nic_busbw_frac"])  # type: ignore[arg-type]
+    require(nic > 0, f"system {key}.nic_gbit_per_gpu", f"must be > 0, got {nic}")
+    require(0 < frac <= 1, f"system {key}.nic_busbw_frac", f"must be in (0, 1], got {frac}")
+    return SystemSpec(
+        key=key, name=str(t["name"]), gpu=str(t["gpu"]), gpus_per_node=int(t["gpus_per_node"]),  # type: ignore[call-overload]
+        scaleup_domain=int(t["scaleup_domain"]), nic_bytes_per_s=nic * GBIT,  # type: ignore[call-overload]
+        nic_busbw_frac=frac, host_power_w=float(t["host_power_w"]), sources=str(t["sources"]),  # type: ignore[arg-type]
+    )
+
+
+@cache
+def gpu_catalog() -> dict[str, GpuSpec]:
+    """All catalog GPUs by key."""
+    return {k: gpu_from_table(k, v) for k, v in load_package_toml("gpus.toml").items()}
+
+
+@cache
+def system_catalog() -> dict[str, SystemSpec]:
+    """All catalog systems by key."""
+    return {k: system_from_table(k, v) for k, v in load_package_toml("systems.toml").items()}
+
+
+def get_gpu(key: str) -> GpuSpec:
+    """The catalog GPU ``key``, or an :class:`InputError` listing the known keys."""
+    cat = gpu_catalog()
+    if key not in cat:
+        raise InputError("gpu", f"unknown GPU {key!r}; known: {', '.join(sorted(cat))}")
+    return cat[key]
+
+
+def get_system(key: str) -> SystemSpec:
+    """The catalog system ``key``, or an :class:`InputError` listing the known keys."""
+    cat = system_catalog()
+    if key not in cat:
+        raise InputError("system", f"unknown system {key!r}; known: {', '.join(sorted(cat))}")
+    return cat[key]

@@ -1,0 +1,103 @@
+"""The parallel layout and batch of a training job, validated in one place.
+
+Rank order (innermost first): TP, CP, EP-within-DP, DP, PP - Megatron-Core's default
+``tp-cp-ep-dp-pp``. EP is carved out of DP x CP: it must divide ``dp * cp``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InputError, require
+from .models import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISION = ("bf16", "fp16", "fp8", "fp4")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """Parallel degrees, batch and training options of one job."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    seq_len: int = 2048
+    precision: str = "bf16"
+    recompute: str = "none"
+    zero_stage: int = 1
+    sequence_parallel: bool | None = None  # None = the framework's default
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len"):
+            v = getattr(self, f)
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f,
+                    f"must be a positive integer, got {v!r}")
+        require(self.precision in PRECISION, "precision",
+                f"unknown {self.precision!r}; allowed: {', '.join(PRECISION)}")
+        require(self.recompute in RECOMPUTE, "recompute",
+                f"unknown {self.recompute!r}; allowed: {', '.join(RECOMPUTE)}")
+        require(self.zero_stage in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero_stage!r}")
+        per_step = self.dp * self.micro_batch
+        require(self.global_batch % per_step == 0, "global_batch",
+                f"{self.global_batch} must be a multiple of dp x micro_batch = {self.dp} x {self.micro_batch}"
+                f" = {per_step}")
+        require((self.dp * self.cp) % self.ep == 0, "ep",
+                f"{self.ep} must divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}")
+        require(self.vpp == 1 or self.pp > 1, "vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def check_model(self, model: ModelSpec) -> None:
+        """Divisibility rules that depend on the model; errors name every number."""
+        require(model.num_heads % self.tp == 0, "tp",
+                f"{self.tp} must divide the {model.num_heads} attention heads of {model.name}")
+        require(model.num_kv_heads % self.tp == 0 or self.tp % model.num_kv_heads == 0, "tp",
+                f"{self.tp} and the {model.num_kv_heads} KV heads of {model.name} must divide one another")
+        require(self.pp * self.vpp <= model.num_layers, "pp",
+                f"pp x vpp = {self.pp} x {self.vpp} exceeds the {model.num_layers} layers of {model.name}")
+        require(self.seq_len % (2 * self.cp) == 0 or self.cp == 1, "cp",
+                f"seq_len {self.seq_len} must be divisible by 2 x cp = {2 * self.cp} (load-balanced CP)")
+        if model.is_moe:
+            require(model.num_experts % self.ep == 0, "ep",
+                    f"{self.ep} must divide the {model.num_experts} experts of {model.name}")
+        else:
+            require(self.ep == 1, "ep", f"{model.name} is dense: ep must be 1, got {self.ep}")
+
+    def check_gpus(self, num_gpus: int) -> None:
+        require(self.num_gpus == num_gpus, "gpus",
+                f"tp x pp x dp x cp = {self.tp} x {self.pp} x {self.dp} x {self.cp} = {self.num_gpus}, "
+                f"not the {num_gpus} GPUs asked for")
+
+    @classmethod
+    def from_string(cls, text: str, **kwargs: object) -> Layout:
+        """``Layout.from_string("tp8-pp16-dp128", global_batch=2048)``."""
+        fields: dict[str, object] = dict(kwargs)
+        for part in text.lower().replace("_", "-").split("-"):
+            if not part:
+                continue
+            m = re.fullmatch(r"(tp|pp|dp|cp|ep|vpp|mb)(\d+)", part)
+            if not m:
+                raise InputError("layout", f"cannot read {part!r} in {text!r}; use e.g. tp8-pp16-dp128-cp1-ep1-vpp1")
+            name = {"mb": "micro_batch"}.get(m.group(1), m.group(1))
+            fields[name] = int(m.group(2))
+        return cls(**fields)  # type: ignore[arg-type]
+
+    def short(self) -> str:
+        s = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
+        for name in ("cp", "ep", "vpp"):
+            if getattr(self, name) > 1:
+                s += f"-{name}{getattr(self, name)}"
+        return s

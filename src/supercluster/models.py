@@ -1,0 +1,260 @@
+"""Transformer architectures (``ModelSpec``), the preset catalog, and Hugging Face import.
+
+Letter legend used in formulas: L layers, h width (d_model), F FFN width, a query heads,
+k KV heads, d head dim, V vocab, E experts, s sequence, b micro-batch.
+A model is a stack of identical attention blocks plus dense or MoE MLPs; its cost is the sum
+over layers (the first ``first_dense_layers`` are dense, the rest MoE when E > 0).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ._toml import check_keys, load_package_toml
+from .errors import InputError, require
+
+GATED = {"swiglu": True, "geglu": True, "gelu": False, "relu2": False, "relu": False}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer. Widths are element counts."""
+
+    key: str
+    name: str
+    num_layers: int
+    d_model: int
+    ffn_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    mlp: str = "swiglu"
+    tied_embeddings: bool = False
+    num_experts: int = 0
+    top_k: int = 0
+    num_shared_experts: int = 0
+    moe_ffn_dim: int = 0
+    first_dense_layers: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    seq_len: int = 2048
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("num_layers", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim",
+                  "vocab_size", "seq_len"):
+            v = getattr(self, f)
+            require(isinstance(v, int) and v > 0, f"model.{f}", f"must be a positive integer, got {v!r}")
+        for f in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_dim", "first_dense_layers",
+                  "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+            v = getattr(self, f)
+            require(isinstance(v, int) and v >= 0, f"model.{f}", f"must be an integer >= 0, got {v!r}")
+        require(self.mlp in GATED, "model.mlp", f"unknown activation {self.mlp!r}; allowed: {sorted(GATED)}")
+        require(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads",
+                f"{self.num_kv_heads} must divide num_heads {self.num_heads}")
+        if self.num_experts:
+            require(0 < self.top_k <= self.num_experts, "model.top_k",
+                    f"must be in 1..num_experts={self.num_experts}, got {self.top_k}")
+            require(self.moe_ffn_dim > 0, "model.moe_ffn_dim", "must be > 0 for an MoE model")
+            require(self.first_dense_layers < self.num_layers, "model.first_dense_layers",
+                    f"must be < num_layers={self.num_layers}")
+
+    # ---- shape helpers -------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def mlp_mats(self) -> int:
+        """Weight matrices per MLP: 3 for gated (SwiGLU/GeGLU), 2 otherwise."""
+        return 3 if GATED[self.mlp] else 2
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def qk_dim(self) -> int:
+        """Per-head query/key width (MLA: nope + rope part)."""
+        return self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    # ---- parameters ----------------------------------------------------------------------
+    @property
+    def attn_params(self) -> int:
+        """Attention weights of one layer (Q, K, V, O projections; MLA low-rank factors)."""
+        h, a, k, d, dv = self.d_model, self.num_heads, self.num_kv_heads, self.qk_dim, self.v_dim
+        if self.kv_lora_rank:
+            nope = d - self.qk_rope_head_dim
+            q = h * self.q_lora_rank + self.q_lora_rank * a * d if self.q_lora_rank else h * a * d
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * a * (nope + dv)
+            return q + kv + a * dv * h
+        return h * a * d + 2 * h * k * d + a * dv * h
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self.mlp_mats * self.d_model * self.ffn_dim
+
+    @property
+    def expert_params(self) -> int:
+        """One routed or shared expert's weights."""
+        return self.mlp_mats * self.d_model * self.moe_ffn_dim
+
+    @property
+    def moe_mlp_params(self) -> int:
+        """All weights of one MoE MLP: routed + shared experts + router."""
+        e = self.num_experts + self.num_shared_experts
+        return e * self.expert_params + self.d_model * self.num_experts
+
+    @property
+    def moe_active_mlp_params(self) -> int:
+        """Weights one token touches in an MoE MLP."""
+        return (self.top_k + self.num_shared_experts) * self.expert_params + self.d_model * self.num_experts
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.d_model * (1 if self.tied_embeddings else 2)
+
+    @property
+    def num_params(self) -> int:
+        """All parameters (norm weights included, biases ignored)."""
+        per_layer = self.attn_params + 2 * self.d_model
+        mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_mlp_params
+        return self.num_layers * per_layer + mlp + self.embedding_params + self.d_model
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters used per token (MoE: top-k plus shared experts)."""
+        per_layer = self.attn_params + 2 * self.d_model
+        mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_active_mlp_params
+        return self.num_layers * per_layer + mlp + self.embedding_params + self.d_model
+
+    # ---- FLOPs ---------------------------------------------------------------------------
+    def matmul_params_per_token(self) -> int:
+        """Weights in matmuls per token: all layers' active weights plus the logit layer."""
+        mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_active_mlp_params
+        return self.num_layers * self.attn_params + mlp + self.vocab_size * self.d_model
+
+    def attention_flops_per_token(self, seq_len: int | float, causal: bool) -> float:
+        """Forward QK^T and A.V FLOPs per token over all layers (PaLM: 2 x 2 x L x a x d x s)."""
+        keys = seq_len / 2 if causal else seq_len
+        return 2.0 * self.num_layers * self.num_heads * (self.qk_dim + self.v_dim) * keys
+
+    def model_flops_per_token(self, seq_len: int | float, causal: bool = False) -> float:
+        """Training (fwd + bwd = 3 x fwd) model FLOPs per token, no recompute.
+
+        ``causal=False`` is the PaLM / Megatron / NeMo convention (full s^2 attention):
+        6 N_matmul + 12 L a d s for d = qk = v head dim.
+        """
+        return 3.0 * (2.0 * self.matmul_params_per_token() + self.attention_flops_per_token(seq_len, causal))
+
+
+_REQUIRED = {"name", "num_layers", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim",
+             "vocab_size", "source"}
+_OPTIONAL = {"mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "moe_ffn_dim",
+             "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "seq_len"}
+
+
+@cache
+def model_catalog() -> dict[str, ModelSpec]:
+    """All preset models by key."""
+    out = {}
+    for key, t in load_package_toml("models.toml").items():
+        check_keys(f"model {key}", t, _REQUIRED, _OPTIONAL)
+        out[key] = ModelSpec(key=key, **t)
+    return out
+
+
+def from_hf_config(cfg: dict[str, Any], key: str = "hf-config") -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict.
+
+    Handles Llama/Mistral/Qwen-style dense and GQA models, explicit ``head_dim``, Mixtral
+    (``num_local_experts``), DeepSeek-V2/V3 (MLA, routed + shared experts, dense first layers)
+    and GPT-2/NeoX field names.
+    """
+    def get(*names: str, default: Any = None) -> Any:
+        for n in names:
+            if n in cfg and cfg[n] is not None:
+                return cfg[n]
+        return default
+
+    h = get("hidden_size", "n_embd", "d_model")
+    layers = get("num_hidden_layers", "n_layer", "num_layers")
+    heads = get("num_attention_heads", "n_head")
+    vocab = get("vocab_size")
+    for field, val in (("hidden_size", h), ("num_hidden_layers", layers), ("num_attention_heads", heads),
+                       ("vocab_size", vocab)):
+        require(isinstance(val, int) and val > 0, f"config.json {field}", f"must be a positive integer, got {val!r}")
+    ffn = get("intermediate_size", "n_inner", "ffn_dim", default=4 * h)
+    kv = get("num_key_value_heads", "num_kv_heads", default=heads)
+    act = str(get("hidden_act", "activation_function", default="silu")).lower()
+    arch = " ".join(get("architectures", default=[])).lower() + " " + str(get("model_type", default="")).lower()
+    gated = not any(x in arch for x in ("gpt2", "gpt_neox", "gptj", "bloom", "opt", "falcon", "phi"))
+    if "relu2" in act or "squared" in act:
+        mlp = "relu2"
+    elif gated:
+        mlp = "geglu" if "gelu" in act else "swiglu"
+    else:
+        mlp = "gelu"
+    head_dim = get("head_dim", default=None)
+    kv_lora = int(get("kv_lora_rank", default=0) or 0)
+    fields: dict[str, Any] = {}
+    if kv_lora:
+        nope, rope = int(get("qk_nope_head_dim", default=128)), int(get("qk_rope_head_dim", default=64))
+        head_dim = nope + rope
+        fields.update(kv_lora_rank=kv_lora, q_lora_rank=int(get("q_lora_rank", default=0) or 0),
+                      qk_rope_head_dim=rope, v_head_dim=int(get("v_head_dim", default=nope)))
+    if head_dim is None:
+        require(h % heads == 0, "config.json hidden_size", f"{h} is not divisible by num_attention_heads {heads}")
+        head_dim = h // heads
+    experts = int(get("num_local_experts", "n_routed_experts", "num_experts", default=0) or 0)
+    if experts:
+        fields.update(
+            num_experts=experts, top_k=int(get("num_experts_per_tok", "moe_topk", default=2)),
+            num_shared_experts=int(get("n_shared_experts", default=0) or 0),
+            moe_ffn_dim=int(get("moe_intermediate_size", default=ffn)),
+            first_dense_layers=int(get("first_k_dense_replace", default=0) or 0),
+        )
+    try:
+        return ModelSpec(
+            key=key, name=str(get("_name_or_path", default=key)), num_layers=int(layers), d_model=int(h),
+            ffn_dim=int(ffn), num_heads=int(heads), num_kv_heads=int(kv), head_dim=int(head_dim),
+            vocab_size=int(vocab), mlp=mlp, tied_embeddings=bool(get("tie_word_embeddings", default=False)),
+            seq_len=int(get("max_position_embeddings", "n_positions", default=4096)), source="config.json",
+            **fields,
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError("config.json", f"malformed field: {exc}") from exc
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A preset key or a path to a Hugging Face ``config.json``."""
+    cat = model_catalog()
+    if ref in cat:
+        return cat[ref]
+    path = Path(ref)
+    if ref.endswith(".json") or path.exists():
+        require(path.is_file(), "model", f"no such file {ref!r}")
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError("model", f"{ref} is not valid JSON ({exc})") from exc
+        require(isinstance(cfg, dict), "model", f"{ref} must hold a JSON object")
+        return from_hf_config(cfg, key=path.stem)
+    raise InputError("model", f"unknown model {ref!r}; presets: {', '.join(sorted(cat))}; or a config.json path")

@@ -1,0 +1,108 @@
+"""The network interface of the cost model, and the two-level (scale-up + scale-out) answer.
+
+The cost model asks one question: how long does collective C take over a group of G ranks
+whose members sit ``stride`` ranks apart in the global rank order, for a message of S bytes?
+Any object with ``collective_time_s(kind, size_bytes, group_size, stride)`` answers it
+(:class:`Network` protocol); the fabric model of a later issue plugs in the same way.
+
+Conventions (nccl-tests, collectives.md section 2): ``size_bytes`` is the full buffer per rank
+(all-reduce input, all-gather output, reduce-scatter input, all-to-all send buffer, p2p message).
+Costs are alpha-beta [THAKUR05]; the hierarchical all-reduce is collectives.md section 5.
+All functions accept floats or equal-length numpy arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .errors import require
+from .hardware import GpuSpec, SystemSpec
+
+Array = np.ndarray | float
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
+
+# NCCL 2.30.7 tuner constants, Simple protocol (collectives.md 3.1, [NCCL-TUNE-230]):
+RING_BASE_LATENCY_S = 8.4e-6   # per call
+NVLINK_HOP_LATENCY_S = 3.4e-6  # per ring step over NVLink
+NET_HOP_LATENCY_S = 14e-6 + 2e-6  # per step over the network, plus the network overhead
+
+
+class Network(Protocol):
+    """What the cost model needs from a network."""
+
+    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
+        """Seconds for collective ``kind`` of ``size_bytes`` over ``group_size`` ranks."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TwoLevelNetwork:
+    """Scale-up domains of ``domain_size`` GPUs joined by one NIC per GPU (rail-optimized).
+
+    ``scaleup_busbw_bytes_per_s`` is the achievable bus bandwidth inside a domain (measured
+    nccl-tests figure); ``scaleout_bytes_per_s`` is the achievable per-GPU NIC rate.
+    """
+
+    domain_size: int
+    scaleup_busbw_bytes_per_s: float
+    scaleout_bytes_per_s: float
+    scaleup_hop_latency_s: float = NVLINK_HOP_LATENCY_S
+    scaleout_hop_latency_s: float = NET_HOP_LATENCY_S
+    base_latency_s: float = RING_BASE_LATENCY_S
+
+    def __post_init__(self) -> None:
+        require(self.domain_size >= 1, "network.domain_size", f"must be >= 1, got {self.domain_size}")
+        require(self.scaleup_busbw_bytes_per_s > 0, "network.scaleup_bandwidth",
+                f"must be > 0, got {self.scaleup_busbw_bytes_per_s}")
+        require(self.scaleout_bytes_per_s > 0, "network.scaleout_bandwidth",
+                f"must be > 0, got {self.scaleout_bytes_per_s}")
+
+    @classmethod
+    def for_system(cls, gpu: GpuSpec, system: SystemSpec) -> TwoLevelNetwork:
+        """The default two-level network of a catalog system."""
+        return cls(
+            domain_size=system.scaleup_domain,
+            scaleup_busbw_bytes_per_s=gpu.allreduce_busbw_bytes_per_s,
+            scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac,
+        )
+
+    def split(self, group_size: Array, stride: Array) -> tuple[Array, Array]:
+        """(members per scale-up domain, domains spanned) of a group with this rank stride."""
+        g = np.asarray(group_size, dtype=float)
+        st = np.asarray(stride, dtype=float)
+        per_domain = np.maximum(1.0, np.floor(self.domain_size / np.maximum(st, 1.0)))
+        local = np.minimum(g, per_domain)
+        return local, np.ceil(g / local)
+
+    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
+        require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
+        s = np.asarray(size_bytes, dtype=float)
+        g = np.asarray(group_size, dtype=float)
+        n, k = self.split(g, stride)
+        bu, bo = self.scaleup_busbw_bytes_per_s, self.scaleout_bytes_per_s
+        au, ao = self.scaleup_hop_latency_s, self.scaleout_hop_latency_s
+        log_k = np.log2(np.maximum(k, 1.0))
+        if kind == "p2p":
+            t = np.where(k > 1, s / bo + ao, s / bu + au) + self.base_latency_s
+            return np.where(g > 1, t, 0.0)
+        if kind == "all_to_all":
+            # A fraction (n-1)/g of the buffer stays in the domain, (g-n)/g leaves it (section 5).
+            bw = s * (n - 1) / g / bu + s * (g - n) / g / bo
+            lat = (n - 1) * au + (k - 1) * ao
+        else:
+            # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a
+            # 1/n shard, all-gather in the domain; half of that for reduce-scatter or all-gather.
+            bw = (n - 1) / n * s / bu + (k - 1) / k * s / (n * bo)
+            # Latency: NCCL runs all-gather / reduce-scatter as a ring over all g ranks (PAT only
+            # with one GPU per node), so g - 1 steps of which k - 1 cross the network
+            # [NCCL-TUNE-230]; all-reduce takes the better of the ring (2x the steps) and the
+            # double binary tree (2 ((n - 1) intra + log2 k inter) steps).
+            ring = (g - k) * au + (k - 1) * ao
+            lat = ring
+            if kind == "all_reduce":
+                bw = 2 * bw
+                lat = np.minimum(2 * ring, 2 * ((n - 1) * au + log_k * ao))
+        return np.where(g > 1, bw + lat + self.base_latency_s, 0.0)

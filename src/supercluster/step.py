@@ -1,0 +1,334 @@
+"""The cost model: one training step priced per GPU, over numpy columns of layouts.
+
+Every view (estimate, validate, planner, goodput) calls :func:`step_columns`; nothing else
+holds a cost formula. Inputs are a model, a GPU, a network, a framework profile and a dict of
+equal-length integer columns (one row per layout); outputs are columns in seconds, bytes and
+FLOPs. :func:`step_breakdown` wraps one layout into a :class:`StepBreakdown`.
+
+Legend: L layers, h width, a / k query / KV heads, dq / dv head dims, V vocab, s sequence,
+b micro-batch, T = b s / cp tokens per GPU per micro-batch, m micro-batches per step,
+Lh layers on the heaviest pipeline stage.
+
+Physics, each with its source:
+* GEMMs run at the GPU's measured GEMM rate at transformer training shapes (fprop, dgrad,
+  wgrad; fp8 quantization included; data/gpus.toml gemm_*_frac); backward is 2x forward.
+* Attention (flash kernels) does causal work s^2/2; backward does 2.5x the forward matmul
+  work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml).
+* Norms, activations, residual adds, RoPE, MoE permutes and fp8 casts are memory-bound: bytes
+  counted per token (Korthikanti et al. 2022 activation census), priced at HBM bandwidth; the
+  backward moves 2x the forward bytes (reads saved input and incoming gradient, writes one).
+* Collectives go through the :class:`~supercluster.network.Network` interface.
+* Pipeline bubble (p-1)/v micro-batch slots of the slowest stage (Narayanan et al. 2021).
+* Optimizer: Adam with fp32 master weights is memory-bound, 30 B per local parameter shard.
+* Stragglers: multi-GPU steps lose the published 10.4 % of GPU time to waiting for the slowest
+  rank (STRAGGLER25); shown as its own ledger line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .framework import Framework, attention_efficiency, hbm_frac, straggler_waste_frac
+from .hardware import GpuSpec
+from .layout import Layout
+from .models import GATED, ModelSpec
+from .network import Network
+from .units import GiB
+
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gbs", "seq", "zero", "recompute", "sp", "fp8")
+
+#: Ledger lines, in the order they are printed; they sum exactly to ``step_time_s``.
+LEDGER = (
+    "ideal_compute", "gemm_inefficiency", "attention_inefficiency", "memory_bound_ops", "recompute",
+    "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm", "pipeline_bubble",
+    "exposed_dp_comm", "optimizer", "stragglers",
+)
+ADAM_BYTES_PER_PARAM = 30.0  # read fp32 param, grad, m, v (16); write param, m, v (12) + bf16 copy (2)
+FRAMEWORK_RESERVE_BYTES = 3 * GiB  # CUDA context, NCCL buffers, cuBLAS workspace (assumed)
+DDP_BUCKET_PARAMS = 40e6  # Megatron-Core default gradient bucket (max(40M, 1M x dp))
+
+
+def _col(cols: dict[str, np.ndarray], name: str) -> np.ndarray:
+    return np.asarray(cols[name], dtype=float)
+
+
+def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
+                 cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Price every layout row of ``cols``; returns columns (seconds, bytes, FLOPs).
+
+    ``cols`` holds the integer columns of :data:`COLUMNS`; ``recompute`` uses
+    :data:`RECOMPUTE_CODE`, ``sp`` and ``fp8`` are 0/1. Assumes rows already validated.
+    """
+    tp, pp, dp, cp, ep, vpp = (_col(cols, c) for c in ("tp", "pp", "dp", "cp", "ep", "vpp"))
+    mb, gbs, seq, zero = (_col(cols, c) for c in ("mb", "gbs", "seq", "zero"))
+    rc = _col(cols, "recompute")
+    sp = (_col(cols, "sp") > 0) & (tp > 1)
+    fp8 = _col(cols, "fp8") > 0
+
+    L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)
+    a, k, dq, dv = float(model.num_heads), float(model.num_kv_heads), float(model.qk_dim), float(model.v_dim)
+    f_moe = model.num_moe_layers / L
+    w_attn = float(model.attn_params)
+    w_mlp = (model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * model.moe_active_mlp_params) / L
+    moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
+    f_act = (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / L
+    act_passes = 3.0 if GATED[model.mlp] else 2.0
+
+    peak16 = gpu.peak("bf16")
+    peak = np.where(fp8, gpu.peak_flops_per_s.get("fp8", 0.0) or peak16, peak16)
+    ceiling16 = gpu.gemm_flops_per_s("bf16")
+    ceiling = np.where(fp8, gpu.gemm_flops_per_s("fp8") if gpu.peak_flops_per_s["fp8"] else ceiling16, ceiling16)
+    att = attention_efficiency(fw.attention, gpu.arch)
+    mem_bw = gpu.hbm_bytes_per_s * hbm_frac()
+
+    m = gbs / (dp * mb)
+    T = mb * seq / cp
+    tok_sp = np.where(sp, T / tp, T)
+    kv_local = np.maximum(k / tp, 1.0)
+
+    # ---- compute per layer per micro-batch (seconds) -----------------------------------
+    gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
+    attn_f = 2.0 * T * (a / tp) * (dq + dv) * (seq / 2.0)  # causal: half the keys on average
+    t_gemm_f = gemm_f / ceiling
+    t_attn_f = attn_f / (peak16 * gpu.clock_frac * att.fwd_frac)
+    t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
+    el = 2.0  # bf16 activation bytes
+    bytes_f = el * (
+        10.0 * h * tok_sp  # LN1, residual add, LN2, residual add (read + write passes)
+        + T * act_passes * f_act / tp  # activation function: read inputs, write output
+        + T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
+        + T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
+        + f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute, dispatch + combine
+    )
+    t_mem_f = bytes_f / mem_bw
+    t_fwd = t_gemm_f + t_attn_f + t_mem_f
+    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f
+    t_rc = np.where(rc == 2, t_fwd, np.where(rc == 1, t_attn_f, 0.0))
+
+    # ---- communication per layer per micro-batch ----------------------------------------
+    act_bytes = T * h * el
+    half = net.collective_time_s("all_gather", act_bytes, tp, 1)
+    ar = net.collective_time_s("all_reduce", act_bytes, tp, 1)
+    tp_f = np.where(sp, 4.0 * half, 2.0 * ar)
+    tp_b = np.where(sp, 6.0 * half, 2.0 * ar)  # SP re-gathers the input for the weight gradient
+    if fw.tp_comm_overlap:
+        # Pipelined in tp chunks with the GEMMs: one chunk of communication cannot hide.
+        tp_fx = np.maximum(tp_f - t_gemm_f, tp_f / tp)
+        tp_bx = np.maximum(tp_b - 2.0 * t_gemm_f, tp_b / tp)
+    else:
+        tp_fx, tp_bx = tp_f, tp_b
+    tp_x = tp_fx + tp_bx + np.where(rc == 2, tp_fx, 0.0)
+
+    kv_bytes = T * kv_local * (dq + dv) * el
+    ring_step = net.collective_time_s("p2p", kv_bytes, cp, tp)
+    cp_f = (cp - 1.0) * ring_step
+    cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
+    cp_x = np.maximum(cp_f - t_attn_f, 0.0) * np.where(rc == 2, 2.0, 1.0) + np.maximum(cp_b - t_attn_b, 0.0)
+
+    if model.is_moe:
+        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, tp)
+        ep_x = f_moe * a2a * (4.0 + np.where(rc == 2, 2.0, 0.0)) * (0.0 if fw.ep_overlap else 1.0)
+    else:
+        ep_x = np.zeros_like(tp)
+
+    # ---- one pipeline stage, one micro-batch --------------------------------------------
+    Lh = np.ceil(L / (pp * vpp)) * vpp
+    head_f = 2.0 * T * h * V / tp
+    t_head = 3.0 * head_f / ceiling16 + 5.0 * 4.0 * T * V / tp / mem_bw  # logits in bf16, fp32 loss
+    t_layer = t_fwd + t_bwd + t_rc + tp_x + cp_x + ep_x
+    t_stage = Lh * t_layer + t_head
+    bubble = (pp - 1.0) / vpp * t_stage
+
+    pp_bytes = tok_sp * h * el
+    t_p2p = net.collective_time_s("p2p", pp_bytes, pp, tp * cp * dp)
+    pp_steps = np.where((vpp > 1) & fw.pp_overlap, 2.0 * (pp - 1.0), 2.0 * (m * vpp + pp - 1.0))
+    pp_x = np.where(pp > 1, pp_steps * t_p2p, 0.0)
+
+    # ---- data parallel and optimizer -----------------------------------------------------
+    shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
+        model.num_shared_experts * model.expert_params + model.d_model * model.num_experts)
+    dense_params = (L * (w_attn + 2 * h) + shared_mlp) / (tp * pp) + V * h / tp
+    expert_params = model.num_moe_layers * model.num_experts * model.expert_params / (pp * ep * tp)
+    dpg = dp * cp
+    edpg = dpg / ep
+    grb, gb = fw.grad_reduce_bytes, fw.grad_bytes
+
+    def dp_time(kind: str, params: np.ndarray, width: float, group: np.ndarray, stride: np.ndarray) -> np.ndarray:
+        return np.asarray(net.collective_time_s(kind, params * width, group, stride))
+
+    rs = dp_time("reduce_scatter", dense_params, grb, dpg, tp) + dp_time("reduce_scatter", expert_params, grb,
+                                                                          edpg, tp * ep)
+    ag = dp_time("all_gather", dense_params, el, dpg, tp) + dp_time("all_gather", expert_params, el, edpg, tp * ep)
+    arr = dp_time("all_reduce", dense_params, grb, dpg, tp) + dp_time("all_reduce", expert_params, grb, edpg,
+                                                                       tp * ep)
+    win_f = Lh * (t_fwd + tp_fx)
+    win_b = Lh * (t_bwd + t_rc + tp_bx)
+    bucket = np.minimum(1.0, np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg) / (dense_params + expert_params))
+    # ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (and again for a
+    # recomputed forward where the framework releases parameters), one reduce-scatter, each
+    # split into Lh x gathers_per_layer collectives whose latency adds up.
+    n_coll = Lh * fw.zero3_gathers_per_layer
+    ag3 = ag + (n_coll - 1.0) * dp_time("all_gather", 0.0 * dense_params, 0.0, dpg, tp)
+    rs3 = rs + (n_coll - 1.0) * dp_time("reduce_scatter", 0.0 * dense_params, 0.0, dpg, tp)
+    ag3_b = ag3 * np.where((rc == 2) & fw.zero3_regather_on_recompute, 2.0, 1.0)
+    if fw.dp_overlap:
+        dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
+                          np.maximum(rs - win_b, rs * bucket) + np.maximum(ag - win_f, ag * bucket))
+        rs3_x = np.maximum(rs3 - win_b, rs3 / n_coll)
+    else:
+        dp_low = np.where(zero == 0, arr, rs + ag)
+        rs3_x = rs3
+    if fw.dp_overlap and fw.zero3_prefetch:
+        ag3_x = np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(ag3_b - win_b, 0.0)
+    else:
+        ag3_x = ag3 + ag3_b
+    dp_z3 = m * (ag3_x + rs3_x)
+    dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
+
+    local = dense_params + expert_params
+    shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
+    t_opt = (shard * ADAM_BYTES_PER_PARAM + np.where(zero >= 2, shard, local) * 2.0 * gb) / mem_bw
+
+    # ---- the ledger -----------------------------------------------------------------------
+    ideal = m * (Lh * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + 3.0 * head_f / peak16)
+    gemm_ineff = m * (Lh * 3.0 * (t_gemm_f - gemm_f / peak) + 3.0 * (head_f / ceiling16 - head_f / peak16))
+    attn_ineff = m * Lh * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16)
+    mem_ops = m * (Lh * 3.0 * t_mem_f + 5.0 * 4.0 * T * V / tp / mem_bw)
+    ledger = {
+        "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
+        "memory_bound_ops": mem_ops, "recompute": m * Lh * t_rc, "exposed_tp_comm": m * Lh * tp_x,
+        "exposed_cp_comm": m * Lh * cp_x, "exposed_ep_comm": m * Lh * ep_x, "exposed_pp_comm": pp_x,
+        "pipeline_bubble": bubble, "exposed_dp_comm": dp_x, "optimizer": t_opt,
+    }
+    rest = sum(ledger[name] for name in LEDGER if name != "stragglers")
+    sync = np.where(tp * pp * dp * cp > 1, straggler_waste_frac(), 0.0)
+    ledger["stragglers"] = rest * sync / (1.0 - sync)
+    step = rest + ledger["stragglers"]
+
+    # ---- FLOP accounting and memory ------------------------------------------------------
+    num_gpus = tp * pp * dp * cp
+    tokens = gbs * seq
+    model_flops = tokens * model.model_flops_per_token(seq, causal=False)
+    fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - V * h) + tokens * \
+        model.attention_flops_per_token(seq, causal=False)
+    rc_flops = np.where(rc == 2, fwd_layers_flops,
+                        np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
+    out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
+    out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, fp8, dense_params,
+                       expert_params, dpg, edpg, Lh, kv_local, f_act))
+    out.update(
+        step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
+        hardware_flops=model_flops + rc_flops, peak_flops_per_s=peak, microbatches=m,
+        params_per_gpu=local,
+    )
+    return out
+
+
+def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, ep: np.ndarray,
+            vpp: np.ndarray, m: np.ndarray, T: np.ndarray, tok_sp: np.ndarray, sp: np.ndarray, zero: np.ndarray,
+            rc: np.ndarray, fp8: np.ndarray, dense_params: np.ndarray, expert_params: np.ndarray,
+            dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, kv_local: np.ndarray,
+            f_act: float) -> dict[str, np.ndarray]:
+    """Bytes per GPU on the most loaded (first) pipeline stage."""
+    h, a = float(model.d_model), float(model.num_heads)
+    dq, dv = float(model.qk_dim), float(model.v_dim)
+    local = dense_params + expert_params
+    shard = dense_params / dpg + expert_params / edpg
+    weights = np.where(zero >= 3, shard, local) * (2.0 + np.where(fp8, 1.0, 0.0))
+    grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
+    optimizer = np.where(zero >= 1, shard, local) * 12.0  # fp32 master, Adam m and v
+    # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
+    # SP-shardable: LN inputs, QKV and FC1 inputs (2 B each) and two dropout masks (1 B) = 10 h bytes.
+    mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
+    per_tok = np.where(sp, 10.0 * h / tp, 10.0 * h) + 2.0 * (
+        (a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv + mlp_tensors * f_act / tp
+    ) + (model.num_moe_layers / model.num_layers) * 4.0 * model.top_k * h * np.where(sp, 1.0 / tp, 1.0)
+    per_tok = np.where(rc == 2, np.where(sp, 2.0 * h / tp, 2.0 * h), per_tok)
+    in_flight = np.where(pp > 1, np.minimum(m, pp) * (1.0 + np.where(vpp > 1, (pp - 1.0) / (pp * vpp), 0.0)), 1.0)
+    activations = Lh * per_tok * T * in_flight
+    # A recomputed layer needs its full activations once more during its backward.
+    activations = activations + np.where(rc == 2, 34.0 * h * T / tp, 0.0)
+    gathered = np.where(zero >= 3, 2.0 * 2.0 * (model.attn_params + model.dense_mlp_params) / tp, 0.0)
+    logits = 2.0 * 4.0 * T * model.vocab_size / tp
+    total = weights + grads + optimizer + activations + gathered + logits + FRAMEWORK_RESERVE_BYTES
+    return {
+        "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optimizer,
+        "mem_activations_bytes": activations + logits, "mem_other_bytes": gathered + FRAMEWORK_RESERVE_BYTES,
+        "memory_per_gpu_bytes": total,
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepBreakdown:
+    """One layout priced: time ledger, throughput, FLOP utilisation and memory per GPU."""
+
+    step_time_s: float
+    ledger: dict[str, float]
+    num_gpus: int
+    tokens_per_step: float
+    model_flops: float
+    hardware_flops: float
+    peak_flops_per_s: float
+    memory: dict[str, float]
+    hbm_bytes: float
+    microbatches: float
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.num_gpus
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Achieved model TFLOP/s per GPU (MFU numerator, PaLM convention)."""
+        return self.model_flops / self.step_time_s / self.num_gpus / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs (6N + 12 L a d s, full non-causal attention; PaLM / Megatron convention,
+        no recompute) over the dense peak of the precision used."""
+        return self.model_flops / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
+
+    @property
+    def hfu(self) -> float:
+        """As :attr:`mfu`, counting recomputed FLOPs too."""
+        return self.hardware_flops / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
+
+    @property
+    def memory_per_gpu_bytes(self) -> float:
+        return self.memory["memory_per_gpu_bytes"]
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_per_gpu_bytes <= self.hbm_bytes
+
+
+def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
+    """One layout as 1-row columns for :func:`step_columns`."""
+    sp = fw.sequence_parallel if layout.sequence_parallel is None else layout.sequence_parallel
+    vals = dict(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
+                mb=layout.micro_batch, gbs=layout.global_batch, seq=layout.seq_len, zero=layout.zero_stage,
+                recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), fp8=int(layout.precision == "fp8"))
+    return {k: np.array([v]) for k, v in vals.items()}
+
+
+def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework) -> StepBreakdown:
+    """Price one layout (already validated against model and GPU count)."""
+    layout.check_model(model)
+    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw))
+    first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
+    mem_keys = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
+                "mem_other_bytes", "memory_per_gpu_bytes")
+    return StepBreakdown(
+        step_time_s=first["step_time_s"], ledger={k: first[k] for k in LEDGER}, num_gpus=int(first["num_gpus"]),
+        tokens_per_step=first["tokens_per_step"], model_flops=first["model_flops"],
+        hardware_flops=first["hardware_flops"], peak_flops_per_s=first["peak_flops_per_s"],
+        memory={k: first[k] for k in mem_keys}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
+    )

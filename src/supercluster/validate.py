@@ -1,0 +1,193 @@
+"""Predict the published runs of a CSV (``../shared/validation/public-runs.csv`` format).
+
+Each scored row is predicted from its own columns only: architecture, GPU key, framework,
+layout, batch, precision, recompute and ZeRO/FSDP. Values the model does not know fall back to
+documented defaults (the framework's default recompute and ZeRO stage; an unknown framework is
+priced as Megatron), and the fallback is written into the row's ``reason``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .errors import InputError
+from .estimate import default_network
+from .framework import Framework, resolve_framework
+from .hardware import get_gpu
+from .layout import Layout
+from .models import GATED, ModelSpec, model_catalog
+from .step import step_breakdown
+
+REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
+                    "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",
+                    "step_time_s", "scored")
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    id: str
+    predicted_step_time_s: float | None
+    measured_step_time_s: float | None
+    error: float | None
+    supported: bool
+    reason: str
+    group: str = ""
+    layout: str = ""
+
+
+def _int(row: dict[str, str], name: str, default: int | None = None) -> int:
+    raw = (row.get(name) or "").strip()
+    if not raw:
+        if default is None:
+            raise InputError(name, "is blank")
+        return default
+    try:
+        v = float(raw)
+    except ValueError as exc:
+        raise InputError(name, f"{raw!r} is not a number") from exc
+    if v != int(v) or v < 0:
+        raise InputError(name, f"{raw!r} is not a non-negative integer")
+    return int(v)
+
+
+def row_model(row: dict[str, str]) -> ModelSpec:
+    """The architecture of a row; activation, head dim and embedding tying come from the preset
+    with the same (layers, hidden, heads) when there is one, else from ffn = 4h (GELU) or not (SwiGLU)."""
+    layers, hidden, heads = _int(row, "layers"), _int(row, "hidden"), _int(row, "heads")
+    ffn = _int(row, "ffn_hidden", 4 * hidden)
+    preset = next((m for m in model_catalog().values()
+                   if (m.num_layers, m.d_model, m.num_heads) == (layers, hidden, heads)), None)
+    if preset is not None:
+        mlp, head_dim, tied = preset.mlp, preset.head_dim, preset.tied_embeddings
+    else:
+        mlp = "gelu" if ffn == 4 * hidden else "swiglu"
+        head_dim, tied = hidden // heads, mlp == "gelu"
+    experts = _int(row, "moe_experts", 0)
+    moe = {"num_experts": experts, "top_k": _int(row, "moe_topk", 2), "moe_ffn_dim": ffn} if experts else {}
+    if not GATED.get(mlp, False) and mlp not in ("gelu", "relu2"):
+        mlp = "gelu"
+    return ModelSpec(key=row.get("id", "row"), name=row.get("model_name", "row"), num_layers=layers,
+                     d_model=hidden, ffn_dim=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads", heads),
+                     head_dim=head_dim, vocab_size=_int(row, "vocab", 51200), mlp=mlp, tied_embeddings=tied,
+                     seq_len=_int(row, "seq_len"), **moe)
+
+
+def parse_precision(text: str) -> str:
+    t = text.lower()
+    if "fp8" in t or "float8" in t:
+        return "fp8"
+    if "fp4" in t:
+        return "fp4"
+    return "bf16"  # bf16, fp16 and "16-bit mixed" run on the same tensor cores
+
+
+def parse_recompute(text: str, fw: Framework) -> str:
+    t = text.lower()
+    if "full" in t:
+        return "full"
+    if "selective" in t:
+        return "selective"
+    if "none" in t or t.strip() in ("no", "0"):
+        return "none"
+    return fw.default_recompute
+
+
+def parse_zero(text: str, fw: Framework) -> int:
+    t = text.lower()
+    if "zero-3" in t or "zero3" in t or "fsdp" in t or "fully sharded" in t:
+        return 3
+    if "zero-2" in t or "zero2" in t:
+        return 2
+    if "zero-1" in t or "zero1" in t or "distributed optimizer" in t:
+        return 1
+    if "none" in t or "ddp" in t:
+        return 0
+    return fw.default_zero_stage
+
+
+def predict_row(row: dict[str, str]) -> RowResult:
+    rid = row.get("id", "?")
+    measured = float(row["step_time_s"]) if (row.get("step_time_s") or "").strip() else None
+    group = f"{row.get('model_name', '')}|{row.get('gpu', '')}|{row.get('num_gpus', '')}|{row.get('precision', '')}"
+    try:
+        fw, note = resolve_framework(row.get("framework") or "")
+        model = row_model(row)
+        pp, dp = _int(row, "pp", 1) or 1, _int(row, "dp")
+        # A blank micro-batch means 1 under pipelining, else the whole local batch.
+        mb_default = 1 if pp > 1 else max(1, _int(row, "global_batch") // max(dp, 1))
+        layout = Layout(
+            tp=_int(row, "tp", 1) or 1, pp=pp, dp=dp, cp=_int(row, "cp", 1) or 1,
+            ep=_int(row, "ep", 1) or 1, vpp=_int(row, "vpp", 1) or 1, micro_batch=_int(row, "micro_batch", mb_default),
+            global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
+            precision=parse_precision(row.get("precision", "")),
+            recompute=parse_recompute(row.get("recompute", ""), fw),
+            zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
+        )
+        layout.check_gpus(_int(row, "num_gpus"))
+        gpu = get_gpu((row.get("gpu") or "").strip())
+        gpu.peak(layout.precision)
+        b = step_breakdown(model, layout=layout, gpu=gpu, net=default_network(gpu), fw=fw)
+    except InputError as exc:
+        return RowResult(rid, None, measured, None, False, str(exc), group)
+    err = b.step_time_s / measured - 1.0 if measured else None
+    reason = "; ".join(x for x in (note, f"{fw.key}, {layout.recompute} recompute, zero {layout.zero_stage}") if x)
+    return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short())
+
+
+def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of a runs CSV; the copy shipped in the package by default."""
+    if path is None:
+        text = resources.files("supercluster").joinpath("data").joinpath("public-runs.csv").read_text("utf-8")
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError("runs", f"no such file {str(path)!r}")
+        text = p.read_text(encoding="utf-8", errors="replace")
+    try:
+        reader = csv.DictReader(io.StringIO(text))
+        rows = list(reader)
+    except csv.Error as exc:
+        raise InputError("runs", f"malformed CSV: {exc}") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError("runs", f"missing columns {missing}; see ../shared/validation/README.md")
+    return rows
+
+
+def validate(path: str | Path | None = None) -> dict[str, object]:
+    """Predict every scored row; per-row error, MAPE, worst row, ranking agreement."""
+    rows = [r for r in load_rows(path) if (r.get("scored") or "").strip().lower() == "yes"]
+    results = [predict_row(r) for r in rows]
+    errs = [abs(r.error) for r in results if r.supported and r.error is not None]
+    n = len(results)
+    # Unsupported rows count as misses of 100 %.
+    miss = [1.0 for r in results if not r.supported]
+    mape = (sum(errs) + sum(miss)) / n if n else 0.0
+    worst = max(errs + miss, default=0.0)
+    worst_row = max((r for r in results if r.error is not None), key=lambda r: abs(r.error or 0), default=None)
+    return {
+        "rows": results, "mape": mape, "worst_abs_error": worst,
+        "worst_row": worst_row.id if worst_row else None,
+        "supported_fraction": (n - len(miss)) / n if n else 1.0, "ranking": ranking(results),
+    }
+
+
+def ranking(results: list[RowResult]) -> list[dict[str, object]]:
+    """Where a model/GPU/count/precision group has several layouts: does predicted order match?"""
+    groups: dict[str, list[RowResult]] = {}
+    for r in results:
+        if r.supported and r.predicted_step_time_s is not None:
+            groups.setdefault(r.group, []).append(r)
+    out = []
+    for g, rs in groups.items():
+        if len({r.layout for r in rs}) < 2:
+            continue
+        measured = [r.id for r in sorted(rs, key=lambda r: r.measured_step_time_s or 0)]
+        predicted = [r.id for r in sorted(rs, key=lambda r: r.predicted_step_time_s or 0)]
+        out.append({"group": g, "measured_order": measured, "predicted_order": predicted,
+                    "match": measured == predicted})
+    return out
