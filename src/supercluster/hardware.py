@@ -76,7 +76,8 @@ class SystemSpec:
 _GPU_REQUIRED = {
     "name", "arch", "year", "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops",
     "hbm_gib", "hbm_tb_per_s", "scaleup_gb_per_s", "scaleup_domain", "tdp_w", "mamf_bf16_tflops",
-    "mamf_fp8_tflops", "gemm_bf16_frac", "gemm_fp8_frac", "sustained_clock_frac", "allreduce_busbw_gb_per_s", "price_usd", "system", "sources",
+    "mamf_fp8_tflops", "gemm_bf16_frac", "gemm_fp8_frac", "sustained_clock_frac", "allreduce_busbw_gb_per_s",
+    "price_usd", "system", "sources",
 }
 _SYSTEM_REQUIRED = {
     "name", "gpu", "gpus_per_node", "scaleup_domain", "nic_gbit_per_gpu", "nic_busbw_frac",

@@ -95,7 +95,10 @@ class TwoLevelNetwork:
         else:
             # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a
             # 1/n shard, all-gather in the domain; half of that for reduce-scatter or all-gather.
-            bw = (n - 1) / n * s / bu + (k - 1) / k * s / (n * bo)
+            # NCCL pipelines chunks through the NVLink and network stages, which use different
+            # links, so the slower stage sets the time: this reproduces the measured 4 x 8 B200
+            # all-reduce (busbw 381.8 GB/s from 36.95 GB/s per NIC, collectives.md section 5).
+            bw = np.maximum((n - 1) / n * s / bu, (k - 1) / k * s / (n * bo))
             # Latency: NCCL runs all-gather / reduce-scatter as a ring over all g ranks (PAT only
             # with one GPU per node), so g - 1 steps of which k - 1 cross the network
             # [NCCL-TUNE-230]; all-reduce takes the better of the ring (2x the steps) and the

@@ -126,7 +126,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ring_step = net.collective_time_s("p2p", kv_bytes, cp, tp)
     cp_f = (cp - 1.0) * ring_step
     cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
-    cp_x = np.maximum(cp_f - t_attn_f, 0.0) * np.where(rc == 2, 2.0, 1.0) + np.maximum(cp_b - t_attn_b, 0.0)
+    cp_fx, cp_bx = np.maximum(cp_f - t_attn_f, 0.0), np.maximum(cp_b - t_attn_b, 0.0)
+    cp_x = cp_fx * np.where(rc == 2, 2.0, 1.0) + cp_bx
 
     if model.is_moe:
         a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, tp)
@@ -164,8 +165,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ag = dp_time("all_gather", dense_params, el, dpg, tp) + dp_time("all_gather", expert_params, el, edpg, tp * ep)
     arr = dp_time("all_reduce", dense_params, grb, dpg, tp) + dp_time("all_reduce", expert_params, grb, edpg,
                                                                        tp * ep)
-    win_f = Lh * (t_fwd + tp_fx)
-    win_b = Lh * (t_bwd + t_rc + tp_bx)
+    # Compute already hiding TP or CP traffic is not free to hide DP traffic as well, so the
+    # windows exclude it (keeps "faster compute is never slower" true).
+    hid_f = (tp_f - tp_fx) + (cp_f - cp_fx)
+    hid_b = (tp_b - tp_bx) + (cp_b - cp_bx)
+    win_f = Lh * (t_fwd + tp_fx + cp_fx - hid_f)
+    win_b = Lh * (t_bwd + t_rc + tp_bx + cp_bx - hid_b)
     bucket = np.minimum(1.0, np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg) / (dense_params + expert_params))
     # ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (and again for a
     # recomputed forward where the framework releases parameters), one reduce-scatter, each
@@ -174,18 +179,18 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ag3 = ag + (n_coll - 1.0) * dp_time("all_gather", 0.0 * dense_params, 0.0, dpg, tp)
     rs3 = rs + (n_coll - 1.0) * dp_time("reduce_scatter", 0.0 * dense_params, 0.0, dpg, tp)
     ag3_b = ag3 * np.where((rc == 2) & fw.zero3_regather_on_recompute, 2.0, 1.0)
+    # Overlap windows: forward compute hides parameter gathers, backward compute hides the
+    # backward gathers and the gradient reduce-scatters together (one window, shared).
     if fw.dp_overlap:
         dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
                           np.maximum(rs - win_b, rs * bucket) + np.maximum(ag - win_f, ag * bucket))
-        rs3_x = np.maximum(rs3 - win_b, rs3 / n_coll)
+        if fw.zero3_prefetch:
+            dp_z3 = m * (np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(ag3_b + rs3 - win_b, rs3 / n_coll))
+        else:
+            dp_z3 = m * (ag3 + ag3_b + np.maximum(rs3 - win_b, rs3 / n_coll))
     else:
         dp_low = np.where(zero == 0, arr, rs + ag)
-        rs3_x = rs3
-    if fw.dp_overlap and fw.zero3_prefetch:
-        ag3_x = np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(ag3_b - win_b, 0.0)
-    else:
-        ag3_x = ag3 + ag3_b
-    dp_z3 = m * (ag3_x + rs3_x)
+        dp_z3 = m * (ag3 + ag3_b + rs3)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
 
     local = dense_params + expert_params
@@ -237,7 +242,9 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
     dq, dv = float(model.qk_dim), float(model.v_dim)
     local = dense_params + expert_params
     shard = dense_params / dpg + expert_params / edpg
-    weights = np.where(zero >= 3, shard, local) * (2.0 + np.where(fp8, 1.0, 0.0))
+    # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded).
+    gathered = 2.0 * (model.attn_params + model.dense_mlp_params) / tp
+    weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * (2.0 + np.where(fp8, 1.0, 0.0))
     grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
     optimizer = np.where(zero >= 1, shard, local) * 12.0  # fp32 master, Adam m and v
     # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
@@ -251,12 +258,11 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
     activations = Lh * per_tok * T * in_flight
     # A recomputed layer needs its full activations once more during its backward.
     activations = activations + np.where(rc == 2, 34.0 * h * T / tp, 0.0)
-    gathered = np.where(zero >= 3, 2.0 * 2.0 * (model.attn_params + model.dense_mlp_params) / tp, 0.0)
     logits = 2.0 * 4.0 * T * model.vocab_size / tp
-    total = weights + grads + optimizer + activations + gathered + logits + FRAMEWORK_RESERVE_BYTES
+    total = weights + grads + optimizer + activations + logits + FRAMEWORK_RESERVE_BYTES
     return {
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optimizer,
-        "mem_activations_bytes": activations + logits, "mem_other_bytes": gathered + FRAMEWORK_RESERVE_BYTES,
+        "mem_activations_bytes": activations + logits, "mem_other_bytes": FRAMEWORK_RESERVE_BYTES * np.ones_like(total),
         "memory_per_gpu_bytes": total,
     }
 

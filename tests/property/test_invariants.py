@@ -1,0 +1,80 @@
+"""Hypothesis invariants of the cost model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from supercluster.estimate import default_network
+from supercluster.framework import get_framework
+from supercluster.hardware import get_gpu
+from supercluster.models import load_model
+from supercluster.network import TwoLevelNetwork
+from supercluster.step import LEDGER, step_columns
+
+MODEL = load_model("llama3-70b")
+GPU = get_gpu("h100-sxm")
+FW = get_framework("megatron")
+NET = default_network(GPU)
+
+layouts = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 2, 4, 8]), "pp": st.sampled_from([1, 2, 4, 8]), "dp": st.sampled_from([1, 2, 8, 32]),
+    "cp": st.sampled_from([1, 2]), "vpp": st.sampled_from([1, 2]), "mb": st.sampled_from([1, 2]),
+    "zero": st.integers(0, 3), "recompute": st.integers(0, 2), "sp": st.integers(0, 1), "fp8": st.integers(0, 1),
+    "accum": st.sampled_from([1, 4, 16]), "seq": st.sampled_from([2048, 8192]),
+})
+
+
+def cols(d: dict[str, int]) -> dict[str, np.ndarray]:
+    c = {k: np.array([v]) for k, v in d.items() if k != "accum"}
+    c["vpp"] = np.array([d["vpp"] if d["pp"] > 1 else 1])
+    c["ep"] = np.array([1])
+    c["gbs"] = np.array([d["dp"] * d["mb"] * d["accum"]])
+    return c
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts)
+def test_ledger_sums_exactly_and_parts_are_non_negative(d):
+    out = step_columns(MODEL, GPU, NET, FW, cols(d))
+    total = sum(out[name] for name in LEDGER)
+    assert np.allclose(total, out["step_time_s"], rtol=1e-12)
+    assert all(np.all(out[name] >= 0) for name in LEDGER)
+    assert np.all(out["memory_per_gpu_bytes"] > 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts, st.floats(1.0, 10.0), st.floats(1.0, 10.0))
+def test_more_bandwidth_is_never_slower(d, up, out_factor):
+    faster = TwoLevelNetwork(domain_size=NET.domain_size, scaleup_busbw_bytes_per_s=NET.scaleup_busbw_bytes_per_s * up,
+                             scaleout_bytes_per_s=NET.scaleout_bytes_per_s * out_factor)
+    a = step_columns(MODEL, GPU, NET, FW, cols(d))["step_time_s"]
+    b = step_columns(MODEL, GPU, faster, FW, cols(d))["step_time_s"]
+    assert np.all(b <= a * (1 + 1e-12))
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts, st.floats(1.0, 4.0), st.floats(1.0, 4.0))
+def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm):
+    gpu = dataclasses.replace(GPU, peak_flops_per_s={k: v * flops for k, v in GPU.peak_flops_per_s.items()},
+                              hbm_bytes_per_s=GPU.hbm_bytes_per_s * hbm)
+    a = step_columns(MODEL, GPU, NET, FW, cols(d))["step_time_s"]
+    b = step_columns(MODEL, gpu, NET, FW, cols(d))["step_time_s"]
+    assert np.all(b <= a * (1 + 1e-12))
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts)
+def test_memory_never_grows_with_tp_pp_or_zero(d):
+    base = step_columns(MODEL, GPU, NET, FW, cols(d))["memory_per_gpu_bytes"]
+    for key, values in (("tp", [1, 2, 4, 8]), ("zero", [0, 1, 2, 3])):
+        bigger = [v for v in values if v > d[key]]
+        if bigger:
+            more = step_columns(MODEL, GPU, NET, FW, cols({**d, key: bigger[0]}))["memory_per_gpu_bytes"]
+            assert np.all(more <= base * (1 + 1e-12)), key
+    if d["pp"] < 8 and d["vpp"] == 1:
+        more = step_columns(MODEL, GPU, NET, FW, cols({**d, "pp": d["pp"] * 2}))["memory_per_gpu_bytes"]
+        assert np.all(more <= base * (1 + 1e-12))

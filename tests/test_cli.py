@@ -1,0 +1,85 @@
+"""The command line: JSON contracts, tables, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from supercluster.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "supercluster", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_estimate_json_has_the_contract_keys():
+    r = runner.invoke(app, ["estimate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "4",
+                            "--pp", "4", "--cp", "2", "--vpp", "5", "--global-batch", "128", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    for key in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",
+                "memory_per_gpu_bytes", "fits", "ledger"):
+        assert key in d
+    assert sum(d["ledger"].values()) == pytest.approx(d["step_time_s"], rel=1e-9)
+    assert d["tokens_per_s"] == pytest.approx(128 * 8192 / d["step_time_s"])
+
+
+def test_estimate_default_is_llama3_405b_on_16k_h100():
+    r = runner.invoke(app, ["estimate"])
+    assert r.exit_code == 0
+    assert "Llama 3 405B" in r.output and "16,384" in r.output and "MFU" in r.output
+
+
+def test_estimate_takes_a_config_json(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 16,
+                             "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 8192,
+                             "vocab_size": 32000}))
+    r = runner.invoke(app, ["estimate", "--model", str(p), "--gpus", "8", "--tp", "1", "--pp", "1",
+                            "--vpp", "1", "--global-batch", "8", "--seq-len", "4096", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["fits"] is True
+
+
+@pytest.mark.parametrize("kind", ["gpus", "systems", "models"])
+def test_catalog(kind):
+    r = runner.invoke(app, ["catalog", kind, "--json"])
+    assert r.exit_code == 0
+    assert len(json.loads(r.output)) >= 5
+
+
+@pytest.mark.parametrize("args, field", [
+    (["estimate", "--gpu", "h900"], "gpu"),
+    (["estimate", "--model", "gpt-9"], "model"),
+    (["estimate", "--tp", "3", "--dp", "1", "--gpus", "48", "--pp", "16", "--model", "llama3-405b"], "tp"),
+    (["estimate", "--gpus", "1000"], "dp"),
+    (["estimate", "--dp", "64"], "gpus"),
+    (["estimate", "--global-batch", "100"], "global_batch"),
+    (["estimate", "--micro-batch", "-1"], "micro_batch"),
+    (["estimate", "--precision", "int3"], "precision"),
+    (["estimate", "--gpu", "a100-80gb", "--precision", "fp8"], "precision"),
+    (["validate", "--runs", "/nonexistent.csv"], "runs"),
+])
+def test_bad_input_is_one_line_exit_2(args, field):
+    r = run(*args)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = [x for x in r.stderr.strip().splitlines() if x]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), r.stderr
+
+
+def test_malformed_csv_and_config_are_clear_errors(tmp_path):
+    bad = tmp_path / "runs.csv"
+    bad.write_text("a,b\n1,2\n")
+    r = run("validate", "--runs", str(bad))
+    assert r.returncode == 2 and "missing columns" in r.stderr
+    cfg = tmp_path / "config.json"
+    cfg.write_text("[1, 2")
+    r = run("estimate", "--model", str(cfg))
+    assert r.returncode == 2 and "not valid JSON" in r.stderr and "Traceback" not in r.stderr

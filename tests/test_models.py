@@ -1,0 +1,93 @@
+"""Formulas against hand-worked numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from supercluster.errors import InputError
+from supercluster.models import from_hf_config, load_model, model_catalog
+
+
+def test_gpt3_175b_parameters_match_megatron_formula():
+    # Narayanan et al. eq. 2 without position embeddings: P = 12 l h^2 (1 + 13/(12h) + V/(12 l h)).
+    m = load_model("gpt3-175b")
+    layers, h, v = 96, 12288, 50257
+    megatron = 12 * layers * h**2 * (1 + 13 / (12 * h) + v / (12 * layers * h))
+    # We ignore biases (13/(12h) counts 4 bias/norm vectors of h per layer beyond the 2 norm weights).
+    assert m.num_params == pytest.approx(megatron, rel=2e-4)
+    assert 174.4e9 < m.num_params < 174.8e9
+
+
+def test_llama3_405b_flops_per_token_by_hand():
+    m = load_model("llama3-405b")
+    h, f, a, k, d, L, V, s = 16384, 53248, 128, 8, 128, 126, 128000, 8192
+    attn = h * a * d + 2 * h * k * d + a * d * h
+    mlp = 3 * h * f
+    n_matmul = L * (attn + mlp) + V * h  # logits; input embedding is a lookup
+    by_hand = 6 * n_matmul + 12 * L * a * d * s
+    assert m.model_flops_per_token(s) == pytest.approx(by_hand, rel=1e-12)
+    # NVIDIA's DGXC README counts 2.17e16 FLOPs per 8192-token sequence (vocab 128256): within 2 %.
+    assert m.model_flops_per_token(s) * s == pytest.approx(2.17e16, rel=0.02)
+    # Causal counting halves the attention term only.
+    assert m.model_flops_per_token(s) - m.model_flops_per_token(s, causal=True) == pytest.approx(6 * L * a * d * s)
+
+
+def test_moe_active_parameters():
+    mix = load_model("mixtral-8x7b")
+    assert mix.num_params == pytest.approx(46.7e9, rel=0.01)
+    assert mix.num_active_params == pytest.approx(12.9e9, rel=0.01)
+    ds = load_model("deepseek-v3")
+    assert ds.num_params == pytest.approx(671e9, rel=0.01)
+    assert ds.num_active_params == pytest.approx(37e9, rel=0.03)
+
+
+def test_every_preset_has_a_source_and_positive_sizes():
+    for key, m in model_catalog().items():
+        assert m.source, key
+        assert m.num_params > 0 and m.num_active_params <= m.num_params
+
+
+def test_hf_config_llama_gqa_and_explicit_head_dim():
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+           "vocab_size": 128256, "hidden_act": "silu", "head_dim": 160}
+    m = from_hf_config(cfg)
+    assert (m.mlp, m.num_kv_heads, m.head_dim) == ("swiglu", 8, 160)
+    assert m.attn_params == 4096 * 32 * 160 * 2 + 2 * 4096 * 8 * 160
+
+
+def test_hf_config_mixtral_and_deepseek():
+    mix = from_hf_config({"architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+                          "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+                          "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2})
+    assert mix.num_active_params == pytest.approx(load_model("mixtral-8x7b").num_active_params, rel=1e-9)
+    ds = from_hf_config({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "num_hidden_layers": 61,
+                         "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+                         "moe_intermediate_size": 2048, "vocab_size": 129280, "n_routed_experts": 256,
+                         "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+                         "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                         "qk_rope_head_dim": 64, "v_head_dim": 128})
+    assert ds.num_params == load_model("deepseek-v3").num_params
+
+
+@pytest.mark.parametrize("cfg", [{}, {"hidden_size": "big", "num_hidden_layers": 2, "num_attention_heads": 2,
+                                      "vocab_size": 10}, {"hidden_size": 10, "num_hidden_layers": 2,
+                                                          "num_attention_heads": 3, "vocab_size": 10}])
+def test_malformed_hf_config_is_an_input_error(cfg):
+    with pytest.raises(InputError):
+        from_hf_config(cfg)
+
+
+def test_load_model_from_path_and_errors(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+                             "vocab_size": 1000, "intermediate_size": 1024}))
+    assert load_model(str(p)).d_model == 512
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        load_model(str(bad))
+    with pytest.raises(InputError, match="unknown model"):
+        load_model("gpt-9")
