@@ -46,8 +46,11 @@ def test_fp8_is_faster_than_bf16_on_hopper(llama3_70b, h100):
 
 
 def test_model_too_big_does_not_fit(h100):
+    from supercluster.reports import fit_reason
+
     b = estimate("llama3-405b", gpu=h100, num_gpus=8, layout=Layout(tp=8, global_batch=1, seq_len=8192))
     assert not b.fits and b.memory_per_gpu_bytes > h100.hbm_bytes
+    assert "largest term optimizer" in fit_reason(b) and "GiB over" in fit_reason(b)
 
 
 def test_single_gpu_has_no_communication(h100):

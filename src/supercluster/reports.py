@@ -37,6 +37,7 @@ def breakdown_json(b: StepBreakdown, **extra: Any) -> dict[str, Any]:
         "flop_convention": "6N + 12 L a d s per token (full non-causal attention, PaLM/Megatron), no recompute; "
                            "vs dense peak of the precision used",
         "memory_per_gpu_bytes": b.memory_per_gpu_bytes, "hbm_bytes": b.hbm_bytes, "fits": b.fits,
+        "fit_reason": None if b.fits else fit_reason(b),
         "memory": b.memory, "ledger": b.ledger, "microbatches": b.microbatches,
     }
 
@@ -65,6 +66,24 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str) -> None:
         f"optimizer {fmt_bytes(m['mem_optimizer_bytes'])}, activations {fmt_bytes(m['mem_activations_bytes'])}, "
         f"other {fmt_bytes(m['mem_other_bytes'])}"
     )
+    if not b.fits:
+        console.print(f"[yellow]does not fit: {fit_reason(b)}[/yellow]")
+
+
+def fit_reason(b: StepBreakdown) -> str:
+    """Why a layout does not fit, naming the largest memory term and what reduces it."""
+    parts = {k: v for k, v in b.memory.items() if k != "memory_per_gpu_bytes"}
+    top = max(parts, key=lambda k: parts[k])
+    over = (b.memory_per_gpu_bytes - b.hbm_bytes) / GiB
+    advice = {
+        "mem_activations_bytes": "try --recompute full, a larger --pp or --cp, or --micro-batch 1",
+        "mem_weights_bytes": "try a larger --tp or --pp, or --zero 3",
+        "mem_grads_bytes": "try --zero 2 or 3, or a larger --tp / --pp",
+        "mem_optimizer_bytes": "try --zero 1 or higher with a larger data-parallel group",
+        "mem_other_bytes": "reduce the framework reserve",
+    }[top]
+    return f"{over:.1f} GiB over; largest term {top.removeprefix('mem_').removesuffix('_bytes')} " \
+           f"({parts[top] / GiB:.1f} GiB): {advice}"
 
 
 def gpus_table(gpus: dict[str, GpuSpec]) -> Table:
