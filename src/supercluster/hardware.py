@@ -5,7 +5,6 @@ Every figure is SI inside the dataclasses; the TOML keys carry human units and s
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import cache
 
@@ -52,10 +51,6 @@ class GpuSpec:
         ref = "bf16" if precision in ("bf16", "fp16", "tf32") else "fp8"
         frac = self.gemm_frac.get(precision) or self.gemm_frac[ref] or self.gemm_frac["bf16"]
         return frac * peak * self.clock_frac
-
-    def with_overrides(self, **changes: float) -> GpuSpec:
-        """A copy with some fields replaced (used by what-if studies and tests)."""
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

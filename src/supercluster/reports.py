@@ -10,7 +10,7 @@ from rich.table import Table
 from .hardware import GpuSpec, SystemSpec
 from .models import ModelSpec
 from .step import LEDGER, StepBreakdown
-from .units import GiB, fmt_bytes, fmt_seconds
+from .units import GiB, fmt_bytes
 
 LEDGER_HELP = {
     "ideal_compute": "model FLOPs at dense peak",
@@ -129,7 +129,3 @@ def validation_table(result: dict[str, Any]) -> Table:
         pred = f"{r.predicted_step_time_s:.3f}" if r.predicted_step_time_s is not None else "-"
         t.add_row(r.id, r.layout, pred, f"{r.measured_step_time_s:.3f}", f"[{color}]{err}[/{color}]", r.reason)
     return t
-
-
-def fmt_time(x: float) -> str:
-    return fmt_seconds(x)

@@ -26,7 +26,7 @@ Physics, each with its source:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -281,7 +281,6 @@ class StepBreakdown:
     memory: dict[str, float]
     hbm_bytes: float
     microbatches: float
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def tokens_per_s(self) -> float:

@@ -19,7 +19,7 @@ from .estimate import default_network
 from .framework import Framework, resolve_framework
 from .hardware import get_gpu
 from .layout import Layout
-from .models import GATED, ModelSpec, model_catalog
+from .models import ModelSpec, model_catalog
 from .step import step_breakdown
 
 REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
@@ -68,8 +68,6 @@ def row_model(row: dict[str, str]) -> ModelSpec:
         head_dim, tied = hidden // heads, mlp == "gelu"
     experts = _int(row, "moe_experts", 0)
     moe = {"num_experts": experts, "top_k": _int(row, "moe_topk", 2), "moe_ffn_dim": ffn} if experts else {}
-    if not GATED.get(mlp, False) and mlp not in ("gelu", "relu2"):
-        mlp = "gelu"
     return ModelSpec(key=row.get("id", "row"), name=row.get("model_name", "row"), num_layers=layers,
                      d_model=hidden, ffn_dim=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads", heads),
                      head_dim=head_dim, vocab_size=_int(row, "vocab", 51200), mlp=mlp, tied_embeddings=tied,
