@@ -176,8 +176,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # recomputed forward where the framework releases parameters), one reduce-scatter, each
     # split into Lh x gathers_per_layer collectives whose latency adds up.
     n_coll = Lh * fw.zero3_gathers_per_layer
-    ag3 = ag + (n_coll - 1.0) * dp_time("all_gather", 0.0 * dense_params, 0.0, dpg, tp)
-    rs3 = rs + (n_coll - 1.0) * dp_time("reduce_scatter", 0.0 * dense_params, 0.0, dpg, tp)
+    # The bytes are those of the whole-stage collectives above; each extra call adds its latency
+    # (the time of a zero-byte call on the same group).
+    ag3 = ag + (n_coll - 1.0) * net.collective_time_s("all_gather", 0.0, dpg, tp)
+    rs3 = rs + (n_coll - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, tp)
     ag3_b = ag3 * np.where((rc == 2) & fw.zero3_regather_on_recompute, 2.0, 1.0)
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
     # backward gathers and the gradient reduce-scatters together (one window, shared).
