@@ -19,6 +19,8 @@ from .layout import Layout
 from .models import load_model, model_catalog
 from .validate import validate as run_validation
 
+OBJECTIVE_HELP = "time | cost | energy (cost and energy may use fewer GPUs of the cluster)"
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Treat a GPU cluster as one machine: step time, memory, MFU and where every FLOP goes.")
 
@@ -70,9 +72,17 @@ def estimate(
     framework: Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan")] = "megatron",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel",
                                                     help="shard norms and dropout over TP ranks")] = True,
+    config: Annotated[str | None, typer.Option(help="read the layout from a Megatron args file, TorchTitan "
+                                               ".toml or DeepSpeed .json (layout options then ignored)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
+    if config is not None:
+        from .launchers import load_layout
+
+        layout = load_layout(config, num_gpus=gpus)
+        _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json)
+        return
     if dp == 0:
         denom = tp * pp * cp
         if denom <= 0 or gpus % denom:
@@ -81,13 +91,54 @@ def estimate(
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, global_batch=global_batch,
                     seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
                     sequence_parallel=sequence_parallel)
+    _estimate_and_print(model, gpu, gpus, layout, framework, as_json)
+
+
+def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str, as_json: bool) -> None:
     m = load_model(model)
     b = estimate_step(m, gpu=get_gpu(gpu), num_gpus=gpus, layout=layout, framework=framework)
     if as_json:
         _emit_json(reports.breakdown_json(b, model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
                                           framework=framework))
         return
-    reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}, {precision}, {framework}")
+    reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}, {layout.precision}, "
+                                       f"{framework}")
+
+
+@app.command()
+def plan(
+    model: Annotated[str, typer.Option(help="preset key or path to a Hugging Face config.json")] = "llama3-405b",
+    gpu: Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")] = "h100-sxm",
+    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
+    global_batch: Annotated[int, typer.Option(help="sequences per optimizer step")] = 2048,
+    seq_len: Annotated[int, typer.Option(help="sequence length in tokens")] = 8192,
+    precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8)")] = "bf16",
+    objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
+    framework: Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan")] = "megatron",
+    headroom: Annotated[float, typer.Option(help="fraction of HBM kept free (0-1)")] = 0.0,
+    top: Annotated[int, typer.Option(help="rows in the table")] = 10,
+    gpu_hour_usd: Annotated[float | None, typer.Option(help="price of a GPU-hour (default: ownership cost)")] = None,
+    export: Annotated[str | None, typer.Option(help="print the winner as megatron | torchtitan | deepspeed")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
+    from .framework import get_framework
+    from .launchers import export as export_layout
+    from .planner import plan as run_plan
+
+    m, g = load_model(model), get_gpu(gpu)
+    precs = ("bf16", "fp8") if precision == "any" else (precision,)
+    res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=get_framework(framework),
+                   objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd)
+    if export:
+        typer.echo(export_layout(res.best.layout, export, m), nl=False)
+        return
+    if as_json:
+        _emit_json({"best": res.best.to_json(), "top": [c.to_json() for c in res.top],
+                    "pareto": [c.to_json() for c in res.pareto], "why": dict(res.why), "evaluated": res.evaluated,
+                    "feasible": res.feasible, "seconds": res.seconds, "objective": res.objective})
+        return
+    reports.print_plan(_out(), res, f"{m.name} on {gpus:,} x {gpu}: best layouts by {objective}")
 
 
 @app.command()
@@ -109,6 +160,149 @@ def validate(
     for g in res["ranking"]:  # type: ignore[attr-defined]
         con.print(f"ranking {g['group']}: {'matches' if g['match'] else 'DIFFERS'} "
                   f"(measured {g['measured_order']}, predicted {g['predicted_order']})")
+
+
+def _run_options(rates: str, trials: int, seed: int, asynchronous: bool, hot_spares: bool, elastic: bool,
+                 storage_bw: float | None, interval_min: float | None, pue: float,
+                 gpu_hour_usd: float | None) -> Any:
+    from .run import RunOptions
+
+    return RunOptions(rates=rates, trials=trials, seed=seed, asynchronous=asynchronous, hot_spares=hot_spares,
+                      elastic=elastic, storage_bytes_per_s=None if storage_bw is None else storage_bw * 1e9,
+                      interval_s=None if interval_min is None else interval_min * 60.0, pue=pue,
+                      gpu_hour_usd=gpu_hour_usd)
+
+
+RatesOpt = Annotated[str, typer.Option(help="interruption rates: llama3 | rsc1 | rsc2 | path to a TOML file")]
+TrialsOpt = Annotated[int, typer.Option(help="Monte Carlo trials")]
+SeedOpt = Annotated[int, typer.Option(help="random seed")]
+AsyncOpt = Annotated[bool, typer.Option("--async-checkpoint/--sync-checkpoint", help="checkpoint mode")]
+SparesOpt = Annotated[bool, typer.Option("--hot-spares", help="warm standby nodes take over at once")]
+ElasticOpt = Annotated[bool, typer.Option("--elastic", help="continue with fewer DP replicas while one is repaired")]
+StorageOpt = Annotated[float | None, typer.Option(help="checkpoint storage GB/s (default 2000, Llama 3's Tectonic)")]
+IntervalOpt = Annotated[float | None, typer.Option(help="checkpoint interval in minutes (default: best in simulation)")]
+PueOpt = Annotated[float, typer.Option(help="facility PUE")]
+PriceOpt = Annotated[float | None, typer.Option(help="price of a GPU-hour in USD (default: ownership cost)")]
+LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4 (default: the planner's best)")]
+RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full (with --layout)")]
+
+
+def _layout_arg(layout: str | None, gbs: int, seq: int, recompute: str, precision: str) -> Layout | None:
+    if layout is None:
+        return None
+    return Layout.from_string(layout, global_batch=gbs, seq_len=seq, recompute=recompute, precision=precision,
+                              sequence_parallel=True)
+
+
+@app.command()
+def goodput(
+    gpu: Annotated[str, typer.Option(help="GPU key")] = "h100-sxm",
+    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
+    days: Annotated[float, typer.Option(help="wall-clock days of the run")] = 54.0,
+    model: Annotated[str, typer.Option(help="model (sets checkpoint size and step)")] = "llama3-405b",
+    layout: LayoutOpt = None, recompute: RecomputeOpt = "full",
+    global_batch: Annotated[int, typer.Option(help="sequences per step")] = 2048,
+    seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
+    framework: Annotated[str, typer.Option(help="framework profile")] = "megatron",
+    rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
+    hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
+    interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Interruptions, checkpoint interval and effective training time (ETTR) of a run of --days."""
+    from .framework import get_framework
+    from .run import analyse_run
+
+    opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
+    r = analyse_run(load_model(model), get_gpu(gpu), gpus, framework=get_framework(framework),
+                    layout=_layout_arg(layout, global_batch, seq_len, recompute, "bf16"), days=days,
+                    global_batch=global_batch, seq_len=seq_len, options=opts)
+    s = r.summary()
+    if as_json:
+        _emit_json(s)
+        return
+    reports.print_run(_out(), s, f"{days:g} days on {gpus:,} x {gpu} ({model}): where the peak FLOPs went")
+
+
+@app.command()
+def train(
+    model: Annotated[str, typer.Option(help="preset key or config.json")] = "llama3-405b",
+    gpu: Annotated[str, typer.Option(help="GPU key")] = "h100-sxm",
+    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
+    tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter, Chinchilla)")] = None,
+    layout: LayoutOpt = None, recompute: RecomputeOpt = "full",
+    global_batch: Annotated[int, typer.Option(help="sequences per step")] = 2048,
+    seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
+    precision: Annotated[str, typer.Option(help="bf16 | fp8 (with --layout)")] = "bf16",
+    framework: Annotated[str, typer.Option(help="framework profile")] = "megatron",
+    deadline_days: Annotated[float | None, typer.Option(help="also: compute-optimal model for it")] = None,
+    rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
+    hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
+    interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Time to train a token budget: days, GPU-hours, MWh, dollars and the run's entropy ledger."""
+    from .framework import get_framework
+    from .run import analyse_run, compute_optimal_for_deadline
+
+    opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
+    g = get_gpu(gpu)
+    r = analyse_run(load_model(model), g, gpus, framework=get_framework(framework),
+                    layout=_layout_arg(layout, global_batch, seq_len, recompute, precision), tokens=tokens,
+                    global_batch=global_batch, seq_len=seq_len, options=opts)
+    s = r.summary()
+    if deadline_days is not None:
+        s["compute_optimal_for_deadline"] = compute_optimal_for_deadline(g, gpus, deadline_days, s["mfu"],
+                                                                         s["ettr_mean"])
+    if as_json:
+        _emit_json(s)
+        return
+    reports.print_run(_out(), s, f"training {model} on {gpus:,} x {gpu}: where the peak FLOPs go")
+    if deadline_days is not None:
+        c = s["compute_optimal_for_deadline"]
+        _out().print(f"compute-optimal for {deadline_days:g} days at this MFU and ETTR: {c['params'] / 1e9:,.0f} B "
+                     f"parameters on {c['tokens'] / 1e12:,.1f} T tokens ({c['compute_flops']:.2e} FLOP)")
+
+
+@app.command()
+def scale(
+    model: Annotated[str, typer.Option(help="preset key or config.json")] = "llama3-8b",
+    gpu: Annotated[str, typer.Option(help="GPU key")] = "gb200",
+    max_gpus: Annotated[int, typer.Option(help="largest cluster (sizes are powers of 4 from 1)")] = 1048576,
+    tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter)")] = 15e12,
+    seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
+    framework: Annotated[str, typer.Option(help="framework profile")] = "megatron",
+    rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
+) -> None:
+    """From one GPU to a million: step time, job MTBF, checkpoint interval, ETTR and days to train."""
+    from rich.progress import track
+    from rich.table import Table
+
+    from .framework import get_framework
+    from .run import RunOptions, scale_table
+
+    sizes, n = [], 1
+    while n <= max_gpus:
+        sizes.append(n)
+        n *= 4
+    m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
+    opts = RunOptions(rates=rates, trials=trials, seed=seed)
+    rows = []
+    for size in track(sizes, description="planning and simulating", disable=as_json, transient=True):
+        rows += scale_table(m, g, [size], framework=fw, tokens=tokens, seq_len=seq_len, options=opts)
+    if as_json:
+        _emit_json(rows)
+        return
+    t = Table(title=f"{m.name} on {gpu}, {tokens or 20 * m.num_params:.3g} tokens, rates {rates}")
+    for col in ("GPUs", "batch", "layout", "step s", "MFU", "job MTBF", "ckpt every", "ETTR", "days"):
+        t.add_column(col, justify="left" if col == "layout" else "right")
+    for r in rows:
+        t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", str(r["layout"]), f"{r['step_time_s']:.2f}",
+                  f"{100 * r['mfu']:.1f}%", f"{r['job_mtbf_h']:,.1f} h" if r["job_mtbf_h"] >= 1 else
+                  f"{60 * r['job_mtbf_h']:.1f} min", f"{r['checkpoint_interval_s'] / 60:,.1f} min",
+                  f"{100 * r['ettr_p50']:.1f}%", f"{r['days_p50']:,.1f}")
+    _out().print(t)
 
 
 def main() -> None:

@@ -129,3 +129,80 @@ def validation_table(result: dict[str, Any]) -> Table:
         pred = f"{r.predicted_step_time_s:.3f}" if r.predicted_step_time_s is not None else "-"
         t.add_row(r.id, r.layout, pred, f"{r.measured_step_time_s:.3f}", f"[{color}]{err}[/{color}]", r.reason)
     return t
+
+
+def plan_table(result: Any, title: str) -> Table:
+    """Top-k layouts of a :class:`~supercluster.planner.PlanResult`."""
+    t = Table(title=title)
+    for col in ("#", "gpus", "layout", "mb", "zero", "recompute", "sp", "prec", "step s", "MFU", "mem GiB",
+                "$/Mtok", "J/tok"):
+        t.add_column(col, justify="right" if col not in ("layout", "recompute", "prec") else "left")
+    for c in result.top:
+        lay = c.layout
+        t.add_row(str(c.rank), f"{c.num_gpus:,}", lay.short(), str(lay.micro_batch), str(lay.zero_stage),
+                  lay.recompute, "y" if lay.sequence_parallel else "n", lay.precision, f"{c.step_time_s:.3f}",
+                  f"{100 * c.mfu:.1f}%", f"{c.memory_per_gpu_bytes / GiB:.1f}", f"{c.cost_usd_per_mtok:.3f}",
+                  f"{c.energy_j_per_token:.3f}")
+    return t
+
+
+def print_plan(console: Console, result: Any, title: str) -> None:
+    console.print(plan_table(result, title))
+    console.print(f"evaluated {result.evaluated:,} layouts, {result.feasible:,} fit, in {result.seconds:.2f} s")
+    if result.why:
+        b, r = result.top[0], result.top[1]
+        console.print(f"why #1 ({b.layout.short()}) beats #2 ({r.layout.short()}): step "
+                      f"{b.step_time_s:.4f} s vs {r.step_time_s:.4f} s; ledger lines that differ (s):")
+        for name, d in result.why[:6]:
+            console.print(f"  {name:24s} {d:+.4f}  ({LEDGER_HELP[name]})")
+    if result.pareto:
+        console.print(f"Pareto front ({result.objective} vs {'memory' if result.objective == 'time' else 'time'}): "
+                      + ", ".join(f"{c.layout.short()}-mb{c.layout.micro_batch}-z{c.layout.zero_stage}"
+                                  f"-{c.layout.recompute} ({c.step_time_s:.3f} s, "
+                                  f"{c.memory_per_gpu_bytes / GiB:.0f} GiB)" for c in result.pareto[:8]))
+
+
+RUN_HELP = {
+    "checkpoint_stalls": "training paused to write checkpoints",
+    "failed_work": "work since the last checkpoint, lost at interruptions",
+    "restarts": "detection, restart, reload; planned maintenance",
+    "degraded_replicas": "elastic: data-parallel replicas out for repair",
+}
+
+
+def run_ledger_table(summary: dict[str, Any], title: str) -> Table:
+    """The entropy ledger of a run: peak FLOPs x GPUs x wall time down to useful model FLOPs."""
+    t = Table(title=title)
+    for col in ("line", "GPU-days (whole machine)", "EFLOP", "share", "what"):
+        t.add_column(col, justify="left" if col in ("line", "what") else "right")
+    led, fl = summary["ledger_s"], summary["ledger_flops"]
+    wall = sum(led.values())
+    gpus = summary["gpus"]
+    for name, v in led.items():
+        if v <= 0 and name != "ideal_compute":
+            continue
+        label = "useful model FLOPs (ideal)" if name == "ideal_compute" else name
+        t.add_row(label, f"{v * gpus / 86400:,.0f}", f"{fl[name] / 1e18:,.0f}", f"{100 * v / wall:.2f}%",
+                  RUN_HELP.get(name) or LEDGER_HELP.get(name, ""))
+    t.add_row("[bold]peak x GPUs x wall[/bold]", f"[bold]{wall * gpus / 86400:,.0f}[/bold]",
+              f"[bold]{summary['peak_flops_total'] / 1e18:,.0f}[/bold]", "100.00%", "")
+    return t
+
+
+def print_run(console: Console, s: dict[str, Any], title: str) -> None:
+    console.print(run_ledger_table(s, title))
+    ck = s["checkpoint"]
+    console.print(
+        f"layout {s['layout']} | step {s['step_time_s']:.3f} s | MFU {100 * s['mfu']:.1f}% | job MTBF "
+        f"{s['job_mtbf_h']:.2f} h | interruptions p10/p50/p90 {s['interruptions_p10']:.0f}/"
+        f"{s['interruptions_p50']:.0f}/{s['interruptions_p90']:.0f}")
+    console.print(
+        f"ETTR p10/p50/p90 {100 * s['ettr_p10']:.1f}/{100 * s['ettr_p50']:.1f}/{100 * s['ettr_p90']:.1f}% | "
+        f"checkpoint every {s['checkpoint_interval_s'] / 60:.1f} min "
+        f"(Young {s['checkpoint_interval_young_s'] / 60:.1f}, Daly {s['checkpoint_interval_daly_s'] / 60:.1f}); "
+        f"state {fmt_bytes(ck['state_bytes'])}, stall "
+        f"{ck['stall_s']:.1f} s, recovery {ck['recovery_s'] / 60:.1f} min")
+    console.print(
+        f"wall days p10/p50/p90 {s['wall_days_p10']:.1f}/{s['wall_days_p50']:.1f}/{s['wall_days_p90']:.1f} | "
+        f"{s['tokens']:.3g} tokens | {s['gpu_hours'] / 1e6:,.2f} M GPU-hours | {s['energy_mwh']:,.0f} MWh at "
+        f"{s['facility_power_mw']:.1f} MW | ${s['cost_usd'] / 1e6:,.1f} M at ${s['gpu_hour_usd']:.2f}/GPU-h")

@@ -78,3 +78,39 @@ def test_memory_never_grows_with_tp_pp_or_zero(d):
     if d["pp"] < 8 and d["vpp"] == 1:
         more = step_columns(MODEL, GPU, NET, FW, cols({**d, "pp": d["pp"] * 2}))["memory_per_gpu_bytes"]
         assert np.all(more <= base * (1 + 1e-12))
+
+
+# ---- goodput ------------------------------------------------------------------------------------
+from hypothesis import assume  # noqa: E402
+
+from supercluster.errors import InputError  # noqa: E402
+from supercluster.goodput import RunSpec, expected_ettr, simulate  # noqa: E402
+
+
+@st.composite
+def run_specs(draw):
+    return RunSpec(work_s=draw(st.floats(3600, 1e7)), rate_per_s=draw(st.floats(0, 1e-3)),
+                   planned_per_s=draw(st.floats(0, 1e-4)), interval_s=draw(st.floats(60, 1e5)),
+                   stall_s=draw(st.floats(0, 300)), lag_s=draw(st.floats(0, 300)),
+                   recovery_s=draw(st.floats(0, 1800)), planned_recovery_s=draw(st.floats(0, 1800)),
+                   slowdown=draw(st.floats(1, 1.5)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(run_specs())
+def test_ettr_in_unit_interval_and_ledger_exact(spec):
+    try:
+        r = simulate(spec, trials=200, seed=0)
+    except InputError:  # a run that can never finish is refused, not simulated
+        assume(False)
+    assert np.all((r.ettr > 0) & (r.ettr <= 1))
+    parts = r.productive_s + r.checkpoint_s + r.lost_work_s + r.recovery_s + r.degraded_s
+    assert np.allclose(parts, r.wall_s, rtol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(run_specs(), st.floats(1.01, 10))
+def test_more_failures_never_raise_ettr(spec, factor):
+    worse = RunSpec(**{**{k: getattr(spec, k) for k in RunSpec.__dataclass_fields__},
+                       "rate_per_s": spec.rate_per_s * factor})
+    assert expected_ettr(worse) <= expected_ettr(spec) + 1e-12

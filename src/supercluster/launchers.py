@@ -1,0 +1,296 @@
+"""Export a layout to the launchers people use, and read their configs back.
+
+Formats (flag and key names from each project's documentation):
+
+* Megatron-LM command-line arguments (``megatron/training/arguments.py``):
+  ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
+  ``--num-layers-per-virtual-pipeline-stage``, ``--context-parallel-size``,
+  ``--expert-model-parallel-size``, ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
+  ``--bf16`` / ``--fp8-format hybrid``, ``--recompute-granularity``, ``--sequence-parallel``,
+  ``--use-distributed-optimizer``.
+* TorchTitan job TOML (``torchtitan/config/job_config.py``; FSDP2 has no ZeRO-1: stage 1 exports as 2,
+  ``fsdp_reshard_after_forward = "never"``): ``[parallelism]`` degrees
+  (``data_parallel_replicate_degree``, ``data_parallel_shard_degree``, ``tensor_parallel_degree``,
+  ``pipeline_parallel_degree``, ``context_parallel_degree``, ``expert_parallel_degree``,
+  ``pipeline_parallel_schedule``), ``[training]`` (``local_batch_size``, ``global_batch_size``,
+  ``seq_len``), ``[activation_checkpoint] mode``, ``[float8]``; and the same as ``--section.key value``
+  overrides.
+* DeepSpeed JSON (deepspeed.ai/docs/config-json): ``train_batch_size``,
+  ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``zero_optimization.stage``,
+  ``bf16.enabled``, ``activation_checkpointing``, ``tensor_parallel.autotp_size``,
+  ``pipeline.stages``, plus the sequence length under a ``supercluster`` block (DeepSpeed has no key).
+
+Import reads what the export writes and the common hand-written variants; anything missing takes
+the :class:`~supercluster.layout.Layout` default; anything unreadable is an :class:`InputError`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, require
+from .layout import Layout
+from .models import ModelSpec
+
+FORMATS = ("megatron", "torchtitan", "deepspeed")
+TT_SCHEDULE = {True: "Interleaved1F1B", False: "1F1B"}
+
+
+# ---- export ---------------------------------------------------------------------------------
+def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
+    a: list[str] = [
+        f"--tensor-model-parallel-size {layout.tp}", f"--pipeline-model-parallel-size {layout.pp}",
+        f"--context-parallel-size {layout.cp}", f"--expert-model-parallel-size {layout.ep}",
+        f"--micro-batch-size {layout.micro_batch}", f"--global-batch-size {layout.global_batch}",
+        f"--seq-length {layout.seq_len}",
+    ]
+    if layout.vpp > 1:
+        layers = model.num_layers if model else None
+        if layers and layers % (layout.pp * layout.vpp) == 0:
+            a.append(f"--num-layers-per-virtual-pipeline-stage {layers // (layout.pp * layout.vpp)}")
+        else:
+            a.append(f"--num-virtual-stages-per-pipeline-rank {layout.vpp}")
+    a.append("--bf16")
+    if layout.precision == "fp8":
+        a.append("--fp8-format hybrid")
+    elif layout.precision == "fp16":
+        a[-1] = "--fp16"
+    if layout.recompute == "selective":
+        a.append("--recompute-granularity selective")
+    elif layout.recompute == "full":
+        a.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+    if layout.sequence_parallel and layout.tp > 1:
+        a.append("--sequence-parallel")
+    if layout.zero_stage >= 1:
+        a.append("--use-distributed-optimizer")
+    if layout.zero_stage >= 2:
+        strategy = "optim_grads" if layout.zero_stage == 2 else "optim_grads_params"
+        a.append(f"--data-parallel-sharding-strategy {strategy} --use-megatron-fsdp")
+    if model is not None:
+        a += [f"--num-layers {model.num_layers}", f"--hidden-size {model.d_model}",
+              f"--ffn-hidden-size {model.ffn_dim}", f"--num-attention-heads {model.num_heads}"]
+        if model.num_kv_heads != model.num_heads:
+            a.append(f"--group-query-attention --num-query-groups {model.num_kv_heads}")
+        if model.is_moe:
+            a.append(f"--num-experts {model.num_experts} --moe-router-topk {model.top_k}")
+    return " \\\n  ".join(a)
+
+
+def _tt_sections(layout: Layout) -> dict[str, dict[str, Any]]:
+    shard = layout.dp if layout.zero_stage >= 1 else 1
+    return {
+        "parallelism": {
+            "data_parallel_replicate_degree": layout.dp // shard, "data_parallel_shard_degree": shard,
+            "fsdp_reshard_after_forward": "always" if layout.zero_stage >= 3 else "never",
+            "tensor_parallel_degree": layout.tp, "pipeline_parallel_degree": layout.pp,
+            "context_parallel_degree": layout.cp, "expert_parallel_degree": layout.ep,
+            "pipeline_parallel_schedule": TT_SCHEDULE[layout.vpp > 1],
+            "pipeline_parallel_stages_per_rank": layout.vpp,
+            "enable_sequence_parallel": bool(layout.sequence_parallel),
+        },
+        "training": {"local_batch_size": layout.micro_batch, "global_batch_size": layout.global_batch,
+                     "seq_len": layout.seq_len, "mixed_precision_param": "float16" if layout.precision == "fp16"
+                     else "bfloat16"},
+        "activation_checkpoint": {"mode": layout.recompute},
+        "float8": {"enable": layout.precision == "fp8"},
+    }
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return str(v)
+
+
+def to_torchtitan_toml(layout: Layout) -> str:
+    lines = ["# TorchTitan job config written by supercluster"]
+    for section, kv in _tt_sections(layout).items():
+        lines.append(f"\n[{section}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in kv.items()]
+    return "\n".join(lines) + "\n"
+
+
+def to_torchtitan_overrides(layout: Layout) -> str:
+    return " ".join(f"--{s}.{k} {_toml_value(v).strip(chr(34))}" for s, kv in _tt_sections(layout).items()
+                    for k, v in kv.items())
+
+
+def to_deepspeed_json(layout: Layout) -> str:
+    cfg: dict[str, Any] = {
+        "train_batch_size": layout.global_batch,
+        "train_micro_batch_size_per_gpu": layout.micro_batch,
+        "gradient_accumulation_steps": layout.num_microbatches,
+        "zero_optimization": {"stage": layout.zero_stage},
+        "bf16": {"enabled": layout.precision in ("bf16", "fp8")},
+        "fp16": {"enabled": layout.precision == "fp16"},
+        "activation_checkpointing": {"partition_activations": layout.recompute == "full",
+                                     "contiguous_memory_optimization": False},
+        "tensor_parallel": {"autotp_size": layout.tp},
+        "pipeline": {"stages": layout.pp},
+        "supercluster": {"seq_len": layout.seq_len, "cp": layout.cp, "ep": layout.ep, "vpp": layout.vpp,
+                         "recompute": layout.recompute, "precision": layout.precision,
+                         "sequence_parallel": bool(layout.sequence_parallel)},
+    }
+    return json.dumps(cfg, indent=2) + "\n"
+
+
+def export(layout: Layout, fmt: str, model: ModelSpec | None = None) -> str:
+    require(fmt in FORMATS, "format", f"unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
+    if fmt == "megatron":
+        return to_megatron_args(layout, model) + "\n"
+    if fmt == "torchtitan":
+        return to_torchtitan_toml(layout)
+    return to_deepspeed_json(layout)
+
+
+# ---- import ---------------------------------------------------------------------------------
+def _as_int(field: str, v: Any) -> int:
+    try:
+        out = int(v)
+    except (TypeError, ValueError):
+        raise InputError(field, f"must be an integer, got {v!r}") from None
+    return out
+
+
+def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
+    try:
+        tokens = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as exc:
+        raise InputError("config", f"cannot read Megatron arguments: {exc}") from None
+    args: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("--"):
+            key = tok[2:].replace("_", "-")
+            if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                args[key] = tokens[i + 1]
+                i += 2
+                continue
+            args[key] = True
+        i += 1
+    require("global-batch-size" in args, "global-batch-size", "missing from the Megatron arguments")
+    tp = _as_int("tensor-model-parallel-size", args.get("tensor-model-parallel-size", 1))
+    pp = _as_int("pipeline-model-parallel-size", args.get("pipeline-model-parallel-size", 1))
+    cp = _as_int("context-parallel-size", args.get("context-parallel-size", 1))
+    vpp = 1
+    if "num-virtual-stages-per-pipeline-rank" in args:
+        vpp = _as_int("num-virtual-stages-per-pipeline-rank", args["num-virtual-stages-per-pipeline-rank"])
+    elif "num-layers-per-virtual-pipeline-stage" in args:
+        layers = _as_int("num-layers", args.get("num-layers", 0))
+        per = _as_int("num-layers-per-virtual-pipeline-stage", args["num-layers-per-virtual-pipeline-stage"])
+        require(layers > 0, "num-layers", "needed with --num-layers-per-virtual-pipeline-stage")
+        vpp = layers // (pp * per)
+    dp = _dp(num_gpus, tp * pp * cp, args.get("data-parallel-size"))
+    rc = args.get("recompute-granularity", "none")
+    precision = "fp8" if "fp8-format" in args else ("fp16" if args.get("fp16") else "bf16")
+    zero = 1 if args.get("use-distributed-optimizer") else 0
+    strategy = args.get("data-parallel-sharding-strategy")
+    if strategy in ("optim_grads", "optim_grads_params"):
+        zero = 2 if strategy == "optim_grads" else 3
+    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=_as_int("expert-model-parallel-size",
+                                                          args.get("expert-model-parallel-size", 1)),
+                  vpp=vpp, micro_batch=_as_int("micro-batch-size", args.get("micro-batch-size", 1)),
+                  global_batch=_as_int("global-batch-size", args["global-batch-size"]),
+                  seq_len=_as_int("seq-length", args.get("seq-length", 2048)), precision=precision,
+                  recompute=str(rc), zero_stage=zero, sequence_parallel=bool(args.get("sequence-parallel", False)))
+
+
+def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:
+    if explicit is not None:
+        return _as_int("data-parallel-size", explicit)
+    require(num_gpus is not None, "gpus", "the config does not give the data-parallel size: pass --gpus")
+    assert num_gpus is not None
+    require(num_gpus % model_parallel == 0, "gpus",
+            f"{num_gpus} is not divisible by the config's tp x pp x cp = {model_parallel}")
+    return num_gpus // model_parallel
+
+
+def from_torchtitan_toml(text: str, num_gpus: int | None = None) -> Layout:
+    try:
+        cfg = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError("config", f"not valid TOML: {exc}") from None
+    par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
+    tp = _as_int("tensor_parallel_degree", par.get("tensor_parallel_degree", 1))
+    pp = _as_int("pipeline_parallel_degree", par.get("pipeline_parallel_degree", 1))
+    cp = _as_int("context_parallel_degree", par.get("context_parallel_degree", 1))
+    rep = _as_int("data_parallel_replicate_degree", par.get("data_parallel_replicate_degree", 1))
+    shard = _as_int("data_parallel_shard_degree", par.get("data_parallel_shard_degree", -1))
+    if shard == -1:  # TorchTitan: -1 = whatever is left
+        require(num_gpus is not None, "gpus", "data_parallel_shard_degree = -1 needs --gpus")
+        assert num_gpus is not None
+        shard = num_gpus // (tp * pp * cp * rep)
+    local = _as_int("local_batch_size", tr.get("local_batch_size", tr.get("batch_size", 1)))
+    dp = rep * shard
+    gbs = _as_int("global_batch_size", tr.get("global_batch_size", -1))
+    if gbs <= 0:
+        gbs = local * dp
+    resh = par.get("fsdp_reshard_after_forward", "default")
+    zero = 0 if shard == 1 else (2 if resh == "never" else 3)  # FSDP2 has no ZeRO-1
+    mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
+    fp8 = bool(cfg.get("float8", {}).get("enable", False)) or bool(cfg.get("quantize", {}).get("linear"))
+    vpp = _as_int("pipeline_parallel_stages_per_rank", par.get("pipeline_parallel_stages_per_rank",
+                                                                2 if "Interleaved" in str(
+                                                                    par.get("pipeline_parallel_schedule", ""))
+                                                                and pp > 1 else 1))
+    ep = _as_int("expert_parallel_degree", par.get("expert_parallel_degree", 1))
+    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=local, global_batch=gbs,
+                  seq_len=_as_int("seq_len", tr.get("seq_len", 2048)), precision="fp8" if fp8 else "bf16",
+                  recompute=str(mode), zero_stage=zero,
+                  sequence_parallel=bool(par.get("enable_sequence_parallel", tp > 1)))
+
+
+def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError("config", f"not valid JSON: {exc}") from None
+    require(isinstance(cfg, dict), "config", "a DeepSpeed config must be a JSON object")
+    extra = cfg.get("supercluster", {})
+    tp = _as_int("tensor_parallel.autotp_size", cfg.get("tensor_parallel", {}).get("autotp_size", 1))
+    pp_raw = cfg.get("pipeline", {}).get("stages", 1)
+    pp = 1 if pp_raw == "auto" else _as_int("pipeline.stages", pp_raw)
+    cp = _as_int("supercluster.cp", extra.get("cp", 1))
+    mb = _as_int("train_micro_batch_size_per_gpu", cfg.get("train_micro_batch_size_per_gpu", 1))
+    if "train_batch_size" in cfg:
+        gbs = _as_int("train_batch_size", cfg["train_batch_size"])
+        dp_from_batch = None
+    else:
+        require("gradient_accumulation_steps" in cfg, "train_batch_size",
+                "give train_batch_size, or micro batch and gradient_accumulation_steps")
+        gbs, dp_from_batch = -1, None
+    dp = _dp(num_gpus, tp * pp * cp, dp_from_batch)
+    if gbs < 0:
+        gbs = mb * dp * _as_int("gradient_accumulation_steps", cfg["gradient_accumulation_steps"])
+    precision = str(extra.get("precision", "fp16" if cfg.get("fp16", {}).get("enabled") else "bf16"))
+    ac = cfg.get("activation_checkpointing", {})
+    recompute = str(extra.get("recompute", "full" if ac.get("partition_activations") else "none"))
+    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=_as_int("supercluster.ep", extra.get("ep", 1)),
+                  vpp=_as_int("supercluster.vpp", extra.get("vpp", 1)), micro_batch=mb, global_batch=gbs,
+                  seq_len=_as_int("supercluster.seq_len", extra.get("seq_len", 2048)), precision=precision,
+                  recompute=recompute, zero_stage=_as_int("zero_optimization.stage",
+                                                          cfg.get("zero_optimization", {}).get("stage", 0)),
+                  sequence_parallel=bool(extra.get("sequence_parallel", False)))
+
+
+def detect_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    return {".json": "deepspeed", ".toml": "torchtitan"}.get(suffix, "megatron")
+
+
+def load_layout(path: str | Path, num_gpus: int | None = None, fmt: str | None = None) -> Layout:
+    """Read a launcher config file into a :class:`Layout` (format from ``fmt`` or the extension)."""
+    p = Path(path)
+    require(p.is_file(), "config", f"no such file: {p}")
+    kind = fmt or detect_format(p)
+    require(kind in FORMATS, "format", f"unknown {kind!r}; allowed: {', '.join(FORMATS)}")
+    text = p.read_text()
+    return {"megatron": from_megatron_args, "torchtitan": from_torchtitan_toml,
+            "deepspeed": from_deepspeed_json}[kind](text, num_gpus)

@@ -1,0 +1,239 @@
+"""The planner: every legal layout of a job priced in one vectorized pass, the fastest that fits on top.
+
+The search space is the cross product of TP, PP, CP, EP, interleaving (vpp), micro-batch, ZeRO
+stage, recompute policy, sequence parallelism and (optionally) precision, filtered by the same
+divisibility rules :class:`~supercluster.layout.Layout` enforces, then priced by
+:func:`~supercluster.step.step_columns` — the cost model the estimate uses. Only the winners
+become :class:`Layout` objects.
+
+Objectives: ``time`` (step time, hence also time to train a token budget), ``cost`` (dollars per
+token: GPU-hours at a price) and ``energy`` (joules per token). With a fixed GPU count the three
+rank alike, so for ``cost`` and ``energy`` the planner may also use fewer GPUs of the cluster
+(N, N/2, N/4, N/8): a smaller job is often cheaper per token though slower.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import costs
+from .errors import InputError, require
+from .estimate import default_network
+from .framework import Framework
+from .hardware import GpuSpec, get_system
+from .layout import Layout
+from .models import ModelSpec
+from .network import Network
+from .step import LEDGER, RECOMPUTE_CODE, step_columns
+
+OBJECTIVES = ("time", "cost", "energy")
+MICRO_BATCHES = (1, 2, 4, 8)
+VPP = (1, 2, 3, 4, 6, 8)
+ZERO = (0, 1, 2, 3)
+MAX_CP = 32
+_RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One priced layout: enough to print, export or re-estimate it."""
+
+    layout: Layout
+    num_gpus: int
+    step_time_s: float
+    mfu: float
+    memory_per_gpu_bytes: float
+    cost_usd_per_mtok: float
+    energy_j_per_token: float
+    ledger: dict[str, float]
+    rank: int
+
+    def to_json(self) -> dict[str, object]:
+        lay = self.layout
+        return {
+            "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
+            "micro_batch": lay.micro_batch, "global_batch": lay.global_batch, "seq_len": lay.seq_len,
+            "precision": lay.precision, "recompute": lay.recompute, "zero_stage": lay.zero_stage,
+            "sequence_parallel": bool(lay.sequence_parallel), "num_gpus": self.num_gpus,
+            "step_time_s": self.step_time_s, "mfu": self.mfu, "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
+            "cost_usd_per_mtok": self.cost_usd_per_mtok, "energy_j_per_token": self.energy_j_per_token,
+            "ledger": self.ledger, "rank": self.rank,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanResult:
+    best: Candidate
+    top: list[Candidate]
+    pareto: list[Candidate]
+    why: list[tuple[str, float]]  # ledger lines (winner - runner-up), most decisive first
+    evaluated: int
+    feasible: int
+    seconds: float
+    objective: str
+    columns: dict[str, np.ndarray] = field(repr=False)
+
+    def rank_of(self, layout: Layout) -> int | None:
+        """1-based rank of ``layout`` among the feasible layouts by the objective, or None if absent."""
+        c = self.columns
+        hit = np.ones(len(c["tp"]), dtype=bool)
+        want = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
+                "vpp": layout.vpp, "mb": layout.micro_batch, "zero": layout.zero_stage,
+                "recompute": RECOMPUTE_CODE[layout.recompute], "fp8": int(layout.precision == "fp8")}
+        for k, v in want.items():
+            hit &= c[k] == v
+        if layout.tp > 1 and layout.sequence_parallel is not None:
+            hit &= c["sp"] == int(layout.sequence_parallel)
+        idx = np.flatnonzero(hit & c["feasible"])
+        if idx.size == 0:
+            return None
+        return int(c["rank"][idx].min())
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _cross(base: dict[str, np.ndarray], name: str, values: list[int]) -> dict[str, np.ndarray]:
+    n, k = len(next(iter(base.values()))), len(values)
+    out = {key: np.repeat(col, k) for key, col in base.items()}
+    out[name] = np.tile(np.asarray(values, dtype=np.int64), n)
+    return out
+
+
+def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
+def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
+                      precisions: tuple[str, ...] = ("bf16",), gpu_counts: tuple[int, ...] | None = None,
+                      max_tp: int | None = None) -> dict[str, np.ndarray]:
+    """Every legal layout as integer columns (the :data:`~supercluster.step.COLUMNS` plus ``gpus``)."""
+    counts = gpu_counts or (num_gpus,)
+    tp_cap = max_tp or max(gpu.scaleup_domain, 8)
+    rows: list[tuple[int, int, int, int]] = []
+    for n in counts:
+        for tp in _pow2_upto(min(tp_cap, model.num_heads)):
+            if n % tp or model.num_heads % tp or not (model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0):
+                continue
+            for pp in _divisors(n // tp):
+                if pp > model.num_layers:
+                    break
+                for cp in _pow2_upto(min(MAX_CP, n // (tp * pp))):
+                    if (n // tp // pp) % cp or (cp > 1 and seq_len % (2 * cp)):
+                        continue
+                    rows.append((n, tp, pp, cp))
+    require(bool(rows), "gpus", f"no tp x pp x cp divides {counts} for {model.name}")
+    arr = np.asarray(rows, dtype=np.int64)
+    cols = {"gpus": arr[:, 0], "tp": arr[:, 1], "pp": arr[:, 2], "cp": arr[:, 3]}
+    cols["dp"] = cols["gpus"] // (cols["tp"] * cols["pp"] * cols["cp"])
+    eps = [e for e in _divisors(model.num_experts)] if model.is_moe else [1]
+    cols = _cross(cols, "ep", eps)
+    cols = _keep(cols, (cols["dp"] * cols["cp"]) % cols["ep"] == 0)
+    cols = _cross(cols, "vpp", list(VPP))
+    cols = _keep(cols, ((cols["vpp"] == 1) | (cols["pp"] > 1)) & (cols["pp"] * cols["vpp"] <= model.num_layers))
+    cols = _cross(cols, "mb", list(MICRO_BATCHES))
+    cols = _keep(cols, global_batch % (cols["dp"] * cols["mb"]) == 0)
+    require(len(cols["tp"]) > 0, "global_batch",
+            f"{global_batch} is not a multiple of dp x micro_batch for any layout on {counts} GPUs")
+    cols = _cross(cols, "zero", list(ZERO))
+    cols = _cross(cols, "recompute", [0, 1, 2])
+    cols = _cross(cols, "sp", [0, 1])
+    cols = _keep(cols, (cols["sp"] == 0) | (cols["tp"] > 1))
+    cols = _cross(cols, "fp8", sorted({int(p == "fp8") for p in precisions}))
+    n = len(cols["tp"])
+    cols["gbs"] = np.full(n, global_batch, dtype=np.int64)
+    cols["seq"] = np.full(n, seq_len, dtype=np.int64)
+    return cols
+
+
+def pareto_mask(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Rows not dominated when minimising both ``a`` and ``b``."""
+    order = np.lexsort((b, a))
+    keep = np.zeros(len(a), dtype=bool)
+    best_b = np.inf
+    for i in order:
+        if b[i] < best_b:
+            keep[i] = True
+            best_b = b[i]
+    return keep
+
+
+def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
+         framework: Framework, objective: str = "time", precisions: tuple[str, ...] = ("bf16",),
+         headroom: float = 0.0, top: int = 10, network: Network | None = None,
+         gpu_hour_usd: float | None = None, pue: float = costs.DEFAULT_PUE) -> PlanResult:
+    """Search every legal layout; the best by ``objective`` that fits within ``1 - headroom`` of HBM."""
+    t0 = time.perf_counter()
+    require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
+    require(top >= 1, "top", f"must be >= 1, got {top}")
+    require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
+    require(global_batch >= 1 and seq_len >= 1, "global_batch", "global batch and seq_len must be positive")
+    for p in precisions:
+        gpu.peak(p)
+    counts = (num_gpus,)
+    if objective != "time":
+        counts = tuple(c for c in (num_gpus, num_gpus // 2, num_gpus // 4, num_gpus // 8)
+                       if c >= 1 and (c == num_gpus or num_gpus % c == 0))
+    cols = candidate_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
+                             precisions=precisions, gpu_counts=counts)
+    out = step_columns(model, gpu, network or default_network(gpu), framework, cols)
+    system = get_system(gpu.system)
+    price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)
+    watts = costs.facility_power_w_per_gpu(gpu, system, pue=pue)
+    step = out["step_time_s"]
+    tokens = out["tokens_per_step"]
+    usd_per_mtok = step * cols["gpus"] * price / 3600.0 / tokens * 1e6
+    j_per_tok = step * cols["gpus"] * watts / tokens
+    score = {"time": step, "cost": usd_per_mtok, "energy": j_per_tok}[objective]
+    feasible = out["memory_per_gpu_bytes"] <= gpu.hbm_bytes * (1.0 - headroom)
+    n_feasible = int(feasible.sum())
+    if n_feasible == 0:
+        i = int(np.argmin(out["memory_per_gpu_bytes"]))
+        raise InputError("gpus", f"no layout of {model.name} fits on {num_gpus} x {gpu.key}: the leanest needs "
+                         f"{out['memory_per_gpu_bytes'][i] / 2**30:.1f} GiB per GPU of "
+                         f"{gpu.hbm_bytes * (1 - headroom) / 2**30:.1f} GiB usable; add GPUs or shorten seq_len")
+    masked = np.where(feasible, score, np.inf)
+    order = np.argsort(masked, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(1, len(order) + 1)
+    cols = dict(cols, feasible=feasible, rank=rank, score=score)
+    mfu = out["model_flops"] / (step * out["num_gpus"] * out["peak_flops_per_s"])
+
+    def cand(i: int) -> Candidate:
+        layout = Layout(
+            tp=int(cols["tp"][i]), pp=int(cols["pp"][i]), dp=int(cols["dp"][i]), cp=int(cols["cp"][i]),
+            ep=int(cols["ep"][i]), vpp=int(cols["vpp"][i]), micro_batch=int(cols["mb"][i]),
+            global_batch=global_batch, seq_len=seq_len, precision="fp8" if cols["fp8"][i] else
+            next((p for p in precisions if p != "fp8"), "bf16"),
+            recompute=_RC_NAME[int(cols["recompute"][i])], zero_stage=int(cols["zero"][i]),
+            sequence_parallel=bool(cols["sp"][i]))
+        return Candidate(layout=layout, num_gpus=int(cols["gpus"][i]), step_time_s=float(step[i]),
+                         mfu=float(mfu[i]), memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
+                         cost_usd_per_mtok=float(usd_per_mtok[i]), energy_j_per_token=float(j_per_tok[i]),
+                         ledger={k: float(out[k][i]) for k in LEDGER}, rank=int(rank[i]))
+
+    top_c = [cand(int(i)) for i in order[:min(top, n_feasible)]]
+    feas_idx = np.flatnonzero(feasible)
+    second = "memory" if objective == "time" else "time"
+    other = {"memory": out["memory_per_gpu_bytes"], "time": step}[second]
+    pmask = pareto_mask(score[feas_idx], other[feas_idx])
+    pareto = sorted((cand(int(i)) for i in feas_idx[pmask]), key=lambda c: c.rank)[:50]
+    why: list[tuple[str, float]] = []
+    if len(top_c) > 1:
+        a, b = top_c[0].ledger, top_c[1].ledger
+        why = sorted(((k, a[k] - b[k]) for k in LEDGER if abs(a[k] - b[k]) > 1e-12), key=lambda kv: kv[1])
+    return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=why, evaluated=len(order), feasible=n_feasible,
+                      seconds=time.perf_counter() - t0, objective=objective, columns=cols)

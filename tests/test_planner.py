@@ -1,0 +1,138 @@
+"""The planner: legal space, fit, ranking, the published 405B layout, launchers round trip."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from supercluster import launchers
+from supercluster.cli import app
+from supercluster.errors import InputError
+from supercluster.estimate import estimate
+from supercluster.layout import Layout
+from supercluster.planner import candidate_columns, pareto_mask, plan
+
+runner = CliRunner()
+
+
+def test_candidates_obey_divisibility(llama3_70b, h100):
+    c = candidate_columns(llama3_70b, h100, 256, global_batch=512, seq_len=8192)
+    assert np.all(c["tp"] * c["pp"] * c["dp"] * c["cp"] == 256)
+    assert np.all(llama3_70b.num_heads % c["tp"] == 0)
+    assert np.all(512 % (c["dp"] * c["mb"]) == 0)
+    assert np.all((c["vpp"] == 1) | (c["pp"] > 1))
+    assert np.all(c["pp"] * c["vpp"] <= llama3_70b.num_layers)
+    assert np.all((c["sp"] == 0) | (c["tp"] > 1))
+    assert np.all(c["ep"] == 1)
+
+
+def test_best_fits_and_matches_the_estimate(llama3_70b, h100, megatron):
+    r = plan(llama3_70b, h100, 256, global_batch=512, seq_len=8192, framework=megatron, top=5)
+    assert r.feasible <= r.evaluated and r.feasible > 0
+    b = r.best
+    again = estimate(llama3_70b, gpu=h100, num_gpus=256, layout=b.layout, framework=megatron)
+    assert again.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    assert again.fits
+    times = [c.step_time_s for c in r.top]
+    assert times == sorted(times)
+    # headroom: a stricter memory budget never yields a faster winner
+    strict = plan(llama3_70b, h100, 256, global_batch=512, seq_len=8192, framework=megatron, headroom=0.3)
+    assert strict.best.step_time_s >= b.step_time_s
+    assert strict.best.memory_per_gpu_bytes <= 0.7 * h100.hbm_bytes
+
+
+def test_405b_best_beats_metas_published_layout(h100, megatron):
+    from supercluster.models import load_model
+
+    m = load_model("llama3-405b")
+    r = plan(m, h100, 16384, global_batch=2048, seq_len=8192, framework=megatron)
+    assert r.seconds < 5.0
+    ranks = []
+    for rc in ("none", "selective", "full"):
+        for z in (1, 2, 3):
+            for v in (1, 2, 4, 8):
+                lay = Layout(tp=8, pp=16, dp=128, vpp=v, global_batch=2048, seq_len=8192, recompute=rc, zero_stage=z,
+                             sequence_parallel=True)
+                rank = r.rank_of(lay)
+                if rank is not None:
+                    ranks.append(rank)
+                    meta = estimate(m, gpu=h100, num_gpus=16384, layout=lay, framework=megatron)
+                    assert r.best.step_time_s <= meta.step_time_s
+    assert ranks, "some variant of TP8 PP16 DP128 must fit"
+
+
+def test_pareto_mask_keeps_only_non_dominated():
+    a = np.array([1.0, 2.0, 3.0, 2.0])
+    b = np.array([3.0, 2.0, 1.0, 3.0])
+    assert pareto_mask(a, b).tolist() == [True, True, True, False]
+
+
+def test_cost_objective_may_use_fewer_gpus(llama3_70b, h100, megatron):
+    r = plan(llama3_70b, h100, 1024, global_batch=512, seq_len=8192, framework=megatron, objective="cost")
+    costs = [c.cost_usd_per_mtok for c in r.top]
+    assert costs == sorted(costs)
+    assert {c.num_gpus for c in r.pareto} <= {1024, 512, 256, 128}
+
+
+def test_no_fit_is_a_clear_error(h100, megatron):
+    from supercluster.models import load_model
+
+    with pytest.raises(InputError, match="fits on 8"):
+        plan(load_model("llama3-405b"), h100, 8, global_batch=8, seq_len=8192, framework=megatron)
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("layout", [
+    Layout(tp=8, pp=16, dp=128, vpp=4, global_batch=2048, seq_len=8192, recompute="selective", zero_stage=1,
+           sequence_parallel=True),
+    Layout(tp=2, pp=1, dp=32, cp=2, global_batch=256, micro_batch=2, seq_len=4096, precision="fp8",
+           recompute="full", zero_stage=3, sequence_parallel=True),
+    Layout(tp=1, pp=4, dp=8, ep=8, global_batch=64, seq_len=2048, zero_stage=2, sequence_parallel=False),
+])
+def test_launcher_round_trip(tmp_path, fmt, layout, llama3_70b):
+    text = launchers.export(layout, fmt, llama3_70b if fmt == "megatron" else None)
+    path = tmp_path / {"megatron": "args.sh", "torchtitan": "job.toml", "deepspeed": "ds.json"}[fmt]
+    path.write_text(text)
+    back = launchers.load_layout(path, num_gpus=layout.num_gpus)
+    expect = layout
+    if fmt == "torchtitan" and layout.zero_stage == 1:  # FSDP2 has no ZeRO-1
+        expect = Layout(**{**{f: getattr(layout, f) for f in Layout.__dataclass_fields__}, "zero_stage": 2})
+    if fmt == "megatron" and layout.tp == 1:
+        expect = Layout(**{**{f: getattr(layout, f) for f in Layout.__dataclass_fields__}, "sequence_parallel": False})
+    assert back == expect
+
+
+def test_launcher_import_errors(tmp_path):
+    bad = tmp_path / "ds.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="JSON"):
+        launchers.load_layout(bad, num_gpus=8)
+    args = tmp_path / "args.sh"
+    args.write_text("--tensor-model-parallel-size 8 --global-batch-size 64")
+    with pytest.raises(InputError, match="divisible"):
+        launchers.load_layout(args, num_gpus=12)
+
+
+def test_plan_cli_json_contract_and_export():
+    r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--top", "3",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "step_time_s", "mfu", "memory_per_gpu_bytes"):
+        assert k in d["best"]
+    assert len(d["top"]) == 3 and d["evaluated"] >= d["feasible"] > 0 and d["seconds"] > 0
+    r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
+                            "--export", "torchtitan"])
+    assert "[parallelism]" in r.output and "tensor_parallel_degree" in r.output
+
+
+def test_estimate_reads_a_launcher_config(tmp_path):
+    p = tmp_path / "job.toml"
+    p.write_text(launchers.to_torchtitan_toml(Layout(tp=8, dp=8, global_batch=64, seq_len=8192, zero_stage=3,
+                                                     sequence_parallel=True)))
+    r = runner.invoke(app, ["estimate", "--model", "llama3-70b", "--config", str(p), "--gpus", "64", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["layout"] == "tp8-pp1-dp8"
