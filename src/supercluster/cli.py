@@ -305,6 +305,56 @@ def scale(
     _out().print(t)
 
 
+@app.command()
+def sweep(
+    db: Annotated[str, typer.Option(help="DuckDB file (new, or resumed if same grid)")] = "sweep.duckdb",
+    models: Annotated[str, typer.Option(help="comma-separated model keys")] = "llama3-8b,llama3-70b",
+    gpu_types: Annotated[str, typer.Option("--gpu-types", help="comma-separated GPU keys")] = "h100-sxm,b200",
+    sizes: Annotated[str, typer.Option(help="comma-separated GPU counts")] = "64,256,1024",
+    tp: Annotated[str, typer.Option(help="TP values")] = "1,2,4,8",
+    pp: Annotated[str, typer.Option(help="PP values")] = "1,2,4,8",
+    cp: Annotated[str, typer.Option(help="CP values")] = "1,2",
+    micro_batch: Annotated[str, typer.Option(help="micro-batch values")] = "1,2",
+    recompute: Annotated[str, typer.Option(help="recompute values")] = "none,selective,full",
+    zero: Annotated[str, typer.Option(help="ZeRO stages")] = "1,3",
+    seq_len: Annotated[str, typer.Option(help="sequence lengths")] = "8192",
+    global_batch: Annotated[str, typer.Option(help="global batch sizes")] = "1024",
+    precision: Annotated[str, typer.Option(help="precisions")] = "bf16",
+    framework: Annotated[str, typer.Option(help="framework profile")] = "megatron",
+    executor: Annotated[str, typer.Option(help="local (processes) | ray")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray)")] = None,
+    workers: Annotated[int, typer.Option(help="local processes or Ray CPUs")] = 2,
+    chunk: Annotated[int, typer.Option(help="scenarios per task and per transaction")] = 500,
+    log: Annotated[bool, typer.Option("--log", help="print a line per committed chunk instead of a bar")] = False,
+) -> None:
+    """Price a grid of scenarios into DuckDB; rerun the same command to resume after a kill."""
+    from rich.progress import Progress
+
+    from .framework import get_framework
+    from .sweep import SweepGrid, parse_axis, print_progress_line, run_sweep
+
+    get_framework(framework)
+    grid = SweepGrid(model=parse_axis(models, str), gpu=parse_axis(gpu_types, str), gpus=parse_axis(sizes, int),
+                     tp=parse_axis(tp, int), pp=parse_axis(pp, int), cp=parse_axis(cp, int),
+                     micro_batch=parse_axis(micro_batch, int), recompute=parse_axis(recompute, str),
+                     zero=parse_axis(zero, int), seq_len=parse_axis(seq_len, int),
+                     global_batch=parse_axis(global_batch, int), precision=parse_axis(precision, str),
+                     framework=framework)
+    for m in grid.model:
+        load_model(m)
+    for g in grid.gpu:
+        get_gpu(g)
+    if log:
+        res = run_sweep(grid, db, executor=executor, workers=workers, chunk=chunk, address=address,
+                        progress=print_progress_line)
+    else:
+        with Progress(console=_out()) as bar:
+            task = bar.add_task("scenarios", total=grid.size)
+            res = run_sweep(grid, db, executor=executor, workers=workers, chunk=chunk, address=address,
+                            progress=lambda done, total: bar.update(task, completed=done))
+    typer.echo(json.dumps(res))
+
+
 def main() -> None:
     """Entry point: user mistakes print one line and exit 2, never a traceback."""
     try:

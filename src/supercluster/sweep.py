@@ -1,0 +1,232 @@
+"""Sweeps: grids of models x GPUs x cluster sizes x layouts, stored in DuckDB, resumable, local or on Ray.
+
+A sweep is the cross product of its axes in a fixed order; a scenario's id is its index in that
+order, so the same grid always numbers scenarios alike. Scenarios are priced in chunks (one
+vectorized :func:`~supercluster.step.step_columns` call per model and GPU within a chunk) by
+worker processes or Ray tasks; only the parent writes, one transaction per chunk, so a kill
+loses at most the chunks in flight and a resume skips every stored id: each scenario is stored
+exactly once (``scenario_id`` is the primary key). A database remembers its grid and refuses to
+resume a different one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError, require
+
+AXES = ("model", "gpu", "gpus", "tp", "pp", "cp", "micro_batch", "recompute", "zero", "seq_len", "global_batch",
+        "precision")
+RESULT_COLUMNS = ("step_time_s", "mfu", "memory_per_gpu_bytes", "tokens_per_s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepGrid:
+    model: tuple[str, ...] = ("llama3-8b",)
+    gpu: tuple[str, ...] = ("h100-sxm",)
+    gpus: tuple[int, ...] = (64,)
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4)
+    cp: tuple[int, ...] = (1,)
+    micro_batch: tuple[int, ...] = (1,)
+    recompute: tuple[str, ...] = ("none", "full")
+    zero: tuple[int, ...] = (1,)
+    seq_len: tuple[int, ...] = (8192,)
+    global_batch: tuple[int, ...] = (512,)
+    precision: tuple[str, ...] = ("bf16",)
+    framework: str = "megatron"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in AXES:
+            require(len(getattr(self, name)) > 0, name, "a sweep axis needs at least one value")
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([len(getattr(self, a)) for a in AXES]))
+
+    def digest(self) -> str:
+        d = asdict(self)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    def scenario(self, i: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in reversed(AXES):
+            values = getattr(self, name)
+            i, k = divmod(i, len(values))
+            out[name] = values[k]
+        return {a: out[a] for a in AXES}
+
+
+def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
+    """Price scenarios ``ids`` of a grid; one row per id (invalid ones with ``ok = False`` and the reason)."""
+    from .estimate import default_network
+    from .framework import get_framework
+    from .hardware import get_gpu
+    from .layout import Layout
+    from .models import load_model
+    from .step import layout_columns, step_columns
+
+    grid = SweepGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(grid_json).items()})
+    fw = get_framework(grid.framework)
+    groups: dict[tuple[str, str], list[tuple[int, dict[str, Any], Any]]] = {}
+    rows: dict[int, tuple[Any, ...]] = {}
+    for i in ids:
+        s = grid.scenario(i)
+        try:
+            m, g = load_model(s["model"]), get_gpu(s["gpu"])
+            mp = s["tp"] * s["pp"] * s["cp"]
+            require(s["gpus"] % mp == 0, "gpus", f"{s['gpus']} not divisible by tp x pp x cp = {mp}")
+            lay = Layout(tp=s["tp"], pp=s["pp"], cp=s["cp"], dp=s["gpus"] // mp, micro_batch=s["micro_batch"],
+                         global_batch=s["global_batch"], seq_len=s["seq_len"], precision=s["precision"],
+                         recompute=s["recompute"], zero_stage=s["zero"], sequence_parallel=s["tp"] > 1)
+            lay.check_model(m)
+            g.peak(lay.precision)
+            groups.setdefault((s["model"], s["gpu"]), []).append((i, s, lay))
+        except InputError as exc:
+            rows[i] = (i, *[s[a] for a in AXES], False, str(exc), None, None, None, None, None)
+    for (mk, gk), items in groups.items():
+        m, g = load_model(mk), get_gpu(gk)
+        cols_list = [layout_columns(lay, fw) for _, _, lay in items]
+        cols = {k: np.concatenate([c[k] for c in cols_list]) for k in cols_list[0]}
+        out = step_columns(m, g, default_network(g), fw, cols)
+        mfu = out["model_flops"] / (out["step_time_s"] * out["num_gpus"] * out["peak_flops_per_s"])
+        for j, (i, s, _) in enumerate(items):
+            mem = float(out["memory_per_gpu_bytes"][j])
+            rows[i] = (i, *[s[a] for a in AXES], True, "", float(out["step_time_s"][j]), float(mfu[j]), mem,
+                       float(out["tokens_per_step"][j] / out["step_time_s"][j]), mem <= g.hbm_bytes)
+    return [rows[i] for i in ids]
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS results (
+  scenario_id BIGINT PRIMARY KEY, model VARCHAR, gpu VARCHAR, gpus BIGINT, tp INTEGER, pp INTEGER, cp INTEGER,
+  micro_batch INTEGER, recompute VARCHAR, zero INTEGER, seq_len BIGINT, global_batch BIGINT, precision VARCHAR,
+  ok BOOLEAN, error VARCHAR, step_time_s DOUBLE, mfu DOUBLE, memory_per_gpu_bytes DOUBLE, tokens_per_s DOUBLE,
+  fits BOOLEAN);
+CREATE TABLE IF NOT EXISTS sweep_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+"""
+
+
+def _connect(path: str | Path, grid: SweepGrid) -> Any:
+    import duckdb
+
+    con = duckdb.connect(str(path))
+    con.execute(_SCHEMA)
+    row = con.execute("SELECT value FROM sweep_meta WHERE key = 'grid'").fetchone()
+    if row is None:
+        con.execute("INSERT INTO sweep_meta VALUES ('grid', ?), ('digest', ?)",
+                    [json.dumps(asdict(grid), sort_keys=True), grid.digest()])
+    elif json.loads(row[0]) != json.loads(json.dumps(asdict(grid), sort_keys=True)):
+        con.close()
+        raise InputError("db", f"{path} holds a different sweep; use another --db or the same grid")
+    return con
+
+
+def _chunks(ids: list[int], size: int) -> Iterator[list[int]]:
+    for k in range(0, len(ids), size):
+        yield ids[k:k + size]
+
+
+def run_sweep(grid: SweepGrid, db: str | Path, *, executor: str = "local", workers: int = 2, chunk: int = 500,
+              address: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Price every scenario not yet in ``db``; returns counts (total, stored before, stored now)."""
+    require(executor in ("local", "ray"), "executor", f"unknown {executor!r}; allowed: local, ray")
+    require(chunk >= 1 and workers >= 1, "chunk", "chunk and workers must be positive")
+    con = _connect(db, grid)
+    done = {r[0] for r in con.execute("SELECT scenario_id FROM results").fetchall()}
+    todo = [i for i in range(grid.size) if i not in done]
+    grid_json = json.dumps(asdict(grid))
+    stored = len(done)
+
+    names = [d[0] for d in con.execute("SELECT * FROM results LIMIT 0").description]
+
+    def commit(rows: list[tuple[Any, ...]]) -> None:
+        nonlocal stored
+        import pyarrow as pa
+
+        chunk_table = pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows])  # noqa: F841
+        con.execute("BEGIN TRANSACTION")
+        con.execute("INSERT INTO results SELECT * FROM chunk_table")
+        con.execute("COMMIT")
+        stored += len(rows)
+        if progress:
+            progress(stored, grid.size)
+
+    if progress:
+        progress(stored, grid.size)
+    chunks = list(_chunks(todo, chunk))
+    if executor == "ray":
+        _run_ray(grid_json, chunks, commit, address, workers)
+    elif workers == 1:
+        for c in chunks:
+            commit(evaluate_chunk(grid_json, c))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            pending: set[Future[list[tuple[Any, ...]]]] = set()
+            it = iter(chunks)
+            for c in itertools.islice(it, 2 * workers):
+                pending.add(pool.submit(evaluate_chunk, grid_json, c))
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    commit(f.result())
+                    nxt = next(it, None)
+                    if nxt is not None:
+                        pending.add(pool.submit(evaluate_chunk, grid_json, nxt))
+    total = con.execute("SELECT count(*) FROM results").fetchone()[0]
+    con.close()
+    return {"total": grid.size, "stored_before": len(done), "stored": int(total)}
+
+
+def _run_ray(grid_json: str, chunks: list[list[int]], commit: Callable[[list[tuple[Any, ...]]], None],
+             address: str | None, workers: int) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("executor", "ray is not installed: pip install 'supercluster[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        task = ray.remote(evaluate_chunk)
+        pending = [task.remote(grid_json, c) for c in chunks]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                commit(ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def parse_axis(text: str, kind: type) -> tuple[Any, ...]:
+    """``"1,2,4"`` -> (1, 2, 4); errors name the axis."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(kind(float(part)) if kind is int else kind(part))
+        except ValueError:
+            raise InputError("sweep", f"cannot read {part!r} as {kind.__name__}") from None
+    return tuple(out)
+
+
+def print_progress_line(stored: int, total: int) -> None:
+    print(f"committed {stored}/{total}", file=sys.stderr, flush=True)

@@ -1,0 +1,84 @@
+"""Sweeps: exactly-once storage across a kill and a resume; the Ray executor on a local instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from supercluster.errors import InputError
+from supercluster.sweep import SweepGrid, run_sweep
+
+BIG = ["--models", "llama3-8b,llama3-70b", "--gpu-types", "h100-sxm,b200", "--sizes", "64,128,256,512,1024",
+       "--tp", "1,2,4,8", "--pp", "1,2,4,8", "--cp", "1,2", "--micro-batch", "1,2", "--recompute",
+       "none,selective,full", "--zero", "1,3", "--seq-len", "4096,8192"]  # 2*2*5*4*4*2*2*3*2*2 = 15,360
+
+
+def _count(db):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute("SELECT count(*), count(DISTINCT scenario_id), min(scenario_id), max(scenario_id) "
+                           "FROM results").fetchone()
+    finally:
+        con.close()
+
+
+def test_sweep_killed_midway_resumes_with_every_scenario_once(tmp_path):
+    db = tmp_path / "s.duckdb"
+    cmd = [sys.executable, "-m", "supercluster", "sweep", "--db", str(db), *BIG, "--chunk", "200", "--workers", "2",
+           "--log"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    committed = 0
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("committed"):
+            committed = int(line.split()[1].split("/")[0])
+            if committed >= 2000:
+                break
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    n, distinct, _, _ = _count(db)
+    assert 0 < n < 15360 and n == distinct
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["total"] == 15360 and res["stored_before"] == n
+    assert _count(db) == (15360, 15360, 0, 15359)
+
+
+def test_resume_refuses_a_different_grid(tmp_path):
+    db = tmp_path / "s.duckdb"
+    run_sweep(SweepGrid(tp=(1, 2)), db, workers=1)
+    with pytest.raises(InputError, match="different sweep"):
+        run_sweep(SweepGrid(tp=(1, 4)), db, workers=1)
+
+
+def test_invalid_scenarios_are_stored_with_the_reason(tmp_path):
+    db = tmp_path / "s.duckdb"
+    res = run_sweep(SweepGrid(gpus=(12,), tp=(8,), pp=(1,)), db, workers=1)
+    assert res["stored"] == 2
+    con = duckdb.connect(str(db), read_only=True)
+    ok, err = con.execute("SELECT ok, error FROM results LIMIT 1").fetchone()
+    con.close()
+    assert not ok and "divisible" in err
+
+
+def test_ray_executor_on_a_local_instance(tmp_path):
+    pytest.importorskip("ray")
+    db_ray, db_local = tmp_path / "r.duckdb", tmp_path / "l.duckdb"
+    grid = SweepGrid(model=("llama3-8b",), gpu=("h100-sxm", "b200"), gpus=(64, 256), pp=(1, 2))
+    r = run_sweep(grid, db_ray, executor="ray", workers=2, chunk=8)
+    assert r["stored"] == grid.size
+    run_sweep(grid, db_local, workers=1)
+    rows = []
+    for db in (db_ray, db_local):
+        con = duckdb.connect(str(db), read_only=True)
+        rows.append(con.execute("SELECT scenario_id, step_time_s FROM results ORDER BY 1").fetchall())
+        con.close()
+    assert rows[0] == rows[1]
