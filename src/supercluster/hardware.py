@@ -12,7 +12,7 @@ from ._toml import check_keys, load_package_toml
 from .errors import InputError, require
 from .units import GBIT, TERA, GiB
 
-PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "tf32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "tf32")  # catalog columns; calibrated profiles may add fp32
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +36,14 @@ class GpuSpec:
     price_usd: float
     system: str
     sources: str
+    #: Fixed cost per kernel (launch / dispatch), from calibration; 0 in the catalog, where launches
+    #: are asynchronous and hidden behind the previous kernel.
+    op_overhead_s: float = 0.0
+    #: Measured attention (fwd, bwd) fractions of peak from calibration; None = data/kernels.toml.
+    attention_frac: tuple[float, float] | None = None
+    #: Straggler waste for this device's runs; None = the fleet figure in data/kernels.toml. A
+    #: calibrated single-host profile sets 0: its own verify runs measure any waiting directly.
+    straggler_frac: float | None = None
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s of ``precision``; an :class:`InputError` if the GPU lacks it."""
@@ -48,6 +56,8 @@ class GpuSpec:
         """FLOP/s the GEMMs of a transformer layer achieve in ``precision`` (see gpus.toml)."""
         peak = self.peak(precision)
         # fp16/tf32 run on the bf16 path; fp4 without a measurement takes the fp8 fraction.
+        if precision in self.gemm_frac:
+            return self.gemm_frac[precision] * peak * self.clock_frac
         ref = "bf16" if precision in ("bf16", "fp16", "tf32") else "fp8"
         frac = self.gemm_frac.get(precision) or self.gemm_frac[ref] or self.gemm_frac["bf16"]
         return frac * peak * self.clock_frac

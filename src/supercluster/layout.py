@@ -13,7 +13,7 @@ from .errors import InputError, require
 from .models import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
-PRECISION = ("bf16", "fp16", "fp8", "fp4")
+PRECISION = ("bf16", "fp16", "fp8", "fp4", "fp32")  # fp32: CPU runs with a calibrated profile
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

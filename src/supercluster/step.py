@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .framework import Framework, attention_efficiency, hbm_frac, straggler_waste_frac
+from .framework import AttentionEfficiency, Framework, attention_efficiency, hbm_frac, straggler_waste_frac
 from .hardware import GpuSpec
 from .layout import Layout
 from .models import GATED, ModelSpec
@@ -39,6 +39,11 @@ from .units import GiB
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gbs", "seq", "zero", "recompute", "sp", "fp8")
+#: Kernels per transformer layer per micro-batch (forward, backward), counted in a Megatron /
+#: nanoGPT block: 4 GEMMs + attention + 2 norms, 2 residual adds, activation, RoPE, dropout-free
+#: (12 forward); backward launches about twice as many. Only priced when a calibrated profile
+#: measured a per-kernel overhead (``GpuSpec.op_overhead_s``).
+OPS_PER_LAYER = (12.0, 24.0)
 
 #: Ledger lines, in the order they are printed; they sum exactly to ``step_time_s``.
 LEDGER = (
@@ -67,6 +72,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     rc = _col(cols, "recompute")
     sp = (_col(cols, "sp") > 0) & (tp > 1)
     fp8 = _col(cols, "fp8") > 0
+    fp32 = (_col(cols, "fp32") > 0) if "fp32" in cols else np.zeros(tp.shape, dtype=bool)
 
     L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)
     a, k, dq, dv = float(model.num_heads), float(model.num_kv_heads), float(model.qk_dim), float(model.v_dim)
@@ -77,11 +83,18 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     f_act = (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / L
     act_passes = 3.0 if GATED[model.mlp] else 2.0
 
-    peak16 = gpu.peak("bf16")
+    # "16" = the layout's non-fp8 precision: bf16, or fp32 on a calibrated CPU profile.
+    if fp32.any():
+        peak16 = np.where(fp32, gpu.peak("fp32"), gpu.peak_flops_per_s.get("bf16", 0.0))
+        ceiling16 = np.where(fp32, gpu.gemm_flops_per_s("fp32"),
+                             gpu.gemm_flops_per_s("bf16") if gpu.peak_flops_per_s.get("bf16") else 0.0)
+    else:
+        peak16, ceiling16 = gpu.peak("bf16"), gpu.gemm_flops_per_s("bf16")
     peak = np.where(fp8, gpu.peak_flops_per_s.get("fp8", 0.0) or peak16, peak16)
-    ceiling16 = gpu.gemm_flops_per_s("bf16")
-    ceiling = np.where(fp8, gpu.gemm_flops_per_s("fp8") if gpu.peak_flops_per_s["fp8"] else ceiling16, ceiling16)
-    att = attention_efficiency(fw.attention, gpu.arch)
+    ceiling = np.where(fp8, gpu.gemm_flops_per_s("fp8") if gpu.peak_flops_per_s.get("fp8") else ceiling16,
+                       ceiling16)
+    att = attention_efficiency(fw.attention, gpu.arch) if gpu.attention_frac is None else AttentionEfficiency(
+        fwd_frac=gpu.attention_frac[0], bwd_frac=gpu.attention_frac[1], source="calibration")
     mem_bw = gpu.hbm_bytes_per_s * hbm_frac()
 
     m = gbs / (dp * mb)
@@ -95,7 +108,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     t_gemm_f = gemm_f / ceiling
     t_attn_f = attn_f / (peak16 * gpu.clock_frac * att.fwd_frac)
     t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
-    el = 2.0  # bf16 activation bytes
+    el = np.where(fp32, 4.0, 2.0)  # activation bytes
     bytes_f = el * (
         10.0 * h * tok_sp  # LN1, residual add, LN2, residual add (read + write passes)
         + T * act_passes * f_act / tp  # activation function: read inputs, write output
@@ -103,7 +116,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         + T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
         + f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute, dispatch + combine
     )
-    t_mem_f = bytes_f / mem_bw
+    t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
     t_fwd = t_gemm_f + t_attn_f + t_mem_f
     t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f
     t_rc = np.where(rc == 2, t_fwd, np.where(rc == 1, t_attn_f, 0.0))
@@ -139,8 +152,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     Lh = np.ceil(L / (pp * vpp)) * vpp
     head_f = 2.0 * T * h * V / tp
     t_head = 3.0 * head_f / ceiling16 + 5.0 * 4.0 * T * V / tp / mem_bw  # logits in bf16, fp32 loss
+    # Vocabulary-parallel embedding and head (Megatron): the embedding output is all-reduced in the
+    # forward, the head input gradient in the backward (SP: all-gather / reduce-scatter instead),
+    # and the cross-entropy all-reduces three fp32 statistics per token (max, sum of exp, target).
+    tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, 1)
     t_layer = t_fwd + t_bwd + t_rc + tp_x + cp_x + ep_x
-    t_stage = Lh * t_layer + t_head
+    t_stage = Lh * t_layer + t_head + tp_head
     bubble = (pp - 1.0) / vpp * t_stage
 
     pp_bytes = tok_sp * h * el
@@ -206,12 +223,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     mem_ops = m * (Lh * 3.0 * t_mem_f + 5.0 * 4.0 * T * V / tp / mem_bw)
     ledger = {
         "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
-        "memory_bound_ops": mem_ops, "recompute": m * Lh * t_rc, "exposed_tp_comm": m * Lh * tp_x,
+        "memory_bound_ops": mem_ops, "recompute": m * Lh * t_rc, "exposed_tp_comm": m * (Lh * tp_x + tp_head),
         "exposed_cp_comm": m * Lh * cp_x, "exposed_ep_comm": m * Lh * ep_x, "exposed_pp_comm": pp_x,
         "pipeline_bubble": bubble, "exposed_dp_comm": dp_x, "optimizer": t_opt,
     }
     rest = sum(ledger[name] for name in LEDGER if name != "stragglers")
-    sync = np.where(tp * pp * dp * cp > 1, straggler_waste_frac(), 0.0)
+    waste = straggler_waste_frac() if gpu.straggler_frac is None else gpu.straggler_frac
+    sync = np.where(tp * pp * dp * cp > 1, waste, 0.0)
     ledger["stragglers"] = rest * sync / (1.0 - sync)
     step = rest + ledger["stragglers"]
 
@@ -224,7 +242,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     rc_flops = np.where(rc == 2, fwd_layers_flops,
                         np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
-    out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, fp8, dense_params,
+    out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, fp8, fp32, dense_params,
                        expert_params, dpg, edpg, Lh, kv_local, f_act))
     out.update(
         step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
@@ -236,7 +254,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
 def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, ep: np.ndarray,
             vpp: np.ndarray, m: np.ndarray, T: np.ndarray, tok_sp: np.ndarray, sp: np.ndarray, zero: np.ndarray,
-            rc: np.ndarray, fp8: np.ndarray, dense_params: np.ndarray, expert_params: np.ndarray,
+            rc: np.ndarray, fp8: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray, expert_params: np.ndarray,
             dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, kv_local: np.ndarray,
             f_act: float) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded (first) pipeline stage."""
@@ -246,9 +264,10 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
     shard = dense_params / dpg + expert_params / edpg
     # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded).
     gathered = 2.0 * (model.attn_params + model.dense_mlp_params) / tp
-    weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * (2.0 + np.where(fp8, 1.0, 0.0))
+    weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * np.where(
+        fp32, 4.0, 2.0 + np.where(fp8, 1.0, 0.0))
     grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
-    optimizer = np.where(zero >= 1, shard, local) * 12.0  # fp32 master, Adam m and v
+    optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, 12.0)  # (fp32 master,) Adam m and v
     # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
     # SP-shardable: LN inputs, QKV and FC1 inputs (2 B each) and two dropout masks (1 B) = 10 h bytes.
     mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
@@ -322,7 +341,8 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
     sp = fw.sequence_parallel if layout.sequence_parallel is None else layout.sequence_parallel
     vals = dict(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
                 mb=layout.micro_batch, gbs=layout.global_batch, seq=layout.seq_len, zero=layout.zero_stage,
-                recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), fp8=int(layout.precision == "fp8"))
+                recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), fp8=int(layout.precision == "fp8"),
+                fp32=int(layout.precision == "fp32"))
     return {k: np.array([v]) for k, v in vals.items()}
 
 

@@ -1,0 +1,155 @@
+"""Calibration: fitting on synthetic data, nccl-tests parsing, profiles, the launcher, and real CPU runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from supercluster.calibrate import (
+    MeasuredNetwork,
+    Profile,
+    bus_factor,
+    fit_affine,
+    fit_collective,
+    load_profile,
+    parse_nccl_tests,
+)
+from supercluster.cli import app
+from supercluster.errors import InputError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "all_reduce_perf_h100x8.txt"
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("overhead,rate", [(5e-6, 800e12), (2e-3, 60e9), (0.0, 1e12)])
+def test_fit_recovers_known_compute_parameters(overhead, rate):
+    rng = np.random.default_rng(0)
+    flops = np.geomspace(1e8, 1e13, 12) * (rate / 1e12)
+    t = (overhead + flops / rate) * (1 + rng.normal(0, 0.005, flops.size))
+    a, b = fit_affine(flops, t)
+    assert 1 / b == pytest.approx(rate, rel=0.02)
+    assert a == pytest.approx(overhead, rel=0.02, abs=1e-3 * flops[0] / rate)
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"])
+def test_fit_recovers_collective_alpha_and_busbw(kind):
+    rng = np.random.default_rng(1)
+    sizes = np.geomspace(2**20, 2**33, 14)
+    n, alpha, bw = 8, 25e-6, 370e9
+    t = (alpha + bus_factor(kind, n) * sizes / bw) * (1 + rng.normal(0, 0.005, sizes.size))
+    a, busbw = fit_collective(kind, sizes, n, t)
+    assert busbw == pytest.approx(bw, rel=0.02)
+    assert a == pytest.approx(alpha, rel=0.02)
+
+
+def test_fit_rejects_degenerate_input():
+    with pytest.raises(InputError, match="distinct"):
+        fit_affine([1.0, 1.0], [2.0, 2.0])
+    with pytest.raises(InputError, match="two or more"):
+        fit_affine([1.0], [2.0])
+
+
+def test_nccl_tests_sample_parses_to_the_generating_parameters():
+    r = parse_nccl_tests(FIXTURE.read_text(), name=FIXTURE.name)
+    assert r["kind"] == "all_reduce" and r["nranks"] == 8 and len(r["rows"]) == 14
+    assert r["busbw_bytes_per_s"] == pytest.approx(370e9, rel=0.03)
+    assert r["alpha_s"] == pytest.approx(20e-6, rel=0.3)
+
+
+def test_nccl_tests_errors():
+    with pytest.raises(InputError, match="collective"):
+        parse_nccl_tests("#  Rank  0\n#  Rank  1\n 1024 256 float sum -1 10.0 0.1 0.1 0\n")
+    with pytest.raises(InputError, match="fewer than two"):
+        parse_nccl_tests("nothing here", kind="all_reduce")
+
+
+def _profile(**kw) -> Profile:
+    base = dict(device="test", kind="cpu", threads=1, memory_bytes=8e9,
+                gemm={"fp32": {"rate_flops_per_s": 50e9, "overhead_s": 1e-5}}, memory_bytes_per_s=10e9,
+                op_overhead_s=2e-6, attention={"dtype": "fp32", "fwd_flops_per_s": 20e9, "bwd_flops_per_s": 15e9},
+                collectives={"all_reduce": {"alpha_s": 1e-3, "busbw_bytes_per_s": 1e9, "nranks": 2.0}},
+                backend="gloo")
+    base.update(kw)
+    return Profile(**base)
+
+
+def test_profile_round_trip_and_gpu_spec(tmp_path):
+    p = _profile()
+    path = tmp_path / "p.toml"
+    path.write_text(p.to_toml())
+    q = load_profile(path)
+    assert q.gemm == p.gemm and q.collectives == p.collectives and q.memory_bytes_per_s == p.memory_bytes_per_s
+    g = q.gpu_spec()
+    assert g.gemm_flops_per_s("fp32") == pytest.approx(50e9)
+    assert g.attention_frac == pytest.approx((0.4, 0.3))
+    net = q.network()
+    assert net.collective_time_s("all_reduce", 1e9, 2, 1) == pytest.approx(1e-3 + 1e9 / 1e9)
+    assert net.collective_time_s("all_gather", 1e9, 2, 1) == pytest.approx(1e-3 + 0.5)  # borrows all_reduce's
+
+
+def test_profile_of_a_catalog_gpu_keeps_datasheet_peaks(h100):
+    p = _profile(kind="cuda", gemm={"bf16": {"rate_flops_per_s": 0.7 * h100.peak("bf16"), "overhead_s": 0.0}})
+    g = p.gpu_spec(h100)
+    assert g.peak("bf16") == h100.peak("bf16")
+    assert g.gemm_frac["bf16"] == pytest.approx(0.7)
+
+
+def test_bad_profile_is_a_clear_error(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("[device]\nname='x'\n")
+    with pytest.raises(InputError, match="profile"):
+        load_profile(path)
+    with pytest.raises(InputError, match="no such file"):
+        load_profile(tmp_path / "missing.toml")
+
+
+def test_measured_network_without_collectives_refuses_multi_rank_groups():
+    assert MeasuredNetwork(params={}).collective_time_s("all_reduce", 1.0, 2, 1) == np.inf
+
+
+# ---- real processes (torch, CPU) -----------------------------------------------------------------
+torch = pytest.importorskip("torch")
+
+
+def test_launcher_reports_a_crash_and_kills_a_hang():
+    from supercluster.launch import run_workers
+
+    with pytest.raises(InputError, match="rank 0 exited|rank 1 exited"):
+        run_workers("fail", {}, 2, timeout_s=60)
+    with pytest.raises(InputError, match="did not finish"):
+        run_workers("sleep", {"seconds": 60}, 2, timeout_s=8)
+
+
+@pytest.fixture(scope="module")
+def cpu_profile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cal") / "profile.toml"
+    r = runner.invoke(app, ["calibrate", "--nproc", "2", "--quick", "--device", "cpu", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_calibrate_writes_a_usable_profile(cpu_profile):
+    p = load_profile(cpu_profile)
+    assert p.kind == "cpu" and p.gemm["fp32"]["rate_flops_per_s"] > 1e9
+    assert set(p.collectives) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"}
+    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--gpus", "2", "--tp", "1", "--pp", "1", "--vpp",
+                            "1", "--global-batch", "2", "--seq-len", "512", "--precision", "fp32", "--zero", "3",
+                            "--profile", str(cpu_profile), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["ledger"]["exposed_dp_comm"] > 0
+
+
+# Measured on this project's 2-core CI machine: within about -11 % to -39 % (see the closing note of the
+# calibration issue); this bound catches a broken cost path or a broken run, not the 20 % target.
+@pytest.mark.parametrize("args", [["--dp", "2"], ["--tp", "2"], ["--dp", "2", "--hidden", "768", "--layers", "3"],
+                                  ["--tp", "2", "--hidden", "768", "--layers", "3"]])
+def test_verify_real_steps_against_prediction(cpu_profile, args):
+    r = runner.invoke(app, ["verify", "--profile", str(cpu_profile), "--nproc", "2", "--steps", "4", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["measured_step_time_s"] > 0 and d["predicted_step_time_s"] > 0
+    assert abs(d["error"]) < 0.5, d
