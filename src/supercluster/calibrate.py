@@ -44,13 +44,18 @@ DTYPES = ("fp32", "bf16", "fp16")
 
 
 # ---- fitting ----------------------------------------------------------------------------------
-def fit_affine(x: Array, t: Array) -> tuple[float, float]:
-    """Least squares ``t = a + b x`` with a >= 0 (refit through the origin if a would be negative)."""
+def fit_affine(x: Array, t: Array, relative: bool = True) -> tuple[float, float]:
+    """Least squares ``t = a + b x`` with a >= 0 (refit through the origin if a would be negative).
+
+    ``relative``: every point weighs alike (relative errors) - right for one kernel over sizes.
+    Otherwise plain least squares, whose slope is the time-weighted (harmonic) mean over a mix of
+    kernels - right when several kinds of kernel share one parameter.
+    """
     xs, ts = np.asarray(x, dtype=float), np.asarray(t, dtype=float)
     require(xs.size >= 2 and xs.size == ts.size, "fit", "needs two or more (x, t) points of equal count")
     require(bool(np.ptp(xs) > 0), "fit", "needs at least two distinct sizes")
     # relative weights: every point counts alike whatever its size
-    w = 1.0 / np.maximum(ts, 1e-12)
+    w = 1.0 / np.maximum(ts, 1e-12) if relative else np.ones_like(ts)
     A = np.stack([np.ones_like(xs), xs], axis=1) * w[:, None]
     (a, b), *_ = np.linalg.lstsq(A, ts * w, rcond=None)
     if a < 0:
@@ -371,7 +376,7 @@ def measure_device(device_name: str = "auto", dtypes: tuple[str, ...] | None = N
                 with torch.no_grad():
                     ksecs.append(timer(dev, fn, grid.min_time_s / 4))
                 kmoved.append(float(traffic * nbytes))
-    t0_mem, inv_mem = fit_affine(kmoved, ksecs)
+    t0_mem, inv_mem = fit_affine(kmoved, ksecs, relative=False)
     points["memory_kernels"] = [[b, s] for b, s in zip(kmoved, ksecs, strict=True)]
     fl, tf, tb = [], [], []
     heads, hd, batch = 8, 64, 2

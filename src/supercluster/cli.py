@@ -76,6 +76,11 @@ def estimate(
                                                ".toml or DeepSpeed .json (layout options then ignored)")] = None,
     profile: Annotated[str | None, typer.Option(help="device profile (supercluster calibrate) in place of the "
                                                 "catalog's rates for --gpu")] = None,
+    switch: Annotated[str | None, typer.Option(help="fabric: scale-out switch (see supercluster fabric)")] = None,
+    tiers: Annotated[int | None, typer.Option(help="fabric: tiers")] = None,
+    oversubscription: Annotated[str | None, typer.Option(help="fabric: down:up per tier, e.g. 1,1,2")] = None,
+    planes: Annotated[int, typer.Option(help="fabric: network planes")] = 1,
+    sharp: Annotated[bool, typer.Option("--sharp", help="fabric: in-network all-reduce")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
@@ -83,7 +88,8 @@ def estimate(
         from .launchers import load_layout
 
         layout = load_layout(config, num_gpus=gpus)
-        _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile)
+        fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
+        _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab)
         return
     if dp == 0:
         denom = tp * pp * cp
@@ -93,21 +99,25 @@ def estimate(
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, global_batch=global_batch,
                     seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
                     sequence_parallel=sequence_parallel)
-    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile)
+    fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
+    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab)
 
 
 def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str, as_json: bool,
-                        profile: str | None = None) -> None:
+                        profile: str | None = None, fabric_options: dict[str, Any] | None = None) -> None:
+    from .estimate import default_network
+
     m = load_model(model)
-    g, net = get_gpu(gpu), None
+    g = get_gpu(gpu)
+    layout.check_gpus(gpus)
+    net = default_network(g, num_gpus=gpus, **(fabric_options or {}))
     if profile is not None:
         from .calibrate import load_profile
-        from .estimate import default_network
 
         prof = load_profile(profile)
         base = None if prof.kind == "cpu" else g
         g = prof.gpu_spec(base)
-        net = prof.network(fallback=default_network(get_gpu(gpu)) if base else None)
+        net = prof.network(fallback=net if base else None)
     b = estimate_step(m, gpu=g, num_gpus=gpus, layout=layout, framework=framework, network=net)
     if as_json:
         _emit_json(reports.breakdown_json(b, model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
@@ -462,6 +472,77 @@ def verify(
     _out().print(f"{r['layout']}{' FSDP2' if fsdp else ''}, GPT L{layers} H{hidden} s{seq_len} b{micro_batch}: "
                  f"measured {r['measured_step_time_s']:.4f} s, predicted {r['predicted_step_time_s']:.4f} s, "
                  f"error {100 * r['error']:+.1f}%")
+
+
+def _over(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError("oversubscription", f"cannot read {text!r}; use e.g. 1,1,2 (down:up per tier)") from None
+
+
+@app.command()
+def fabric(
+    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
+    gpu: Annotated[str, typer.Option(help="GPU key (its default system sets node, NIC and host power)")] = "h100-sxm",
+    switch: Annotated[str | None, typer.Option(help="scale-out switch (default by NIC speed)")] = None,
+    tiers: Annotated[int | None, typer.Option(help="tiers (default: the fewest that reach --gpus)")] = None,
+    oversubscription: Annotated[str | None, typer.Option(help="down:up per tier, e.g. 1,1,2")] = None,
+    planes: Annotated[int, typer.Option(help="independent network planes per NIC")] = 1,
+    sharp: Annotated[bool, typer.Option("--sharp", help="in-network all-reduce (switches that support it)")] = False,
+    pue: Annotated[float, typer.Option(help="facility PUE")] = 1.1,
+    compare: Annotated[bool, typer.Option("--compare", help="every catalog switch x 1/2/4/8 planes side by side")]
+    = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Size the scale-out fabric for N GPUs: tiers, switches, optics, bisection, power and cost."""
+    from rich.table import Table
+
+    from .fabric import build_fabric, compare_options, fabric_summary
+    from .hardware import get_system
+
+    g = get_gpu(gpu)
+    system = get_system(g.system)
+    over = _over(oversubscription)
+    if compare:
+        rows = compare_options(gpus, g, system, pue=pue, oversubscription=over)
+        if as_json:
+            _emit_json(rows)
+            return
+        t = Table(title=f"{gpus:,} x {gpu}: fabric options (rail-optimized Clos, PUE {pue:g})")
+        for col in ("switch", "planes", "link", "tiers", "switches", "optics", "MW", "network MW", "capex $B",
+                    "network $B", "bisection PB/s", "1 TB all-reduce"):
+            t.add_column(col, justify="left" if col == "switch" else "right")
+        for r in rows:
+            t.add_row(str(r["switch"]), str(r["planes"]), f"{r['link_gbit']:g}G", str(len(r["tiers"])),  # type: ignore[arg-type]
+                      f"{r['total_switches']:,}", f"{r['transceivers']:,}", f"{r['power_w'] / 1e6:,.0f}",
+                      f"{r['network_power_w'] / 1e6:,.1f}", f"{r['capex_usd'] / 1e9:,.1f}",
+                      f"{r['network_capex_usd'] / 1e9:,.2f}", f"{r['bisection_bytes_per_s'] / 1e15:,.1f}",
+                      f"{r['allreduce_time_s']:.2f} s")
+        _out().print(t)
+        return
+    fab = build_fabric(gpus, g, system, switch=switch, tiers=tiers, oversubscription=over, planes=planes)
+    s = fabric_summary(fab, g, system, pue=pue, sharp=sharp)
+    if as_json:
+        _emit_json(s)
+        return
+    t = Table(title=f"{gpus:,} x {gpu} on {fab.switch.name}, {planes} plane(s) of {fab.link_gbit:g} Gb/s links")
+    for col in ("tier", "switches", "radix", "down", "up", "down:up", "links up", "GPUs below", "latency"):
+        t.add_column(col, justify="right")
+    for tr in s["tiers"]:  # type: ignore[attr-defined]
+        t.add_row(str(tr["level"]), f"{tr['switches']:,}", str(tr["radix"]), str(tr["down_ports"]),
+                  str(tr["up_ports"]), f"{tr['oversubscription']:g}", f"{tr['links']:,}", f"{tr['gpus_below']:,}",
+                  f"{tr['latency_s'] * 1e6:.2f} us")
+    con = _out()
+    con.print(t)
+    con.print(f"switches {s['total_switches']:,} | transceivers {s['transceivers']:,} | bisection "
+              f"{s['bisection_bytes_per_s'] / 1e12:,.1f} TB/s | max {s['max_hops']} switch hops")
+    con.print(f"power {s['power_w'] / 1e6:,.1f} MW at PUE {pue:g} (GPUs {s['gpu_power_w'] / 1e6:,.1f}, hosts "
+              f"{s['host_power_w'] / 1e6:,.1f}, network {s['network_power_w'] / 1e6:,.2f} MW) | capex "
+              f"${s['capex_usd'] / 1e9:,.2f} B (network ${s['network_capex_usd'] / 1e9:,.3f} B; hosts not priced)")
+    con.print(f"all-reduce of {s['allreduce_bytes'] / 1e12:g} TB over all GPUs: {s['allreduce_time_s']:.3f} s")
 
 
 def main() -> None:

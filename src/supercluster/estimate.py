@@ -10,9 +10,22 @@ from .network import Network, TwoLevelNetwork
 from .step import StepBreakdown, step_breakdown
 
 
-def default_network(gpu: GpuSpec, system: SystemSpec | None = None) -> TwoLevelNetwork:
-    """The two-level network of ``gpu``'s default system (or the given one)."""
-    return TwoLevelNetwork.for_system(gpu, system or get_system(gpu.system))
+def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: int | None = None,
+                    **fabric_options: object) -> Network:
+    """The network of ``gpu``'s default system (or the given one).
+
+    With ``num_gpus``: the system's rail-optimized fabric sized for that many GPUs (1:1 unless
+    ``fabric_options`` - switch, tiers, oversubscription, planes, sharp - say otherwise); without:
+    the two-level scale-up / scale-out model.
+    """
+    sys_ = system or get_system(gpu.system)
+    if num_gpus is None:
+        return TwoLevelNetwork.for_system(gpu, sys_)
+    from .fabric import FabricNetwork, build_fabric
+
+    sharp = bool(fabric_options.pop("sharp", False))
+    fab = build_fabric(num_gpus, gpu, sys_, **fabric_options)  # type: ignore[arg-type]
+    return FabricNetwork.for_fabric(fab, gpu, sys_, sharp=sharp)
 
 
 def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layout: Layout,
@@ -30,4 +43,4 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     layout.check_gpus(num_gpus)
     layout.check_model(m)
     g.peak(layout.precision)
-    return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g), fw=fw)
+    return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw)

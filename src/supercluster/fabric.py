@@ -21,9 +21,18 @@ import math
 from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
+
 from ._toml import load_package_toml
 from .errors import InputError, require
 from .hardware import GpuSpec, SystemSpec
+from .network import (
+    NET_HOP_LATENCY_S,
+    NVLINK_HOP_LATENCY_S,
+    RING_BASE_LATENCY_S,
+    Array,
+    hierarchical_time_s,
+)
 
 MAX_TIERS = 4
 
@@ -117,6 +126,30 @@ class Fabric:
         """Cumulative down:up ratio of the tiers a flow climbs to reach ``tier``."""
         return math.prod(t.oversubscription for t in self.tiers[:max(tier - 1, 0)])
 
+    def contention(self, pattern: str, group: np.ndarray, stride: np.ndarray) -> np.ndarray:
+        """How many times slower than its NIC a GPU's flow runs when every group of this shape
+        communicates at once (closed form; checked against max-min fair flows in fabric_flow).
+
+        For each tier boundary a group crosses, the GPUs below one switch of the tier under it
+        (B of them, consecutive ranks) share that subtree's uplinks, B / (cumulative down:up) NICs
+        worth. ``ring`` (ring all-reduce / all-gather / reduce-scatter, pipeline send/recv): each
+        group with members both inside and outside the subtree sends one flow out. ``uniform``
+        (all-to-all): each member inside sends (g - m) / (g - 1) of its data out, m being its
+        group's members inside. Counted exactly over one period of the rank layout; the worst
+        subtree of the worst boundary sets the rate.
+        """
+        g = np.asarray(group, dtype=np.int64)
+        st = np.maximum(np.asarray(stride, dtype=np.int64), 1)
+        g, st = np.broadcast_arrays(g, st)
+        worst = np.ones(g.shape)
+        for level in range(1, len(self.tiers)):
+            below = int(self.tiers[level - 1].gpus_below)
+            capacity = below / self.oversubscription_below(level + 1)  # NICs' worth of uplink
+            pairs, inverse = np.unique(np.stack([g.ravel(), st.ravel()]), axis=1, return_inverse=True)
+            demand = np.array([_subtree_demand(pattern, int(a), int(b), below) for a, b in pairs.T])
+            worst = np.maximum(worst, (demand[inverse.ravel()] / capacity).reshape(g.shape))
+        return worst
+
     def base_latency_s(self, tier: int) -> float:
         """Switch and fibre latency one way between two GPUs whose path tops out at ``tier``."""
         if tier == 0:
@@ -124,6 +157,30 @@ class Fabric:
         d = _defaults()
         cable = sum(d["cable_m_per_tier"][: tier]) * 2 * d["link_latency_ns_per_m"] * 1e-9
         return (2 * tier - 1) * self.switch.latency_s + cable
+
+
+@cache
+def _subtree_demand(pattern: str, group: int, stride: int, below: int) -> float:
+    """Largest demand (NICs' worth) leaving one subtree of ``below`` consecutive ranks when every
+    group of ``group`` members ``stride`` apart communicates (see :meth:`Fabric.contention`)."""
+    span = group * stride
+    if group <= 1 or span <= 1:
+        return 0.0
+    period = math.lcm(span, below)
+    if period > 1 << 22:  # too long to count: the aligned, uniform-spread estimate
+        inside = min(below, span) / stride
+        return float(min(stride, below) if pattern == "ring" else below * (1 - (inside - 1) / (group - 1)))
+    r = np.arange(period, dtype=np.int64)
+    gid = (r // span) * stride + r % stride
+    sub = r // below
+    key = sub * period + gid  # gid < period
+    uniq, counts = np.unique(key, return_counts=True)
+    subs = uniq // period
+    if pattern == "ring":
+        out = np.bincount(subs, weights=(counts < group).astype(float))
+    else:
+        out = np.bincount(subs, weights=counts * (group - counts) / (group - 1))
+    return float(out.max())
 
 
 @cache
@@ -242,3 +299,92 @@ def _pad(over: tuple[float, ...], tiers: int) -> tuple[float, ...]:
 def network_power_w_per_gpu(gpu: GpuSpec, system: SystemSpec, num_gpus: int = 16384) -> float:
     """Scale-out network watts per GPU of the system's default 1:1 fabric at ``num_gpus``."""
     return build_fabric(num_gpus, gpu, system).network_power_w / num_gpus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FabricNetwork:
+    """The cost model's :class:`~supercluster.network.Network` on a sized fabric.
+
+    Placement: ranks are laid out in the layout's order (TP innermost), consecutive ranks fill a
+    scale-up domain, then a leaf's rail group, a pod, ... A group of ``g`` ranks ``stride`` apart
+    spans ``g x stride`` consecutive GPUs; its traffic climbs to the lowest tier whose subtree
+    holds that span. Every group of a parallel dimension communicates at once (DP groups all
+    reduce together), so all GPUs inject and each tier a flow climbs through divides the per-GPU
+    share by its oversubscription. Per-step latency adds the switch and fibre hops above the
+    first tier to NCCL's network step latency (which already holds one leaf hop).
+    """
+
+    fabric: Fabric
+    scaleup_busbw_bytes_per_s: float
+    scaleout_bytes_per_s: float  # achievable per GPU at 1:1 (NIC x busbw fraction)
+    sharp: bool = False  # in-network all-reduce on switches that support it
+
+    @classmethod
+    def for_fabric(cls, fabric: Fabric, gpu: GpuSpec, system: SystemSpec, sharp: bool = False) -> FabricNetwork:
+        require(not sharp or fabric.switch.in_network_reduction, "sharp",
+                f"{fabric.switch.key} does not reduce in the network")
+        return cls(fabric=fabric, scaleup_busbw_bytes_per_s=gpu.allreduce_busbw_bytes_per_s,
+                   scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac, sharp=sharp)
+
+    def tier_arrays(self, span: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tier, bandwidth divisor, extra latency) for traffic among ``span`` consecutive GPUs."""
+        f = self.fabric
+        limits = np.array([f.scaleup_domain] + [t.gpus_below for t in f.tiers], dtype=float)
+        tier = np.minimum(np.searchsorted(limits, span, side="left"), len(f.tiers))
+        over = np.array([f.oversubscription_below(t) for t in range(len(f.tiers) + 1)])
+        lat = np.array([max(f.base_latency_s(t) - f.base_latency_s(1), 0.0) for t in range(len(f.tiers) + 1)])
+        return tier, over[tier], lat[tier]
+
+    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
+        g = np.asarray(group_size, dtype=float)
+        st = np.maximum(np.asarray(stride, dtype=float), 1.0)
+        d = float(self.fabric.scaleup_domain)
+        per_domain = np.maximum(1.0, np.floor(d / st))
+        n = np.minimum(g, per_domain)
+        k = np.ceil(g / n)
+        _, _, extra = self.tier_arrays(g * st)
+        divisor = self.fabric.contention("uniform" if kind == "all_to_all" else "ring", g, st)
+        return hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
+                                   self.scaleout_bytes_per_s / divisor, NVLINK_HOP_LATENCY_S,
+                                   NET_HOP_LATENCY_S + extra, RING_BASE_LATENCY_S, in_network=self.sharp)
+
+
+def fabric_summary(fabric: Fabric, gpu: GpuSpec, system: SystemSpec, *, pue: float = 1.1,
+                   sharp: bool = False, gradient_bytes: float = 1e12) -> dict[str, object]:
+    """Everything ``supercluster fabric --json`` prints: tiers, totals, power, cost, a 1 TB all-reduce."""
+    n = fabric.num_gpus
+    gpu_w = n * gpu.tdp_w
+    host_w = math.ceil(n / system.gpus_per_node) * system.host_power_w
+    it_w = gpu_w + host_w + fabric.network_power_w
+    net = FabricNetwork.for_fabric(fabric, gpu, system, sharp=sharp)
+    ar = float(net.collective_time_s("all_reduce", gradient_bytes, n, 1))
+    tiers = [{"level": t.level, "switches": t.switches, "links": t.links_up, "radix": t.radix,
+              "down_ports": t.down_ports, "up_ports": t.up_ports, "oversubscription": t.oversubscription,
+              "gpus_below": t.gpus_below, "latency_s": fabric.base_latency_s(t.level)} for t in fabric.tiers]
+    return {
+        "gpus": n, "gpu": gpu.key, "switch": fabric.switch.key, "planes": fabric.planes, "link_gbit": fabric.link_gbit,
+        "tiers": tiers, "total_switches": fabric.total_switches, "gpu_links": fabric.gpu_links,
+        "transceivers": fabric.transceivers, "bisection_bytes_per_s": fabric.bisection_bytes_per_s,
+        "max_hops": fabric.max_hops, "max_latency_s": fabric.base_latency_s(len(fabric.tiers)),
+        "power_w": it_w * pue, "it_power_w": it_w, "gpu_power_w": gpu_w, "host_power_w": host_w,
+        "network_power_w": fabric.network_power_w, "switch_power_w": fabric.switch_power_w,
+        "optics_power_w": fabric.optics_power_w, "pue": pue,
+        "capex_usd": n * gpu.price_usd + fabric.network_capex_usd, "gpu_capex_usd": n * gpu.price_usd,
+        "network_capex_usd": fabric.network_capex_usd, "allreduce_bytes": gradient_bytes,
+        "allreduce_time_s": ar, "sharp": sharp,
+        "sources": {"switch": fabric.switch.sources, "gpu": gpu.sources, "system": system.sources},
+    }
+
+
+def compare_options(num_gpus: int, gpu: GpuSpec, system: SystemSpec, *, pue: float = 1.1,
+                    oversubscription: tuple[float, ...] | None = None) -> list[dict[str, object]]:
+    """The feasible (switch, planes) fabrics for ``num_gpus``, fewest tiers first for each switch."""
+    rows = []
+    for key in sorted(switch_catalog()):
+        for planes in (1, 2, 4, 8):
+            try:
+                fab = build_fabric(num_gpus, gpu, system, switch=key, planes=planes, oversubscription=oversubscription)
+            except InputError:
+                continue
+            rows.append(fabric_summary(fab, gpu, system, pue=pue))
+    return rows

@@ -78,34 +78,44 @@ class TwoLevelNetwork:
         return local, np.ceil(g / local)
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
-        require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
-        s = np.asarray(size_bytes, dtype=float)
         g = np.asarray(group_size, dtype=float)
         n, k = self.split(g, stride)
-        bu, bo = self.scaleup_busbw_bytes_per_s, self.scaleout_bytes_per_s
-        au, ao = self.scaleup_hop_latency_s, self.scaleout_hop_latency_s
-        log_k = np.log2(np.maximum(k, 1.0))
-        if kind == "p2p":
-            t = np.where(k > 1, s / bo + ao, s / bu + au) + self.base_latency_s
-            return np.where(g > 1, t, 0.0)
-        if kind == "all_to_all":
-            # A fraction (n-1)/g of the buffer stays in the domain, (g-n)/g leaves it (section 5).
-            bw = s * (n - 1) / g / bu + s * (g - n) / g / bo
-            lat = (n - 1) * au + (k - 1) * ao
-        else:
-            # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a
-            # 1/n shard, all-gather in the domain; half of that for reduce-scatter or all-gather.
-            # NCCL pipelines chunks through the NVLink and network stages, which use different
-            # links, so the slower stage sets the time: this reproduces the measured 4 x 8 B200
-            # all-reduce (busbw 381.8 GB/s from 36.95 GB/s per NIC, collectives.md section 5).
-            bw = np.maximum((n - 1) / n * s / bu, (k - 1) / k * s / (n * bo))
-            # Latency: NCCL runs all-gather / reduce-scatter as a ring over all g ranks (PAT only
-            # with one GPU per node), so g - 1 steps of which k - 1 cross the network
-            # [NCCL-TUNE-230]; all-reduce takes the better of the ring (2x the steps) and the
-            # double binary tree (2 ((n - 1) intra + log2 k inter) steps).
-            ring = (g - k) * au + (k - 1) * ao
-            lat = ring
-            if kind == "all_reduce":
-                bw = 2 * bw
-                lat = np.minimum(2 * ring, 2 * ((n - 1) * au + log_k * ao))
-        return np.where(g > 1, bw + lat + self.base_latency_s, 0.0)
+        return hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
+                                   self.scaleout_bytes_per_s, self.scaleup_hop_latency_s,
+                                   self.scaleout_hop_latency_s, self.base_latency_s)
+
+
+def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k: Array, bu: Array, bo: Array,
+                        au: Array, ao: Array, base: float, in_network: Array = False) -> Array:
+    """Alpha-beta time of a collective over g = n x k ranks: n per scale-up domain (bus bandwidth bu,
+    per-step latency au), k domains joined by the scale-out network (per-GPU bandwidth bo, per-step
+    latency ao). ``in_network``: the scale-out all-reduce reduces in the switches (SHARP), which
+    halves its traffic (collectives.md sections 1 and 5)."""
+    require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
+    s = np.asarray(size_bytes, dtype=float)
+    log_k = np.log2(np.maximum(k, 1.0))
+    if kind == "p2p":
+        t = np.where(k > 1, s / bo + ao, s / bu + au) + base
+        return np.where(g > 1, t, 0.0)
+    if kind == "all_to_all":
+        # A fraction (n-1)/g of the buffer stays in the domain, (g-n)/g leaves it (section 5).
+        bw = s * (n - 1) / g / bu + s * (g - n) / g / bo
+        lat = (n - 1) * au + (k - 1) * ao
+    else:
+        # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a
+        # 1/n shard, all-gather in the domain; half of that for reduce-scatter or all-gather.
+        # NCCL pipelines chunks through the NVLink and network stages, which use different
+        # links, so the slower stage sets the time: this reproduces the measured 4 x 8 B200
+        # all-reduce (busbw 381.8 GB/s from 36.95 GB/s per NIC, collectives.md section 5).
+        bw = np.maximum((n - 1) / n * s / bu, (k - 1) / k * s / (n * bo))
+        # Latency: NCCL runs all-gather / reduce-scatter as a ring over all g ranks (PAT only
+        # with one GPU per node), so g - 1 steps of which k - 1 cross the network
+        # [NCCL-TUNE-230]; all-reduce takes the better of the ring (2x the steps) and the
+        # double binary tree (2 ((n - 1) intra + log2 k inter) steps).
+        ring = (g - k) * au + (k - 1) * ao
+        lat = ring
+        if kind == "all_reduce":
+            inter = (k - 1) / k * s / (n * bo)
+            bw = np.maximum(2 * (n - 1) / n * s / bu, np.where(in_network, 1.0, 2.0) * inter)
+            lat = np.minimum(2 * ring, 2 * ((n - 1) * au + log_k * ao))
+    return np.where(g > 1, bw + lat + base, 0.0)

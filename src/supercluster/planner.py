@@ -189,7 +189,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                        if c >= 1 and (c == num_gpus or num_gpus % c == 0))
     cols = candidate_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
                              precisions=precisions, gpu_counts=counts)
-    out = step_columns(model, gpu, network or default_network(gpu), framework, cols)
+    out = step_columns(model, gpu, network or default_network(gpu, num_gpus=num_gpus), framework, cols)
     system = get_system(gpu.system)
     price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)
     watts = costs.facility_power_w_per_gpu(gpu, system, pue=pue)

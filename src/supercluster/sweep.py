@@ -99,7 +99,13 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
         m, g = load_model(mk), get_gpu(gk)
         cols_list = [layout_columns(lay, fw) for _, _, lay in items]
         cols = {k: np.concatenate([c[k] for c in cols_list]) for k in cols_list[0]}
-        out = step_columns(m, g, default_network(g), fw, cols)
+        gpus = cols["tp"] * cols["pp"] * cols["dp"] * cols["cp"]
+        out = {}
+        for n in np.unique(gpus):  # one fabric per cluster size
+            sel = gpus == n
+            part = step_columns(m, g, default_network(g, num_gpus=int(n)), fw, {k: v[sel] for k, v in cols.items()})
+            for key, v in part.items():
+                out.setdefault(key, np.zeros(len(gpus)))[sel] = v
         mfu = out["model_flops"] / (out["step_time_s"] * out["num_gpus"] * out["peak_flops_per_s"])
         for j, (i, s, _) in enumerate(items):
             mem = float(out["memory_per_gpu_bytes"][j])

@@ -128,7 +128,7 @@ def predict_row(row: dict[str, str]) -> RowResult:
         layout.check_gpus(_int(row, "num_gpus"))
         gpu = get_gpu((row.get("gpu") or "").strip())
         gpu.peak(layout.precision)
-        b = step_breakdown(model, layout=layout, gpu=gpu, net=default_network(gpu), fw=fw)
+        b = step_breakdown(model, layout=layout, gpu=gpu, net=default_network(gpu, num_gpus=layout.num_gpus), fw=fw)
     except InputError as exc:
         return RowResult(rid, None, measured, None, False, str(exc), group)
     err = b.step_time_s / measured - 1.0 if measured else None

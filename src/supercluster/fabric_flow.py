@@ -1,0 +1,121 @@
+"""Check of the closed form: an explicit two-tier fabric graph and max-min fair flow rates.
+
+For fabrics up to a few thousand GPUs the closed-form contention of
+:meth:`~supercluster.fabric.Fabric.contention` is checked against flows on the explicit graph
+(rustworkx): GPUs, leaves and spines with their links as capacities (in NIC units), a
+collective's traffic pattern as flows, equal-cost multipath as an even (fluid) split over the
+shortest paths, and max-min fair rates by progressive filling (Bertsekas and Gallager, Data
+Networks, section 6.5). Fluid ECMP is the ideal that per-flow hashing approaches with many flows
+(Meta's NCCLX opens 16 per GPU pair for this, LLAMA3); hash collisions would only lower rates.
+
+The check works at GPU granularity (one GPU per node, no NVLink), the abstraction the closed
+form uses for the scale-out part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import rustworkx as rx
+from scipy import sparse
+
+from .errors import require
+from .fabric import Fabric
+
+
+@dataclass(frozen=True, slots=True)
+class FlowResult:
+    rates: np.ndarray  # per flow, in NIC units
+    slowdown: float  # completion time of the pattern relative to every flow at NIC rate
+
+
+def explicit_graph(fabric: Fabric) -> tuple[rx.PyDiGraph, list[int], dict[tuple[int, int], float]]:
+    """GPU, leaf and spine nodes of a two-tier (per plane) fabric; capacities per directed edge."""
+    require(len(fabric.tiers) == 2 and fabric.planes == 1, "fabric", "the check builds 2-tier, 1-plane fabrics")
+    leaf, spine = fabric.tiers
+    n = fabric.num_gpus
+    g = rx.PyDiGraph()
+    gpus = [g.add_node(("gpu", i)) for i in range(n)]
+    leaves = [g.add_node(("leaf", i)) for i in range(leaf.switches)]
+    spines = [g.add_node(("spine", j)) for j in range(spine.switches)]
+    cap: dict[tuple[int, int], float] = {}
+    for i in range(n):
+        lf = leaves[i // leaf.down_ports]
+        for a, b in ((gpus[i], lf), (lf, gpus[i])):
+            g.add_edge(a, b, None)
+            cap[(a, b)] = 1.0
+    links_per_leaf = leaf.links_up // leaf.switches
+    require(links_per_leaf % spine.switches == 0, "fabric", "uplinks must spread evenly over the spines")
+    per_spine = links_per_leaf // spine.switches
+    for lf in leaves:
+        for sp in spines:
+            for a, b in ((lf, sp), (sp, lf)):
+                g.add_edge(a, b, None)
+                cap[(a, b)] = float(per_spine)
+    return g, gpus, cap
+
+
+def max_min_rates(graph: rx.PyDiGraph, gpus: list[int], cap: dict[tuple[int, int], float],
+                  pairs: list[tuple[int, int]]) -> np.ndarray:
+    """Max-min fair rates of ``pairs`` (GPU index pairs) under fluid ECMP."""
+    edges = {e: k for k, e in enumerate(cap)}
+    rows, cols, vals = [], [], []
+    cache: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for f, (s, t) in enumerate(pairs):
+        key = (s, t)
+        if key not in cache:
+            paths = list(rx.digraph_all_shortest_paths(graph, gpus[s], gpus[t]))
+            load: dict[int, float] = {}
+            for p in paths:
+                for a, b in zip(p[:-1], p[1:], strict=True):
+                    load[edges[(a, b)]] = load.get(edges[(a, b)], 0.0) + 1.0 / len(paths)
+            cache[key] = list(load.items())
+        for e, frac in cache[key]:
+            rows.append(e)
+            cols.append(f)
+            vals.append(frac)
+    A = sparse.csr_matrix((vals, (rows, cols)), shape=(len(edges), len(pairs)))
+    c = np.array(list(cap.values()))
+    rate = np.zeros(len(pairs))
+    active = np.ones(len(pairs), dtype=bool)
+    while active.any():
+        used = A @ rate
+        load = A @ active.astype(float)
+        room = np.where(load > 0, (c - used) / np.where(load > 0, load, 1.0), np.inf)
+        step = float(room.min())
+        rate[active] += step
+        full = (load > 0) & (room <= step * (1 + 1e-9) + 1e-12)
+        frozen = np.asarray(A[full].sum(axis=0)).ravel() > 0
+        active &= ~frozen
+    return rate
+
+
+def pattern_pairs(num_gpus: int, group: int, stride: int, pattern: str) -> tuple[list[tuple[int, int]], float]:
+    """Flows of every group of ``group`` members ``stride`` apart, and each flow's share of a GPU's data."""
+    require(num_gpus % (group * stride) == 0, "group", "groups must tile the GPUs")
+    pairs = []
+    for base in range(0, num_gpus, group * stride):
+        for off in range(stride):
+            members = [base + off + i * stride for i in range(group)]
+            if pattern == "ring":
+                pairs += [(members[i], members[(i + 1) % group]) for i in range(group)]
+            else:
+                pairs += [(a, b) for a in members for b in members if a != b]
+    share = 1.0 if pattern == "ring" else 1.0 / (group - 1)
+    return pairs, share
+
+
+def flow_slowdown(fabric: Fabric, group: int, stride: int, pattern: str) -> FlowResult:
+    """Completion time of a collective's flows, relative to the NIC rate, on the explicit fabric."""
+    graph, gpus, cap = explicit_graph(fabric)
+    pairs, share = pattern_pairs(fabric.num_gpus, group, stride, pattern)
+    rates = max_min_rates(graph, gpus, cap, pairs)
+    # a GPU's data takes (its largest flow time) / (share at the NIC rate)
+    per_gpu = np.zeros(fabric.num_gpus)
+    for (s, _), r in zip(pairs, rates, strict=True):
+        per_gpu[s] = max(per_gpu[s], share / r)
+    if pattern == "ring":
+        return FlowResult(rates=rates, slowdown=float(per_gpu.max()))
+    # all-to-all: a GPU sends all its flows at once through its NIC; its time is the slowest flow
+    return FlowResult(rates=rates, slowdown=float(per_gpu.max()))
