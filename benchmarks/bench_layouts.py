@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     model, gpu, fw = load_model("llama3-405b"), get_gpu("h100-sxm"), get_framework("megatron")
-    net = default_network(gpu)
+    net = default_network(gpu, num_gpus=16384)  # the sized fabric, as the planner uses
     cols = columns(args.rows, np.random.default_rng(0))
     step_columns(model, gpu, net, fw, cols)  # warm-up
     best = float("inf")
@@ -47,10 +47,17 @@ def main() -> None:
         out = step_columns(model, gpu, net, fw, cols)
         best = min(best, time.perf_counter() - t0)
     rate = args.rows / best
+    from supercluster.planner import plan
+
+    t0 = time.perf_counter()
+    res = plan(model, gpu, 16384, global_batch=2048, seq_len=8192, framework=fw)
+    plan_s = time.perf_counter() - t0
+    print(f"full planner search, Llama 3 405B on 16,384 H100: {res.evaluated:,} layouts, {res.feasible:,} fit, "
+          f"{plan_s:.2f} s; best {res.best.layout.short()} {res.best.step_time_s:.3f} s")
     print(f"model llama3-405b on 16,384 h100-sxm; {args.rows:,} layouts per call; best of {args.repeats}")
     print(f"seconds per call {best:.4f}; layouts per second {rate:,.0f}")
     print(f"median predicted step time {np.median(out['step_time_s']):.3f} s")
-    print(json.dumps({"layouts_per_s": rate, "rows": args.rows, "seconds": best}))
+    print(json.dumps({"layouts_per_s": rate, "rows": args.rows, "seconds": best, "plan_seconds": plan_s}))
 
 
 if __name__ == "__main__":

@@ -143,13 +143,31 @@ def test_calibrate_writes_a_usable_profile(cpu_profile):
     assert json.loads(r.output)["ledger"]["exposed_dp_comm"] > 0
 
 
-# Measured on this project's 2-core CI machine: within about -11 % to -39 % (see the closing note of the
-# calibration issue); this bound catches a broken cost path or a broken run, not the 20 % target.
-@pytest.mark.parametrize("args", [["--dp", "2"], ["--tp", "2"], ["--dp", "2", "--hidden", "768", "--layers", "3"],
-                                  ["--tp", "2", "--hidden", "768", "--layers", "3"]])
+# Two model sizes, DP=2 and TP=2, on the 2-core CPU. Measured here on a quiet machine: -9 % and -18 %
+# (L3 H768), -15 % and -14 % (L4 H1024). Any other load on the two cores moves these by 10-20 points,
+# so the bound leaves room for a noisy CI machine (the closing note of the calibration issue has the
+# figures). Smaller models are further off: framework dispatch and gloo overheads are not priced.
+@pytest.mark.parametrize("args", [["--dp", "2", "--hidden", "768", "--layers", "3"],
+                                  ["--tp", "2", "--hidden", "768", "--layers", "3"],
+                                  ["--dp", "2", "--hidden", "1024", "--layers", "4", "--steps", "3"],
+                                  ["--tp", "2", "--hidden", "1024", "--layers", "4", "--steps", "3"]])
 def test_verify_real_steps_against_prediction(cpu_profile, args):
-    r = runner.invoke(app, ["verify", "--profile", str(cpu_profile), "--nproc", "2", "--steps", "4", *args, "--json"])
+    r = runner.invoke(app, ["verify", "--profile", str(cpu_profile), "--nproc", "2", *args, "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["measured_step_time_s"] > 0 and d["predicted_step_time_s"] > 0
-    assert abs(d["error"]) < 0.5, d
+    assert abs(d["error"]) < 0.35, d
+
+
+def test_verify_fsdp_and_2d_mesh_run(cpu_profile):
+    r = runner.invoke(app, ["verify", "--profile", str(cpu_profile), "--nproc", "4", "--dp", "2", "--tp", "2",
+                            "--steps", "1", "--layers", "1", "--hidden", "256", "--heads", "4", "--seq-len", "64",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["layout"] == "tp2-pp1-dp2"
+    r = runner.invoke(app, ["verify", "--profile", str(cpu_profile), "--nproc", "2", "--dp", "2", "--fsdp",
+                            "--steps", "2", "--layers", "1", "--hidden", "256", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["fsdp"] is True
+    r = runner.invoke(app, ["verify", "--profile", str(cpu_profile), "--nproc", "3", "--tp", "2"])
+    assert r.exit_code != 0

@@ -11,13 +11,27 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from . import reports
 from .errors import InputError
-from .estimate import estimate as estimate_step
 from .hardware import get_gpu, gpu_catalog, system_catalog
 from .layout import Layout
 from .models import load_model, model_catalog
-from .validate import validate as run_validation
+
+
+class _Lazy:
+    """A sibling module imported on first use: commands that do not need the cost model start faster."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(self._name, __package__), attr)
+
+
+reports = _Lazy(".reports")
+_estimate = _Lazy(".estimate")
+_validate = _Lazy(".validate")
 
 OBJECTIVE_HELP = "time | cost | energy (cost and energy may use fewer GPUs of the cluster)"
 
@@ -118,7 +132,7 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         base = None if prof.kind == "cpu" else g
         g = prof.gpu_spec(base)
         net = prof.network(fallback=net if base else None)
-    b = estimate_step(m, gpu=g, num_gpus=gpus, layout=layout, framework=framework, network=net)
+    b = _estimate.estimate(m, gpu=g, num_gpus=gpus, layout=layout, framework=framework, network=net)
     if as_json:
         _emit_json(reports.breakdown_json(b, model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
                                           framework=framework))
@@ -166,10 +180,31 @@ def plan(
 @app.command()
 def validate(
     runs: Annotated[str | None, typer.Option(help="runs CSV (default: the shipped public-runs.csv)")] = None,
+    ranks: Annotated[bool, typer.Option("--ranks", help="instead: where each published layout ranks among the "
+                                                        "planner's feasible layouts")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Predict every scored published run and report per-row error, MAPE and the worst row."""
-    res = run_validation(runs)
+    if ranks:
+        from rich.table import Table
+
+        rk = _validate.published_ranks(runs)
+        if as_json:
+            _emit_json(rk)
+            return
+        t = Table(title="published layouts ranked by the planner (1 = the planner's best)")
+        for col in ("row", "rank", "of feasible", "planner's best", "note"):
+            t.add_column(col)
+        for r in rk["rows"]:
+            t.add_row(str(r["id"]), str(r["rank"] or "-"), f"{r['feasible']:,}", str(r.get("best", "")),
+                      str(r.get("reason", ""))[:60])
+        con = _out()
+        con.print(t)
+        sm = rk["summary"]
+        con.print(f"ranked {sm['ranked']} of {sm['rows']} rows: #1 {sm['top1']}, top 10 {sm['top10']}, top 100 "
+                  f"{sm['top100']}; median percentile {sm['median_percentile']}, p90 {sm['p90_percentile']}")
+        return
+    res = _validate.validate(runs)
     if as_json:
         out = dict(res)
         out["rows"] = [dataclasses.asdict(r) for r in res["rows"]]  # type: ignore[attr-defined]
@@ -207,6 +242,9 @@ PueOpt = Annotated[float, typer.Option(help="facility PUE")]
 PriceOpt = Annotated[float | None, typer.Option(help="price of a GPU-hour in USD (default: ownership cost)")]
 LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4 (default: the planner's best)")]
 RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full (with --layout)")]
+GbsOpt = Annotated[int, typer.Option(help="sequences per step")]
+SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
+FrameworkOpt = Annotated[str, typer.Option(help="framework profile")]
 
 
 def _layout_arg(layout: str | None, gbs: int, seq: int, recompute: str, precision: str) -> Layout | None:
@@ -222,10 +260,8 @@ def goodput(
     gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
     days: Annotated[float, typer.Option(help="wall-clock days of the run")] = 54.0,
     model: Annotated[str, typer.Option(help="model (sets checkpoint size and step)")] = "llama3-405b",
-    layout: LayoutOpt = None, recompute: RecomputeOpt = "full",
-    global_batch: Annotated[int, typer.Option(help="sequences per step")] = 2048,
-    seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
-    framework: Annotated[str, typer.Option(help="framework profile")] = "megatron",
+    layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
+    seq_len: SeqOpt = 8192, framework: FrameworkOpt = "megatron",
     rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
@@ -252,11 +288,9 @@ def train(
     gpu: Annotated[str, typer.Option(help="GPU key")] = "h100-sxm",
     gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
     tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter, Chinchilla)")] = None,
-    layout: LayoutOpt = None, recompute: RecomputeOpt = "full",
-    global_batch: Annotated[int, typer.Option(help="sequences per step")] = 2048,
-    seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
+    layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
+    seq_len: SeqOpt = 8192, framework: FrameworkOpt = "megatron",
     precision: Annotated[str, typer.Option(help="bf16 | fp8 (with --layout)")] = "bf16",
-    framework: Annotated[str, typer.Option(help="framework profile")] = "megatron",
     deadline_days: Annotated[float | None, typer.Option(help="also: compute-optimal model for it")] = None,
     rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,

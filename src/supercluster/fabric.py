@@ -142,11 +142,14 @@ class Fabric:
         st = np.maximum(np.asarray(stride, dtype=np.int64), 1)
         g, st = np.broadcast_arrays(g, st)
         worst = np.ones(g.shape)
+        if len(self.tiers) < 2 or g.size == 0:
+            return worst
+        width = int(st.max()) + 1
+        keys, inverse = np.unique((g * width + st).ravel(), return_inverse=True)
         for level in range(1, len(self.tiers)):
             below = int(self.tiers[level - 1].gpus_below)
             capacity = below / self.oversubscription_below(level + 1)  # NICs' worth of uplink
-            pairs, inverse = np.unique(np.stack([g.ravel(), st.ravel()]), axis=1, return_inverse=True)
-            demand = np.array([_subtree_demand(pattern, int(a), int(b), below) for a, b in pairs.T])
+            demand = np.array([_subtree_demand(pattern, int(k // width), int(k % width), below) for k in keys])
             worst = np.maximum(worst, (demand[inverse.ravel()] / capacity).reshape(g.shape))
         return worst
 

@@ -30,8 +30,8 @@ from .network import Network
 from .step import LEDGER, RECOMPUTE_CODE, step_columns
 
 OBJECTIVES = ("time", "cost", "energy")
-MICRO_BATCHES = (1, 2, 4, 8)
-VPP = (1, 2, 3, 4, 6, 8)
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+VPP = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
 ZERO = (0, 1, 2, 3)
 MAX_CP = 32
 _RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from .errors import InputError
 from .estimate import default_network
 from .framework import Framework, resolve_framework
@@ -107,25 +109,61 @@ def parse_zero(text: str, fw: Framework) -> int:
     return fw.default_zero_stage
 
 
+def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
+    """Model, layout and framework a scored row describes (InputError if it cannot be read)."""
+    fw, note = resolve_framework(row.get("framework") or "")
+    model = row_model(row)
+    pp, dp = _int(row, "pp", 1) or 1, _int(row, "dp")
+    # A blank micro-batch means 1 under pipelining, else the whole local batch.
+    mb_default = 1 if pp > 1 else max(1, _int(row, "global_batch") // max(dp, 1))
+    layout = Layout(
+        tp=_int(row, "tp", 1) or 1, pp=pp, dp=dp, cp=_int(row, "cp", 1) or 1,
+        ep=_int(row, "ep", 1) or 1, vpp=_int(row, "vpp", 1) or 1, micro_batch=_int(row, "micro_batch", mb_default),
+        global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
+        precision=parse_precision(row.get("precision", "")),
+        recompute=parse_recompute(row.get("recompute", ""), fw),
+        zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
+    )
+    layout.check_gpus(_int(row, "num_gpus"))
+    return model, layout, fw, note
+
+
+def published_ranks(path: str | Path | None = None) -> dict[str, object]:
+    """For every scored row, the rank of its published layout among the planner's feasible layouts."""
+    from .planner import plan
+
+    out = []
+    for row in (r for r in load_rows(path) if (r.get("scored") or "").strip().lower() == "yes"):
+        try:
+            model, layout, fw, _ = row_setup(row)
+            gpu = get_gpu((row.get("gpu") or "").strip())
+            res = plan(model, gpu, layout.num_gpus, global_batch=layout.global_batch, seq_len=layout.seq_len,
+                       framework=fw, precisions=(layout.precision,), top=1)
+        except InputError as exc:
+            out.append({"id": row.get("id"), "rank": None, "feasible": 0, "reason": str(exc)})
+            continue
+        rank = res.rank_of(layout)
+        out.append({"id": row.get("id"), "rank": rank, "feasible": res.feasible, "best": res.best.layout.short(),
+                    "best_step_time_s": res.best.step_time_s,
+                    "reason": "" if rank else "published layout outside the search space or predicted not to fit"})
+    ranked = [r for r in out if r["rank"]]
+    pct = sorted(100.0 * r["rank"] / r["feasible"] for r in ranked)  # type: ignore[operator]
+    summary = {
+        "rows": len(out), "ranked": len(ranked),
+        "top1": sum(r["rank"] == 1 for r in ranked), "top10": sum(r["rank"] <= 10 for r in ranked),  # type: ignore[operator]
+        "top100": sum(r["rank"] <= 100 for r in ranked),  # type: ignore[operator]
+        "median_percentile": float(np.median(pct)) if pct else None,
+        "p90_percentile": float(np.percentile(pct, 90)) if pct else None,
+    }
+    return {"rows": out, "summary": summary}
+
+
 def predict_row(row: dict[str, str]) -> RowResult:
     rid = row.get("id", "?")
     measured = float(row["step_time_s"]) if (row.get("step_time_s") or "").strip() else None
     group = f"{row.get('model_name', '')}|{row.get('gpu', '')}|{row.get('num_gpus', '')}|{row.get('precision', '')}"
     try:
-        fw, note = resolve_framework(row.get("framework") or "")
-        model = row_model(row)
-        pp, dp = _int(row, "pp", 1) or 1, _int(row, "dp")
-        # A blank micro-batch means 1 under pipelining, else the whole local batch.
-        mb_default = 1 if pp > 1 else max(1, _int(row, "global_batch") // max(dp, 1))
-        layout = Layout(
-            tp=_int(row, "tp", 1) or 1, pp=pp, dp=dp, cp=_int(row, "cp", 1) or 1,
-            ep=_int(row, "ep", 1) or 1, vpp=_int(row, "vpp", 1) or 1, micro_batch=_int(row, "micro_batch", mb_default),
-            global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
-            precision=parse_precision(row.get("precision", "")),
-            recompute=parse_recompute(row.get("recompute", ""), fw),
-            zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
-        )
-        layout.check_gpus(_int(row, "num_gpus"))
+        model, layout, fw, note = row_setup(row)
         gpu = get_gpu((row.get("gpu") or "").strip())
         gpu.peak(layout.precision)
         b = step_breakdown(model, layout=layout, gpu=gpu, net=default_network(gpu, num_gpus=layout.num_gpus), fw=fw)

@@ -1,0 +1,110 @@
+"""Fabric sizing, reference designs, the closed form against max-min fair flows, and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from supercluster.cli import app
+from supercluster.errors import InputError
+from supercluster.estimate import default_network
+from supercluster.fabric import FabricNetwork, build_fabric, get_switch
+from supercluster.fabric_flow import flow_slowdown
+from supercluster.hardware import get_gpu, get_system
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def dgx_h100():
+    g = get_gpu("h100-sxm")
+    return g, get_system(g.system)
+
+
+# NV-SUPERPOD-H100 (network.csv): scalable units of 32 nodes (256 ports incl. UFM) on QM9700.
+@pytest.mark.parametrize("su,leaf,spine,core", [(1, 8, 4, 0), (2, 16, 8, 0), (4, 32, 16, 0), (8, 64, 32, 0),
+                                                (16, 128, 128, 64), (32, 256, 256, 128), (64, 512, 512, 256)])
+def test_superpod_switch_counts(dgx_h100, su, leaf, spine, core):
+    g, s = dgx_h100
+    f = build_fabric(256 * su, g, s, switch="quantum-2")
+    counts = [t.switches for t in f.tiers] + [0] * (3 - len(f.tiers))
+    assert counts == [leaf, spine, core]
+
+
+def test_superpod_three_su_differs_as_explained(dgx_h100):
+    # NVIDIA lists 16 spines for 3 SU (760 GPUs): it cables for 4 SU. The minimum is 12.
+    g, s = dgx_h100
+    assert [t.switches for t in build_fabric(768, g, s, switch="quantum-2").tiers] == [24, 12]
+
+
+def test_infeasible_request_names_the_largest_reachable(dgx_h100):
+    g, s = dgx_h100
+    with pytest.raises(InputError, match="largest reachable is 2,048"):
+        build_fabric(4096, g, s, switch="quantum-2", tiers=2)
+    with pytest.raises(InputError, match="oversubscription"):
+        build_fabric(64, g, s, oversubscription=(0.5,))
+
+
+def test_oversubscription_and_planes_change_the_right_things(dgx_h100):
+    g, s = dgx_h100
+    full = build_fabric(16384, g, s)
+    thin = build_fabric(16384, g, s, oversubscription=(1.0, 4.0))
+    assert thin.bisection_bytes_per_s == pytest.approx(full.bisection_bytes_per_s / 4)  # the cut crosses tier 2
+    thin1 = build_fabric(16384, g, s, oversubscription=(2.0,))
+    assert thin1.bisection_bytes_per_s == pytest.approx(full.bisection_bytes_per_s / 2)
+    assert thin1.total_switches < full.total_switches
+    two = build_fabric(16384, g, s, switch="spectrum-4", planes=2)
+    assert two.link_gbit == 200 and two.planes == 2
+
+
+def test_million_gpus_fabric_json():
+    r = runner.invoke(app, ["fabric", "--gpus", "1048576", "--gpu", "gb200", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    for k in ("tiers", "total_switches", "bisection_bytes_per_s", "max_hops", "power_w", "capex_usd"):
+        assert k in d
+    assert all("switches" in t and "links" in t for t in d["tiers"])
+    assert sum(t["switches"] for t in d["tiers"]) == d["total_switches"]
+    assert d["power_w"] > 1.0e9  # over a gigawatt
+    r = runner.invoke(app, ["fabric", "--gpus", "1048576", "--gpu", "gb300", "--compare", "--json"])
+    assert r.exit_code == 0 and len(json.loads(r.output)) >= 4
+
+
+def _small_fabric(n: int, over: float):
+    g = get_gpu("h100-sxm")
+    sys1 = dataclasses.replace(get_system(g.system), gpus_per_node=1, scaleup_domain=1)
+    sw = dataclasses.replace(get_switch("quantum-2"), capacity_bytes_per_s=16 * 400e9 / 8)  # 16 ports
+    return build_fabric(n, g, sys1, switch=sw, oversubscription=(over,))
+
+
+@pytest.mark.parametrize("n,over,pattern,group,stride", [
+    (96, 3.0, "ring", 8, 12), (96, 3.0, "ring", 24, 4), (96, 3.0, "uniform", 16, 1), (96, 3.0, "uniform", 96, 1),
+    (192, 3.0, "uniform", 4, 16), (192, 3.0, "ring", 4, 16), (64, 1.0, "uniform", 64, 1), (128, 1.0, "ring", 16, 8),
+])
+def test_closed_form_contention_matches_max_min_fair_flows(n, over, pattern, group, stride):
+    f = _small_fabric(n, over)
+    explicit = flow_slowdown(f, group, stride, pattern).slowdown
+    closed = float(f.contention(pattern, np.array([group]), np.array([stride]))[0])
+    assert closed == pytest.approx(explicit, rel=0.10)
+
+
+def test_fabric_network_slows_only_groups_that_cross_thin_tiers(dgx_h100):
+    g, s = dgx_h100
+    fat = FabricNetwork.for_fabric(build_fabric(16384, g, s), g, s)
+    thin = FabricNetwork.for_fabric(build_fabric(16384, g, s, oversubscription=(4.0,)), g, s)
+    size = 1e9
+    inside = (8, 1)  # a TP group in one node
+    across = (2048, 8)  # a DP group over every node
+    assert thin.collective_time_s("all_reduce", size, *inside) == fat.collective_time_s("all_reduce", size, *inside)
+    assert thin.collective_time_s("all_to_all", size, *across) > fat.collective_time_s("all_to_all", size, *across)
+
+
+def test_default_network_is_the_sized_fabric(dgx_h100):
+    g, s = dgx_h100
+    assert isinstance(default_network(g, num_gpus=1024), FabricNetwork)
+    with pytest.raises(InputError, match="sharp"):
+        default_network(get_gpu("b200"), num_gpus=64, switch="tomahawk-5", sharp=True)
