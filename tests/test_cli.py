@@ -83,3 +83,36 @@ def test_malformed_csv_and_config_are_clear_errors(tmp_path):
     cfg.write_text("[1, 2")
     r = run("estimate", "--model", str(cfg))
     assert r.returncode == 2 and "not valid JSON" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,field", [
+    (["fabric", "--gpus", "-5"], "gpus"), (["fabric", "--switch", "nope"], "switch"),
+    (["fabric", "--gpus", "2000000", "--tiers", "2"], "largest reachable"),
+    (["plan", "--objective", "fast"], "objective"), (["plan", "--headroom", "2"], "headroom"),
+    (["goodput", "--days", "-1"], "days"), (["goodput", "--rates", "nope"], "rates"),
+    (["train", "--tokens", "-5"], "tokens"), (["scale", "--max-gpus", "0"], "max_gpus"),
+    (["sweep", "--db", "unused.duckdb", "--tp", "a"], "sweep"), (["verify", "--profile", "/nonexistent"], "profile"),
+    (["estimate", "--config", "/nonexistent"], "config"),
+])
+def test_new_commands_refuse_bad_input_in_one_line(args, field):
+    r = run(*args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and field in r.stderr and "Traceback" not in r.stderr
+
+
+def test_validate_ranks_on_a_small_runs_file(tmp_path):
+    from supercluster.validate import load_rows
+
+    rows = [r for r in load_rows() if r["id"] in ("TT-A100-L3-8B-selop", "TT-A100-L2-13B-noAC")]
+    import csv
+
+    p = tmp_path / "runs.csv"
+    with p.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    r = runner.invoke(app, ["validate", "--runs", str(p), "--ranks", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["summary"]["rows"] == 2
+    assert all(1 <= x["rank"] <= x["feasible"] for x in d["rows"])

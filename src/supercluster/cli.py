@@ -338,6 +338,8 @@ def scale(
     from .framework import get_framework
     from .run import RunOptions, scale_table
 
+    if max_gpus < 1:
+        raise InputError("max_gpus", f"must be a positive integer, got {max_gpus}")
     sizes, n = [], 1
     while n <= max_gpus:
         sizes.append(n)
