@@ -43,6 +43,7 @@ class CatalogKind(StrEnum):
     gpus = "gpus"
     systems = "systems"
     models = "models"
+    network = "network"
 
 
 def _out() -> Console:
@@ -57,7 +58,30 @@ def _emit_json(obj: Any) -> None:
 @app.command()
 def catalog(kind: Annotated[CatalogKind, typer.Argument(help="what to list")] = CatalogKind.gpus,
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-    """List the built-in GPUs, systems or models with their figures."""
+    """List the built-in GPUs, systems, models or network parts with their figures."""
+    if kind.value == "network":
+        from ._toml import load_package_toml
+
+        net = {k: v for k, v in load_package_toml("network.toml").items() if k in ("switches", "nics", "scaleup",
+                                                                                     "optics", "collectives")}
+        if as_json:
+            _emit_json(net)
+            return
+        from rich.table import Table
+
+        con = _out()
+        for section, items in net.items():
+            if section == "collectives":
+                continue
+            t = Table(title=section)
+            cols = sorted({c for v in items.values() for c in v})
+            t.add_column("key")
+            for c in cols:
+                t.add_column(c)
+            for key, v in items.items():
+                t.add_row(key, *[str(v.get(c, "")) for c in cols])
+            con.print(t)
+        return
     data = {"gpus": gpu_catalog, "systems": system_catalog, "models": model_catalog}[kind.value]()
     if as_json:
         _emit_json({k: dataclasses.asdict(v) for k, v in data.items()})

@@ -23,7 +23,7 @@ from functools import cache
 
 import numpy as np
 
-from ._toml import load_package_toml
+from ._toml import check_keys, load_package_toml
 from .errors import InputError, require
 from .hardware import GpuSpec, SystemSpec
 from .network import (
@@ -35,6 +35,8 @@ from .network import (
 )
 
 MAX_TIERS = 4
+_SWITCH_KEYS = {"name", "capacity_tbit", "max_port_gbit", "min_port_gbit", "latency_ns", "power_w", "price_usd",
+                "in_network_reduction", "sources"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,6 +201,9 @@ def _defaults() -> dict[str, object]:
 def switch_catalog() -> dict[str, SwitchSpec]:
     out = {}
     for key, t in _net_toml()["switches"].items():  # type: ignore[union-attr]
+        check_keys(f"switch {key}", t, _SWITCH_KEYS, set())
+        for k in ("capacity_tbit", "max_port_gbit", "min_port_gbit", "power_w", "price_usd"):
+            require(t[k] > 0, f"switch {key}.{k}", f"must be > 0, got {t[k]}")
         out[key] = SwitchSpec(
             key=key, name=t["name"], capacity_bytes_per_s=t["capacity_tbit"] * 1e12 / 8,
             max_port_gbit=t["max_port_gbit"], min_port_gbit=t["min_port_gbit"], latency_s=t["latency_ns"] * 1e-9,
@@ -319,15 +324,18 @@ class FabricNetwork:
 
     fabric: Fabric
     scaleup_busbw_bytes_per_s: float
-    scaleout_bytes_per_s: float  # achievable per GPU at 1:1 (NIC x busbw fraction)
+    scaleout_bytes_per_s: float  # achievable per GPU at 1:1 (NIC x ring efficiency)
     sharp: bool = False  # in-network all-reduce on switches that support it
+    gpu: GpuSpec | None = None  # for NVLink SHARP (NVLS) inside the scale-up domain
 
     @classmethod
     def for_fabric(cls, fabric: Fabric, gpu: GpuSpec, system: SystemSpec, sharp: bool = False) -> FabricNetwork:
+        """NVLink at the catalog link rate times the ring efficiency (network.toml); the NIC at the
+        system's achievable fraction (systems.toml)."""
         require(not sharp or fabric.switch.in_network_reduction, "sharp",
                 f"{fabric.switch.key} does not reduce in the network")
-        return cls(fabric=fabric, scaleup_busbw_bytes_per_s=gpu.allreduce_busbw_bytes_per_s,
-                   scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac, sharp=sharp)
+        return cls(fabric=fabric, scaleup_busbw_bytes_per_s=ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s),
+                   scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac, sharp=sharp, gpu=gpu)
 
     def tier_arrays(self, span: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(tier, bandwidth divisor, extra latency) for traffic among ``span`` consecutive GPUs."""
@@ -347,9 +355,18 @@ class FabricNetwork:
         k = np.ceil(g / n)
         _, _, extra = self.tier_arrays(g * st)
         divisor = self.fabric.contention("uniform" if kind == "all_to_all" else "ring", g, st)
-        return hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
-                                   self.scaleout_bytes_per_s / divisor, NVLINK_HOP_LATENCY_S,
-                                   NET_HOP_LATENCY_S + extra, RING_BASE_LATENCY_S, in_network=self.sharp)
+        t = hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
+                                self.scaleout_bytes_per_s / divisor, NVLINK_HOP_LATENCY_S,
+                                NET_HOP_LATENCY_S + extra, RING_BASE_LATENCY_S, in_network=self.sharp)
+        if kind == "all_reduce" and self.gpu is not None:
+            # NCCL takes NVLink SHARP for an all-reduce inside one domain when it is faster.
+            nvls = np.array([nvls_algbw_bytes_per_s(self.gpu, int(x)) for x in np.unique(n)])
+            if nvls.any():
+                alg = np.interp(n, np.unique(n), nvls)
+                t_nvls = np.where(alg > 0, RING_BASE_LATENCY_S + float(_coll()["nvls_latency_s"])  # type: ignore[arg-type]
+                                  + np.asarray(size_bytes, dtype=float) / np.where(alg > 0, alg, 1.0), np.inf)
+                t = np.where((k <= 1) & (g > 1), np.minimum(t, t_nvls), t)
+        return t
 
 
 def fabric_summary(fabric: Fabric, gpu: GpuSpec, system: SystemSpec, *, pue: float = 1.1,
@@ -391,3 +408,44 @@ def compare_options(num_gpus: int, gpu: GpuSpec, system: SystemSpec, *, pue: flo
                 continue
             rows.append(fabric_summary(fab, gpu, system, pue=pue))
     return rows
+
+
+# ---- collective bandwidths from link rates (the check against collectives.md) -----------------------
+def _coll() -> dict[str, object]:
+    return _net_toml()["collectives"]  # type: ignore[return-value]
+
+
+def ring_busbw_bytes_per_s(link_bytes_per_s: float) -> float:
+    """nccl-tests bus bandwidth of a ring collective over links of this unidirectional rate."""
+    return link_bytes_per_s * float(_coll()["ring_link_efficiency"])  # type: ignore[arg-type]
+
+
+def nvls_algbw_bytes_per_s(gpu: GpuSpec, n: int) -> float:
+    """Algorithm bandwidth of an NVLink-SHARP all-reduce over n GPUs (0 where NVLS does not apply).
+
+    In-network reduction: each GPU sends its buffer once and receives the result once, so the time
+    is S / (link x ring efficiency x NCCL's nvlsEfficiency) instead of 2 (n-1)/n S / busbw.
+    """
+    eff = float(_coll()["nvls_efficiency"].get(gpu.arch, 0.0))  # type: ignore[union-attr]
+    if eff <= 0 or n < int(_coll()["nvls_min_gpus"]) or n > gpu.scaleup_domain:  # type: ignore[arg-type]
+        return 0.0
+    return ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s) * eff
+
+
+def predicted_busbw(gpu: GpuSpec, system: SystemSpec, kind: str, n: int, nodes: int = 1,
+                    algorithm: str = "ring") -> float:
+    """nccl-tests busbw this model predicts for a large message: ``algorithm`` ring or nvls; ``nodes`` > 1
+    is the hierarchical multi-node collective over one NIC per GPU."""
+    if algorithm == "nvls":
+        alg = nvls_algbw_bytes_per_s(gpu, n)
+        require(alg > 0, "algorithm", f"NVLS does not apply to {n} x {gpu.key}")
+        return alg * 2.0 * (n - 1) / n
+    intra = ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s)
+    if nodes <= 1:
+        return intra
+    p = n * nodes
+    nic = system.nic_bytes_per_s * system.nic_busbw_frac  # the system's achievable NIC fraction (systems.toml)
+    # hierarchical, pipelined (network.py): the slower of the in-node and across-node stages
+    t_per_byte = max((n - 1) / n / intra, (nodes - 1) / nodes / (n * nic))
+    factor = 2.0 * (p - 1) / p if kind == "all_reduce" else (p - 1) / p
+    return factor / (t_per_byte * (2.0 if kind == "all_reduce" else 1.0))
