@@ -145,3 +145,21 @@ def test_nvls_is_taken_inside_a_hopper_node_for_large_all_reduces(dgx_h100):
     net_a = FabricNetwork.for_fabric(build_fabric(8, a100, get_system(a100.system)), a100, get_system(a100.system))
     t_a = float(net_a.collective_time_s("all_reduce", 16 * 2**30, 8, 1))
     assert 2 * 7 / 8 * 16 * 2**30 / t_a / 1e9 == pytest.approx(240.0, rel=0.02)  # Ampere: ring only
+
+
+def test_rank_order_moves_traffic_between_tiers():
+    from supercluster.estimate import estimate
+    from supercluster.layout import Layout
+
+    lay = Layout(tp=8, pp=8, dp=16, global_batch=256, seq_len=4096, recompute="full", sequence_parallel=True)
+    g = get_gpu("h100-sxm")
+    net = default_network(g, num_gpus=1024, oversubscription=(4.0,))
+    inner_dp = estimate("llama3-70b", gpu=g, num_gpus=1024, layout=lay, network=net, rank_order="tp-cp-dp-pp")
+    outer_dp = estimate("llama3-70b", gpu=g, num_gpus=1024, layout=lay, network=net, rank_order="tp-pp-cp-dp")
+    # PP neighbours sit in adjacent nodes (one leaf) in the second order; DP groups spread over every leaf
+    assert outer_dp.ledger["exposed_pp_comm"] <= inner_dp.ledger["exposed_pp_comm"]
+    assert outer_dp.step_time_s != inner_dp.step_time_s
+    with pytest.raises(InputError, match="adjacent"):
+        estimate("llama3-70b", gpu=g, num_gpus=1024, layout=lay, rank_order="tp-cp-pp-dp")
+    with pytest.raises(InputError, match="rank_order"):
+        estimate("llama3-70b", gpu=g, num_gpus=1024, layout=lay, rank_order="tp-dp")

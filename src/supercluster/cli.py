@@ -119,6 +119,8 @@ def estimate(
     oversubscription: Annotated[str | None, typer.Option(help="fabric: down:up per tier, e.g. 1,1,2")] = None,
     planes: Annotated[int, typer.Option(help="fabric: network planes")] = 1,
     sharp: Annotated[bool, typer.Option("--sharp", help="fabric: in-network all-reduce")] = False,
+    rank_order: Annotated[str, typer.Option(help="rank order, innermost first (Megatron-Core: tp-cp-ep-dp-pp)")]
+    = "tp-cp-ep-dp-pp",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
@@ -127,7 +129,7 @@ def estimate(
 
         layout = load_layout(config, num_gpus=gpus)
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-        _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab)
+        _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order)
         return
     if dp == 0:
         denom = tp * pp * cp
@@ -138,11 +140,12 @@ def estimate(
                     seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
                     sequence_parallel=sequence_parallel)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab)
+    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order)
 
 
 def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str, as_json: bool,
-                        profile: str | None = None, fabric_options: dict[str, Any] | None = None) -> None:
+                        profile: str | None = None, fabric_options: dict[str, Any] | None = None,
+                        rank_order: str = "tp-cp-ep-dp-pp") -> None:
     from .estimate import default_network
 
     m = load_model(model)
@@ -156,7 +159,8 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         base = None if prof.kind == "cpu" else g
         g = prof.gpu_spec(base)
         net = prof.network(fallback=net if base else None)
-    b = _estimate.estimate(m, gpu=g, num_gpus=gpus, layout=layout, framework=framework, network=net)
+    b = _estimate.estimate(m, gpu=g, num_gpus=gpus, layout=layout, framework=framework, network=net,
+                           rank_order=rank_order)
     if as_json:
         _emit_json(reports.breakdown_json(b, model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
                                           framework=framework))

@@ -7,7 +7,7 @@ from .hardware import GpuSpec, SystemSpec, get_gpu, get_system
 from .layout import Layout
 from .models import ModelSpec, load_model
 from .network import Network, TwoLevelNetwork
-from .step import StepBreakdown, step_breakdown
+from .step import DEFAULT_RANK_ORDER, StepBreakdown, step_breakdown
 
 
 def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: int | None = None,
@@ -29,7 +29,8 @@ def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: in
 
 
 def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layout: Layout,
-             framework: Framework | str = "megatron", network: Network | None = None) -> StepBreakdown:
+             framework: Framework | str = "megatron", network: Network | None = None,
+             rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
     """Predict one training step of ``model`` on ``num_gpus`` GPUs with ``layout``.
 
     >>> b = estimate("llama3-8b", gpu="h100-sxm", num_gpus=8,
@@ -43,4 +44,5 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     layout.check_gpus(num_gpus)
     layout.check_model(m)
     g.peak(layout.precision)
-    return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw)
+    return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw,
+                          rank_order=rank_order)

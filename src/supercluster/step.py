@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import require
 from .framework import AttentionEfficiency, Framework, attention_efficiency, hbm_frac, straggler_waste_frac
 from .hardware import GpuSpec
 from .layout import Layout
@@ -60,8 +61,30 @@ def _col(cols: dict[str, np.ndarray], name: str) -> np.ndarray:
     return np.asarray(cols[name], dtype=float)
 
 
+def rank_strides(order: str, tp: np.ndarray, cp: np.ndarray, dp: np.ndarray,
+                 pp: np.ndarray) -> dict[str, np.ndarray]:
+    """Rank stride of each parallel dimension for a rank order such as ``tp-cp-dp-pp`` (innermost
+    first, Megatron-Core's convention; EP is carved innermost out of the adjacent dp x cp block).
+    ``dpcp`` is the stride of that block."""
+    dims = order.lower().replace("ep-", "").replace("-ep", "").split("-")
+    require(sorted(dims) == ["cp", "dp", "pp", "tp"], "rank_order",
+            f"{order!r} must order tp, cp, dp and pp once each (ep optional), e.g. tp-cp-ep-dp-pp")
+    require(abs(dims.index("cp") - dims.index("dp")) == 1, "rank_order",
+            f"cp and dp must be adjacent in {order!r}: the optimizer shards over dp x cp")
+    size = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    stride, acc = {}, np.ones_like(tp)
+    for d in dims:
+        stride[d] = acc
+        acc = acc * size[d]
+    stride["dpcp"] = np.minimum(stride["cp"], stride["dp"])
+    return stride
+
+
+DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
+
+
 def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
-                 cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+                 cols: dict[str, np.ndarray], rank_order: str = DEFAULT_RANK_ORDER) -> dict[str, np.ndarray]:
     """Price every layout row of ``cols``; returns columns (seconds, bytes, FLOPs).
 
     ``cols`` holds the integer columns of :data:`COLUMNS`; ``recompute`` uses
@@ -73,6 +96,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     sp = (_col(cols, "sp") > 0) & (tp > 1)
     fp8 = _col(cols, "fp8") > 0
     fp32 = (_col(cols, "fp32") > 0) if "fp32" in cols else np.zeros(tp.shape, dtype=bool)
+    stride = rank_strides(rank_order, tp, cp, dp, pp)
+    s_tp, s_cp, s_dpcp, s_pp = stride["tp"], stride["cp"], stride["dpcp"], stride["pp"]
 
     L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)
     a, k, dq, dv = float(model.num_heads), float(model.num_kv_heads), float(model.qk_dim), float(model.v_dim)
@@ -123,8 +148,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     # ---- communication per layer per micro-batch ----------------------------------------
     act_bytes = T * h * el
-    half = net.collective_time_s("all_gather", act_bytes, tp, 1)
-    ar = net.collective_time_s("all_reduce", act_bytes, tp, 1)
+    half = net.collective_time_s("all_gather", act_bytes, tp, s_tp)
+    ar = net.collective_time_s("all_reduce", act_bytes, tp, s_tp)
     tp_f = np.where(sp, 4.0 * half, 2.0 * ar)
     tp_b = np.where(sp, 6.0 * half, 2.0 * ar)  # SP re-gathers the input for the weight gradient
     if fw.tp_comm_overlap:
@@ -136,14 +161,14 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     tp_x = tp_fx + tp_bx + np.where(rc == 2, tp_fx, 0.0)
 
     kv_bytes = T * kv_local * (dq + dv) * el
-    ring_step = net.collective_time_s("p2p", kv_bytes, cp, tp)
+    ring_step = net.collective_time_s("p2p", kv_bytes, cp, s_cp)
     cp_f = (cp - 1.0) * ring_step
     cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
     cp_fx, cp_bx = np.maximum(cp_f - t_attn_f, 0.0), np.maximum(cp_b - t_attn_b, 0.0)
     cp_x = cp_fx * np.where(rc == 2, 2.0, 1.0) + cp_bx
 
     if model.is_moe:
-        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, tp)
+        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, s_dpcp)
         ep_x = f_moe * a2a * (4.0 + np.where(rc == 2, 2.0, 0.0)) * (0.0 if fw.ep_overlap else 1.0)
     else:
         ep_x = np.zeros_like(tp)
@@ -155,13 +180,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # Vocabulary-parallel embedding and head (Megatron): the embedding output is all-reduced in the
     # forward, the head input gradient in the backward (SP: all-gather / reduce-scatter instead),
     # and the cross-entropy all-reduces three fp32 statistics per token (max, sum of exp, target).
-    tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, 1)
+    tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, s_tp)
     t_layer = t_fwd + t_bwd + t_rc + tp_x + cp_x + ep_x
     t_stage = Lh * t_layer + t_head + tp_head
     bubble = (pp - 1.0) / vpp * t_stage
 
     pp_bytes = tok_sp * h * el
-    t_p2p = net.collective_time_s("p2p", pp_bytes, pp, tp * cp * dp)
+    t_p2p = net.collective_time_s("p2p", pp_bytes, pp, s_pp)
     pp_steps = np.where((vpp > 1) & fw.pp_overlap, 2.0 * (pp - 1.0), 2.0 * (m * vpp + pp - 1.0))
     pp_x = np.where(pp > 1, pp_steps * t_p2p, 0.0)
 
@@ -177,11 +202,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     def dp_time(kind: str, params: np.ndarray, width: float, group: np.ndarray, stride: np.ndarray) -> np.ndarray:
         return np.asarray(net.collective_time_s(kind, params * width, group, stride))
 
-    rs = dp_time("reduce_scatter", dense_params, grb, dpg, tp) + dp_time("reduce_scatter", expert_params, grb,
-                                                                          edpg, tp * ep)
-    ag = dp_time("all_gather", dense_params, el, dpg, tp) + dp_time("all_gather", expert_params, el, edpg, tp * ep)
-    arr = dp_time("all_reduce", dense_params, grb, dpg, tp) + dp_time("all_reduce", expert_params, grb, edpg,
-                                                                       tp * ep)
+    rs = dp_time("reduce_scatter", dense_params, grb, dpg, s_dpcp) + dp_time("reduce_scatter", expert_params, grb,
+                                                                          edpg, s_dpcp * ep)
+    ag = dp_time("all_gather", dense_params, el, dpg, s_dpcp) + dp_time("all_gather", expert_params, el, edpg,
+                                                                         s_dpcp * ep)
+    arr = dp_time("all_reduce", dense_params, grb, dpg, s_dpcp) + dp_time("all_reduce", expert_params, grb, edpg,
+                                                                         s_dpcp * ep)
     # Compute already hiding TP or CP traffic is not free to hide DP traffic as well, so the
     # windows exclude it (keeps "faster compute is never slower" true).
     hid_f = (tp_f - tp_fx) + (cp_f - cp_fx)
@@ -195,8 +221,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     n_coll = Lh * fw.zero3_gathers_per_layer
     # The bytes are those of the whole-stage collectives above; each extra call adds its latency
     # (the time of a zero-byte call on the same group).
-    ag3 = ag + (n_coll - 1.0) * net.collective_time_s("all_gather", 0.0, dpg, tp)
-    rs3 = rs + (n_coll - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, tp)
+    ag3 = ag + (n_coll - 1.0) * net.collective_time_s("all_gather", 0.0, dpg, s_dpcp)
+    rs3 = rs + (n_coll - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, s_dpcp)
     ag3_b = ag3 * np.where((rc == 2) & fw.zero3_regather_on_recompute, 2.0, 1.0)
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
     # backward gathers and the gradient reduce-scatters together (one window, shared).
@@ -346,10 +372,11 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
     return {k: np.array([v]) for k, v in vals.items()}
 
 
-def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework) -> StepBreakdown:
+def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
+                   rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
     """Price one layout (already validated against model and GPU count)."""
     layout.check_model(model)
-    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw))
+    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order)
     first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     mem_keys = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
                 "mem_other_bytes", "memory_per_gpu_bytes")
