@@ -169,8 +169,13 @@ def _subtree_demand(pattern: str, group: int, stride: int, below: int) -> float:
     """Largest demand (NICs' worth) leaving one subtree of ``below`` consecutive ranks when every
     group of ``group`` members ``stride`` apart communicates (see :meth:`Fabric.contention`)."""
     span = group * stride
-    if group <= 1 or span <= 1:
-        return 0.0
+    if group <= 1 or span <= 1 or below % span == 0:
+        return 0.0  # whole groups inside every subtree
+    if span % below == 0 and (below % stride == 0 or stride % below == 0):
+        # Aligned: a subtree lies inside one block of groups and holds members of min(stride, below)
+        # groups, each with m = below / stride of them (1 when stride >= below).
+        present, m = min(stride, below), max(1, below // stride)
+        return float(present if pattern == "ring" else present * m * (group - m) / (group - 1))
     period = math.lcm(span, below)
     if period > 1 << 22:  # too long to count: the aligned, uniform-spread estimate
         inside = min(below, span) / stride
