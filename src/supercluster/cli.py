@@ -282,6 +282,16 @@ def _layout_arg(layout: str | None, gbs: int, seq: int, recompute: str, precisio
                               sequence_parallel=True)
 
 
+def _analyse(model: str, gpu: str, gpus: int, framework: str, layout: Layout | None, global_batch: int,
+             seq_len: int, opts: Any, **horizon: Any) -> dict[str, Any]:
+    from .framework import get_framework
+    from .run import analyse_run
+
+    r = analyse_run(load_model(model), get_gpu(gpu), gpus, framework=get_framework(framework), layout=layout,
+                    global_batch=global_batch, seq_len=seq_len, options=opts, **horizon)
+    return r.summary()
+
+
 @app.command()
 def goodput(
     gpu: Annotated[str, typer.Option(help="GPU key")] = "h100-sxm",
@@ -296,14 +306,9 @@ def goodput(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Interruptions, checkpoint interval and effective training time (ETTR) of a run of --days."""
-    from .framework import get_framework
-    from .run import analyse_run
-
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
-    r = analyse_run(load_model(model), get_gpu(gpu), gpus, framework=get_framework(framework),
-                    layout=_layout_arg(layout, global_batch, seq_len, recompute, "bf16"), days=days,
-                    global_batch=global_batch, seq_len=seq_len, options=opts)
-    s = r.summary()
+    s = _analyse(model, gpu, gpus, framework, _layout_arg(layout, global_batch, seq_len, recompute, "bf16"),
+                 global_batch, seq_len, opts, days=days)
     if as_json:
         _emit_json(s)
         return
@@ -326,15 +331,12 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Time to train a token budget: days, GPU-hours, MWh, dollars and the run's entropy ledger."""
-    from .framework import get_framework
-    from .run import analyse_run, compute_optimal_for_deadline
+    from .run import compute_optimal_for_deadline
 
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     g = get_gpu(gpu)
-    r = analyse_run(load_model(model), g, gpus, framework=get_framework(framework),
-                    layout=_layout_arg(layout, global_batch, seq_len, recompute, precision), tokens=tokens,
-                    global_batch=global_batch, seq_len=seq_len, options=opts)
-    s = r.summary()
+    s = _analyse(model, gpu, gpus, framework, _layout_arg(layout, global_batch, seq_len, recompute, precision),
+                 global_batch, seq_len, opts, tokens=tokens)
     if deadline_days is not None:
         s["compute_optimal_for_deadline"] = compute_optimal_for_deadline(g, gpus, deadline_days, s["mfu"],
                                                                          s["ettr_mean"])
