@@ -111,6 +111,18 @@ def test_measured_network_without_collectives_refuses_multi_rank_groups():
     assert MeasuredNetwork(params={}).collective_time_s("all_reduce", 1.0, 2, 1) == np.inf
 
 
+def test_nccl_tests_file_makes_a_profile_without_torch(tmp_path):
+    out = tmp_path / "cluster.toml"
+    r = runner.invoke(app, ["calibrate", "--nccl-tests", str(FIXTURE), "--gpu", "h100-sxm", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    p = load_profile(out)
+    assert p.collectives["all_reduce"]["busbw_bytes_per_s"] == pytest.approx(370e9, rel=0.03)
+    r = runner.invoke(app, ["estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--cp", "2",
+                            "--vpp", "5", "--global-batch", "128", "--profile", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["step_time_s"] > 0
+
+
 # ---- real processes (torch, CPU) -----------------------------------------------------------------
 torch = pytest.importorskip("torch")
 

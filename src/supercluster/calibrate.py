@@ -219,6 +219,20 @@ class MeasuredNetwork:
         return np.where(g > 1, t, 0.0)
 
 
+def catalog_profile(gpu: GpuSpec) -> Profile:
+    """A profile carrying a catalog GPU's compute figures, for clusters that bring only nccl-tests output."""
+    from .framework import attention_efficiency
+
+    att = attention_efficiency("flash", gpu.arch)
+    peak = gpu.peak("bf16") * gpu.clock_frac
+    return Profile(device=f"{gpu.name} (catalog)", kind="cuda", threads=0, memory_bytes=gpu.hbm_bytes,
+                   gemm={"bf16": {"rate_flops_per_s": gpu.gemm_flops_per_s("bf16"), "overhead_s": 0.0}},
+                   memory_bytes_per_s=gpu.hbm_bytes_per_s * hbm_frac(), op_overhead_s=0.0,
+                   attention={"dtype": "bf16", "fwd_flops_per_s": peak * att.fwd_frac,
+                              "bwd_flops_per_s": peak * att.bwd_frac},
+                   source=f"catalog {gpu.key}: {gpu.sources}")
+
+
 # ---- nccl-tests -------------------------------------------------------------------------------
 _NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
 _NCCL_KIND = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",

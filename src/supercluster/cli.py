@@ -453,6 +453,8 @@ def calibrate(
     nccl_tests: Annotated[list[str] | None, typer.Option("--nccl-tests", help="nccl-tests output file(s) to "
                                                           "fit instead of measuring collectives")] = None,
     kind: Annotated[str | None, typer.Option(help="collective of the nccl-tests files if not in them")] = None,
+    gpu: Annotated[str | None, typer.Option(help="with --nccl-tests: take compute figures from this catalog GPU "
+                                            "instead of measuring here (no torch needed)")] = None,
     timeout: Annotated[float, typer.Option(help="seconds before worker processes are killed")] = 900.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the profile as JSON")] = False,
 ) -> None:
@@ -463,12 +465,17 @@ def calibrate(
 
     from . import calibrate as cal
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=_out(), transient=True,
-                  disable=as_json) as bar:
-        task = bar.add_task("calibrating", total=None)
-        prof = cal.calibrate(nproc=nproc, quick=quick, device=device,
-                             dtypes=tuple(d.strip() for d in dtypes.split(",")) if dtypes else None,
-                             timeout_s=timeout, progress=lambda msg: bar.update(task, description=msg))
+    if gpu is not None:
+        if not nccl_tests:
+            raise InputError("gpu", "--gpu replaces the device measurement only together with --nccl-tests")
+        prof = cal.catalog_profile(get_gpu(gpu))
+    else:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=_out(), transient=True,
+                      disable=as_json) as bar:
+            task = bar.add_task("calibrating", total=None)
+            prof = cal.calibrate(nproc=nproc, quick=quick, device=device,
+                                 dtypes=tuple(d.strip() for d in dtypes.split(",")) if dtypes else None,
+                                 timeout_s=timeout, progress=lambda msg: bar.update(task, description=msg))
     if nccl_tests:
         coll = dict(prof.collectives)
         for path in nccl_tests:
