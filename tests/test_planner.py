@@ -136,3 +136,14 @@ def test_estimate_reads_a_launcher_config(tmp_path):
     r = runner.invoke(app, ["estimate", "--model", "llama3-70b", "--config", str(p), "--gpus", "64", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["layout"] == "tp8-pp1-dp8"
+
+
+def test_plan_token_budget_scales_with_tokens():
+    r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
+                            "--tokens", "1e12", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    b, best = d["budget"], d["best"]
+    steps = 1e12 / (256 * 8192)
+    assert b["days_to_train"] == pytest.approx(steps * best["step_time_s"] / 86400)
+    assert b["cost_usd"] == pytest.approx(best["cost_usd_per_mtok"] * 1e6)

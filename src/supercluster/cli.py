@@ -183,6 +183,8 @@ def plan(
     top: Annotated[int, typer.Option(help="rows in the table")] = 10,
     gpu_hour_usd: Annotated[float | None, typer.Option(help="price of a GPU-hour (default: ownership cost)")] = None,
     export: Annotated[str | None, typer.Option(help="print the winner as megatron | torchtitan | deepspeed")] = None,
+    tokens: Annotated[float | None, typer.Option(help="token budget: also days, dollars and MWh to train it "
+                                                 "(failure-free; supercluster train adds failures)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
@@ -197,12 +199,19 @@ def plan(
     if export:
         typer.echo(export_layout(res.best.layout, export, m), nl=False)
         return
+    if tokens is not None and tokens <= 0:
+        raise InputError("tokens", f"must be > 0, got {tokens}")
     if as_json:
-        _emit_json({"best": res.best.to_json(), "top": [c.to_json() for c in res.top],
+        extra = {"budget": res.best.budget(tokens)} if tokens else {}
+        _emit_json(extra | {"best": res.best.to_json(), "top": [c.to_json() for c in res.top],
                     "pareto": [c.to_json() for c in res.pareto], "why": dict(res.why), "evaluated": res.evaluated,
                     "feasible": res.feasible, "seconds": res.seconds, "objective": res.objective})
         return
     reports.print_plan(_out(), res, f"{m.name} on {gpus:,} x {gpu}: best layouts by {objective}")
+    if tokens:
+        b = res.best.budget(tokens)
+        _out().print(f"{tokens:.3g} tokens with #1: {b['days_to_train']:,.1f} days (failure-free), "
+                     f"${b['cost_usd'] / 1e6:,.2f} M, {b['energy_mwh']:,.0f} MWh")
 
 
 @app.command()

@@ -51,6 +51,13 @@ class Candidate:
     ledger: dict[str, float]
     rank: int
 
+    def budget(self, tokens: float) -> dict[str, float]:
+        """Failure-free days, dollars and MWh to train ``tokens`` with this layout."""
+        steps = tokens / (self.layout.global_batch * self.layout.seq_len)
+        return {"tokens": tokens, "days_to_train": steps * self.step_time_s / 86400.0,
+                "cost_usd": self.cost_usd_per_mtok * tokens / 1e6,
+                "energy_mwh": self.energy_j_per_token * tokens / 3.6e9}
+
     def to_json(self) -> dict[str, object]:
         lay = self.layout
         return {
