@@ -31,13 +31,14 @@ def it_power_w_per_gpu(gpu: GpuSpec, system: SystemSpec, network_w_per_gpu: floa
 
 
 def facility_power_w_per_gpu(gpu: GpuSpec, system: SystemSpec, *, pue: float = DEFAULT_PUE,
-                             network_w_per_gpu: float | None = None) -> float:
-    """Facility watts per GPU (IT power x PUE); the network share defaults to a 1:1 fabric's."""
+                             network_w_per_gpu: float | None = None, num_gpus: int = 16384) -> float:
+    """Facility watts per GPU (IT power x PUE); the network share defaults to that of the system's
+    1:1 fabric for ``num_gpus``."""
     require(pue >= 1.0, "pue", f"must be >= 1 (facility power over IT power), got {pue}")
     if network_w_per_gpu is None:
         from .fabric import network_power_w_per_gpu
 
-        network_w_per_gpu = network_power_w_per_gpu(gpu, system)
+        network_w_per_gpu = network_power_w_per_gpu(gpu, system, num_gpus)
     return it_power_w_per_gpu(gpu, system, network_w_per_gpu) * pue
 
 

@@ -199,7 +199,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     out = step_columns(model, gpu, network or default_network(gpu, num_gpus=num_gpus), framework, cols)
     system = get_system(gpu.system)
     price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)
-    watts = costs.facility_power_w_per_gpu(gpu, system, pue=pue)
+    watts = costs.facility_power_w_per_gpu(gpu, system, pue=pue, num_gpus=num_gpus)
     step = out["step_time_s"]
     tokens = out["tokens_per_step"]
     usd_per_mtok = step * cols["gpus"] * price / 3600.0 / tokens * 1e6

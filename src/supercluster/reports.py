@@ -204,5 +204,12 @@ def print_run(console: Console, s: dict[str, Any], title: str) -> None:
         f"{ck['stall_s']:.1f} s, recovery {ck['recovery_s'] / 60:.1f} min")
     console.print(
         f"wall days p10/p50/p90 {s['wall_days_p10']:.1f}/{s['wall_days_p50']:.1f}/{s['wall_days_p90']:.1f} | "
-        f"{s['tokens']:.3g} tokens | {s['gpu_hours'] / 1e6:,.2f} M GPU-hours | {s['energy_mwh']:,.0f} MWh at "
-        f"{s['facility_power_mw']:.1f} MW | ${s['cost_usd'] / 1e6:,.1f} M at ${s['gpu_hour_usd']:.2f}/GPU-h")
+        f"{s['tokens']:.3g} tokens | {_num(s['gpu_hours'])} GPU-hours | {_num(s['energy_mwh'])} MWh at "
+        f"{_num(s['facility_power_mw'])} MW | ${_num(s['cost_usd'])} at ${s['gpu_hour_usd']:.2f}/GPU-h")
+
+
+def _num(x: float) -> str:
+    """1.23 M, 12,345, 0.0243: readable across the scales one report spans."""
+    if x >= 1e6:
+        return f"{x / 1e6:,.2f} M"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"

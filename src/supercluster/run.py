@@ -185,7 +185,8 @@ def analyse_run(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, framework: Fra
         interval={"young_s": young, "daly_s": daly, "used_s": spec.interval_s},
         sim=sim, expected_ettr=expected_ettr(spec),
         by_component=fm.by_component(num_gpus, system.gpus_per_node, float(np.mean(sim.wall_s))),
-        facility_power_w=costs.facility_power_w_per_gpu(gpu, system, pue=options.pue), gpu_hour_usd=price,
+        facility_power_w=costs.facility_power_w_per_gpu(gpu, system, pue=options.pue, num_gpus=num_gpus),
+        gpu_hour_usd=price,
         tokens=tok,
     )
 
