@@ -100,14 +100,26 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
         cols_list = [layout_columns(lay, fw) for _, _, lay in items]
         cols = {k: np.concatenate([c[k] for c in cols_list]) for k in cols_list[0]}
         gpus = cols["tp"] * cols["pp"] * cols["dp"] * cols["cp"]
-        out = {}
+        out: dict[str, np.ndarray] = {}
+        unpriced: dict[int, str] = {}
         for n in np.unique(gpus):  # one fabric per cluster size
             sel = gpus == n
-            part = step_columns(m, g, default_network(g, num_gpus=int(n)), fw, {k: v[sel] for k, v in cols.items()})
+            try:
+                net = default_network(g, num_gpus=int(n))
+            except InputError as exc:  # e.g. more GPUs than the default fabric reaches
+                unpriced.update({int(j): str(exc) for j in np.flatnonzero(sel)})
+                continue
+            part = step_columns(m, g, net, fw, {k: v[sel] for k, v in cols.items()})
             for key, v in part.items():
-                out.setdefault(key, np.zeros(len(gpus)))[sel] = v
+                out.setdefault(key, np.ones(len(gpus)))[sel] = v
+        if not out:
+            out = {k: np.ones(len(gpus)) for k in ("model_flops", "step_time_s", "num_gpus", "peak_flops_per_s",
+                                                    "memory_per_gpu_bytes", "tokens_per_step")}
         mfu = out["model_flops"] / (out["step_time_s"] * out["num_gpus"] * out["peak_flops_per_s"])
         for j, (i, s, _) in enumerate(items):
+            if j in unpriced:
+                rows[i] = (i, *[s[a] for a in AXES], False, unpriced[j], None, None, None, None, None)
+                continue
             mem = float(out["memory_per_gpu_bytes"][j])
             rows[i] = (i, *[s[a] for a in AXES], True, "", float(out["step_time_s"][j]), float(mfu[j]), mem,
                        float(out["tokens_per_step"][j] / out["step_time_s"][j]), mem <= g.hbm_bytes)
