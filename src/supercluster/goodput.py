@@ -279,7 +279,8 @@ def simulate(spec: RunSpec, trials: int = 10_000, seed: int = 0) -> SimResult:
         else np.zeros(trials)
     lost_slots = _sum_trunc_exp(rng, f, lam, vuln)
     lost_recovery = _sum_trunc_exp(rng, g, lam, spec.recovery_s)
-    wall = jobs * slot + f * spec.recovery_s + lost_slots + lost_recovery
+    # jobs x slot, written so that the productive part is exactly work x slowdown (ETTR never above 1)
+    wall = spec.work_s * spec.slowdown + jobs * spec.stall_s + f * spec.recovery_s + lost_slots + lost_recovery
     planned = rng.poisson(spec.planned_per_s * wall).astype(float)
     wall = wall + planned * spec.planned_recovery_s
     work = spec.work_s * np.ones(trials)
@@ -296,12 +297,13 @@ def expected_ettr(spec: RunSpec) -> float:
     jobs = max(1, math.ceil(spec.work_s / spec.interval_s))
     slot = spec.work_s / jobs * spec.slowdown + spec.stall_s
     vuln = slot + spec.lag_s
-    ok, ok_rec = math.exp(-lam * vuln), math.exp(-lam * spec.recovery_s)
-    ef = jobs * (1.0 - ok) / ok
-    eg = ef * (1.0 - ok_rec) / ok_rec
-    m_slot = _trunc_exp_moments(lam, vuln)[0] if lam > 0 else 0.0
+    if lam * max(vuln, spec.recovery_s) > 700.0:  # a slot or a recovery essentially never survives
+        return 0.0
+    ef = jobs * math.expm1(lam * vuln)  # failed slots before `jobs` successes: jobs (1 - s) / s
+    eg = ef * math.expm1(lam * spec.recovery_s)  # failed recoveries
+    m_slot = _trunc_exp_moments(lam, vuln)[0] if lam > 0 and vuln > 0 else 0.0
     m_rec = _trunc_exp_moments(lam, spec.recovery_s)[0] if lam > 0 and spec.recovery_s > 0 else 0.0
-    wall = jobs * slot + ef * (spec.recovery_s + m_slot) + eg * m_rec
+    wall = spec.work_s * spec.slowdown + jobs * spec.stall_s + ef * (spec.recovery_s + m_slot) + eg * m_rec
     wall += spec.planned_per_s * wall * spec.planned_recovery_s
     return spec.work_s / wall
 
