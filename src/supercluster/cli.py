@@ -39,6 +39,15 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Treat a GPU cluster as one machine: step time, memory, MFU and where every FLOP goes.")
 
 
+# Options several commands share (each command sets its own default).
+ModelOpt = Annotated[str, typer.Option(help="preset key or path to a Hugging Face config.json")]
+GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")]
+GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
+GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
+SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
+FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan")]
+
+
 class CatalogKind(StrEnum):
     gpus = "gpus"
     systems = "systems"
@@ -92,9 +101,9 @@ def catalog(kind: Annotated[CatalogKind, typer.Argument(help="what to list")] = 
 
 @app.command()
 def estimate(
-    model: Annotated[str, typer.Option(help="preset key or path to a Hugging Face config.json")] = "llama3-405b",
-    gpu: Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")] = "h100-sxm",
-    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
+    model: ModelOpt = "llama3-405b",
+    gpu: GpuOpt = "h100-sxm",
+    gpus: GpusOpt = 16384,
     tp: Annotated[int, typer.Option(help="tensor parallel degree")] = 8,
     pp: Annotated[int, typer.Option(help="pipeline parallel degree")] = 16,
     dp: Annotated[int, typer.Option(help="data parallel degree (0 = gpus / (tp pp cp))")] = 0,
@@ -102,12 +111,12 @@ def estimate(
     ep: Annotated[int, typer.Option(help="expert parallel degree (carved out of dp x cp)")] = 1,
     vpp: Annotated[int, typer.Option(help="interleaved pipeline chunks per stage")] = 4,
     micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
-    global_batch: Annotated[int, typer.Option(help="sequences per optimizer step")] = 2048,
-    seq_len: Annotated[int, typer.Option(help="sequence length in tokens")] = 8192,
+    global_batch: GbsOpt = 2048,
+    seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | fp4")] = "bf16",
     recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")] = 1,
-    framework: Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan")] = "megatron",
+    framework: FrameworkOpt = "megatron",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel",
                                                     help="shard norms and dropout over TP ranks")] = True,
     config: Annotated[str | None, typer.Option(help="read the layout from a Megatron args file, TorchTitan "
@@ -171,14 +180,14 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
 
 @app.command()
 def plan(
-    model: Annotated[str, typer.Option(help="preset key or path to a Hugging Face config.json")] = "llama3-405b",
-    gpu: Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")] = "h100-sxm",
-    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
-    global_batch: Annotated[int, typer.Option(help="sequences per optimizer step")] = 2048,
-    seq_len: Annotated[int, typer.Option(help="sequence length in tokens")] = 8192,
+    model: ModelOpt = "llama3-405b",
+    gpu: GpuOpt = "h100-sxm",
+    gpus: GpusOpt = 16384,
+    global_batch: GbsOpt = 2048,
+    seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8)")] = "bf16",
     objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
-    framework: Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan")] = "megatron",
+    framework: FrameworkOpt = "megatron",
     headroom: Annotated[float, typer.Option(help="fraction of HBM kept free (0-1)")] = 0.0,
     top: Annotated[int, typer.Option(help="rows in the table")] = 10,
     gpu_hour_usd: Annotated[float | None, typer.Option(help="price of a GPU-hour (default: ownership cost)")] = None,
@@ -279,9 +288,6 @@ PueOpt = Annotated[float, typer.Option(help="facility PUE")]
 PriceOpt = Annotated[float | None, typer.Option(help="price of a GPU-hour in USD (default: ownership cost)")]
 LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4 (default: the planner's best)")]
 RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full (with --layout)")]
-GbsOpt = Annotated[int, typer.Option(help="sequences per step")]
-SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
-FrameworkOpt = Annotated[str, typer.Option(help="framework profile")]
 
 
 def _layout_arg(layout: str | None, gbs: int, seq: int, recompute: str, precision: str) -> Layout | None:
@@ -303,8 +309,8 @@ def _analyse(model: str, gpu: str, gpus: int, framework: str, layout: Layout | N
 
 @app.command()
 def goodput(
-    gpu: Annotated[str, typer.Option(help="GPU key")] = "h100-sxm",
-    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
+    gpu: GpuOpt = "h100-sxm",
+    gpus: GpusOpt = 16384,
     days: Annotated[float, typer.Option(help="wall-clock days of the run")] = 54.0,
     model: Annotated[str, typer.Option(help="model (sets checkpoint size and step)")] = "llama3-405b",
     layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
@@ -326,9 +332,9 @@ def goodput(
 
 @app.command()
 def train(
-    model: Annotated[str, typer.Option(help="preset key or config.json")] = "llama3-405b",
-    gpu: Annotated[str, typer.Option(help="GPU key")] = "h100-sxm",
-    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
+    model: ModelOpt = "llama3-405b",
+    gpu: GpuOpt = "h100-sxm",
+    gpus: GpusOpt = 16384,
     tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter, Chinchilla)")] = None,
     layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
     seq_len: SeqOpt = 8192, framework: FrameworkOpt = "megatron",
@@ -361,12 +367,11 @@ def train(
 
 @app.command()
 def scale(
-    model: Annotated[str, typer.Option(help="preset key or config.json")] = "llama3-8b",
-    gpu: Annotated[str, typer.Option(help="GPU key")] = "gb200",
+    model: ModelOpt = "llama3-8b",
+    gpu: GpuOpt = "gb200",
     max_gpus: Annotated[int, typer.Option(help="largest cluster (sizes are powers of 4 from 1)")] = 1048576,
     tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter)")] = 15e12,
-    seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
-    framework: Annotated[str, typer.Option(help="framework profile")] = "megatron",
+    seq_len: SeqOpt = 8192, framework: FrameworkOpt = "megatron",
     rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
 ) -> None:
@@ -417,7 +422,7 @@ def sweep(
     seq_len: Annotated[str, typer.Option(help="sequence lengths")] = "8192",
     global_batch: Annotated[str, typer.Option(help="global batch sizes")] = "1024",
     precision: Annotated[str, typer.Option(help="precisions")] = "bf16",
-    framework: Annotated[str, typer.Option(help="framework profile")] = "megatron",
+    framework: FrameworkOpt = "megatron",
     executor: Annotated[str, typer.Option(help="local (processes) | ray")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray)")] = None,
     workers: Annotated[int, typer.Option(help="local processes or Ray CPUs")] = 2,
@@ -567,7 +572,7 @@ def _over(text: str | None) -> tuple[float, ...] | None:
 
 @app.command()
 def fabric(
-    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 16384,
+    gpus: GpusOpt = 16384,
     gpu: Annotated[str, typer.Option(help="GPU key (its default system sets node, NIC and host power)")] = "h100-sxm",
     switch: Annotated[str | None, typer.Option(help="scale-out switch (default by NIC speed)")] = None,
     tiers: Annotated[int | None, typer.Option(help="tiers (default: the fewest that reach --gpus)")] = None,

@@ -342,14 +342,13 @@ class FabricNetwork:
         return cls(fabric=fabric, scaleup_busbw_bytes_per_s=ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s),
                    scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac, sharp=sharp, gpu=gpu)
 
-    def tier_arrays(self, span: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tier, bandwidth divisor, extra latency) for traffic among ``span`` consecutive GPUs."""
+    def extra_latency_s(self, span: np.ndarray) -> np.ndarray:
+        """Switch and fibre latency above the leaf for traffic among ``span`` consecutive GPUs."""
         f = self.fabric
         limits = np.array([f.scaleup_domain] + [t.gpus_below for t in f.tiers], dtype=float)
         tier = np.minimum(np.searchsorted(limits, span, side="left"), len(f.tiers))
-        over = np.array([f.oversubscription_below(t) for t in range(len(f.tiers) + 1)])
         lat = np.array([max(f.base_latency_s(t) - f.base_latency_s(1), 0.0) for t in range(len(f.tiers) + 1)])
-        return tier, over[tier], lat[tier]
+        return lat[tier]
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
         g = np.asarray(group_size, dtype=float)
@@ -358,7 +357,7 @@ class FabricNetwork:
         per_domain = np.maximum(1.0, np.floor(d / st))
         n = np.minimum(g, per_domain)
         k = np.ceil(g / n)
-        _, _, extra = self.tier_arrays(g * st)
+        extra = self.extra_latency_s(g * st)
         divisor = self.fabric.contention("uniform" if kind == "all_to_all" else "ring", g, st)
         t = hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
                                 self.scaleout_bytes_per_s / divisor, NVLINK_HOP_LATENCY_S,
@@ -445,12 +444,9 @@ def predicted_busbw(gpu: GpuSpec, system: SystemSpec, kind: str, n: int, nodes: 
         alg = nvls_algbw_bytes_per_s(gpu, n)
         require(alg > 0, "algorithm", f"NVLS does not apply to {n} x {gpu.key}")
         return alg * 2.0 * (n - 1) / n
-    intra = ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s)
-    if nodes <= 1:
-        return intra
-    p = n * nodes
-    nic = system.nic_bytes_per_s * system.nic_busbw_frac  # the system's achievable NIC fraction (systems.toml)
-    # hierarchical, pipelined (network.py): the slower of the in-node and across-node stages
-    t_per_byte = max((n - 1) / n / intra, (nodes - 1) / nodes / (n * nic))
+    # The cost model's own collective time (bandwidth part only: latencies zeroed), read back as busbw.
+    p, size = n * nodes, 16.0 * 2**30
+    t = hierarchical_time_s(kind, size, np.float64(p), n, nodes, ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s),
+                            system.nic_bytes_per_s * system.nic_busbw_frac, 0.0, 0.0, 0.0)
     factor = 2.0 * (p - 1) / p if kind == "all_reduce" else (p - 1) / p
-    return factor / (t_per_byte * (2.0 if kind == "all_reduce" else 1.0))
+    return float(factor * size / t)

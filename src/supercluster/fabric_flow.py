@@ -111,11 +111,9 @@ def flow_slowdown(fabric: Fabric, group: int, stride: int, pattern: str) -> Flow
     graph, gpus, cap = explicit_graph(fabric)
     pairs, share = pattern_pairs(fabric.num_gpus, group, stride, pattern)
     rates = max_min_rates(graph, gpus, cap, pairs)
-    # a GPU's data takes (its largest flow time) / (share at the NIC rate)
+    # A GPU sends all its flows at once; its data is done when its slowest flow is (share / rate,
+    # in units of its data at the NIC rate). The pattern finishes with the slowest GPU.
     per_gpu = np.zeros(fabric.num_gpus)
     for (s, _), r in zip(pairs, rates, strict=True):
         per_gpu[s] = max(per_gpu[s], share / r)
-    if pattern == "ring":
-        return FlowResult(rates=rates, slowdown=float(per_gpu.max()))
-    # all-to-all: a GPU sends all its flows at once through its NIC; its time is the slowest flow
     return FlowResult(rates=rates, slowdown=float(per_gpu.max()))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -247,7 +247,6 @@ class SimResult:
     lost_work_s: np.ndarray
     recovery_s: np.ndarray
     degraded_s: np.ndarray
-    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def ettr(self) -> np.ndarray:

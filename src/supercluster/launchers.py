@@ -259,15 +259,12 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
     pp = 1 if pp_raw == "auto" else _as_int("pipeline.stages", pp_raw)
     cp = _as_int("supercluster.cp", extra.get("cp", 1))
     mb = _as_int("train_micro_batch_size_per_gpu", cfg.get("train_micro_batch_size_per_gpu", 1))
+    require("train_batch_size" in cfg or "gradient_accumulation_steps" in cfg, "train_batch_size",
+            "give train_batch_size, or micro batch and gradient_accumulation_steps")
+    dp = _dp(num_gpus, tp * pp * cp, None)
     if "train_batch_size" in cfg:
         gbs = _as_int("train_batch_size", cfg["train_batch_size"])
-        dp_from_batch = None
     else:
-        require("gradient_accumulation_steps" in cfg, "train_batch_size",
-                "give train_batch_size, or micro batch and gradient_accumulation_steps")
-        gbs, dp_from_batch = -1, None
-    dp = _dp(num_gpus, tp * pp * cp, dp_from_batch)
-    if gbs < 0:
         gbs = mb * dp * _as_int("gradient_accumulation_steps", cfg["gradient_accumulation_steps"])
     precision = str(extra.get("precision", "fp16" if cfg.get("fp16", {}).get("enabled") else "bf16"))
     ac = cfg.get("activation_checkpointing", {})

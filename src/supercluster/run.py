@@ -37,7 +37,7 @@ from .hardware import GpuSpec, get_system
 from .layout import Layout
 from .models import ModelSpec
 from .planner import plan
-from .step import LEDGER, StepBreakdown
+from .step import StepBreakdown
 
 #: Compute-optimal tokens per parameter (Chinchilla Approach 1/2 and the Epoch refit; scaling_laws.md 2.3-2.5).
 TOKENS_PER_PARAM = 20.0
@@ -198,8 +198,6 @@ def compute_optimal_for_deadline(gpu: GpuSpec, num_gpus: int, days: float, mfu: 
     params = math.sqrt(compute / (6.0 * TOKENS_PER_PARAM))
     return {"compute_flops": compute, "params": params, "tokens": TOKENS_PER_PARAM * params}
 
-
-LEDGER_ORDER = (*LEDGER, *RUN_LOSSES)
 
 
 def scale_table(model: ModelSpec, gpu: GpuSpec, sizes: list[int], *, framework: Framework, tokens: float | None = None,

@@ -17,7 +17,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class SweepGrid:
     global_batch: tuple[int, ...] = (512,)
     precision: tuple[str, ...] = ("bf16",)
     framework: str = "megatron"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in AXES:
