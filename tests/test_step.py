@@ -56,3 +56,70 @@ def test_model_too_big_does_not_fit(h100):
 def test_single_gpu_has_no_communication(h100):
     b = estimate("llama2-7b", gpu="a100-80gb", num_gpus=1, layout=Layout(global_batch=4, seq_len=4096))
     assert b.ledger["stragglers"] == 0 and b.ledger["exposed_dp_comm"] == 0 and b.ledger["exposed_tp_comm"] == 0
+
+
+def test_unfused_attention_of_the_legacy_profile_is_priced_by_hand():
+    # GPT 1.7B of Narayanan 2021 Table 1 (h 2304, 24 heads of 96, s 2048) on one A100, micro-batch 16:
+    # 16 x 24 x 2048^2 = 1.61e9 score elements per layer; forward elementwise traffic = softmax
+    # (read + write, 2 B each) + dropout (read + write + 1-byte mask) = 9 B per element; backward
+    # softmax reads output and gradient and writes one (6 B) + dropout 5 B = 11 B.
+    from supercluster.hardware import get_gpu
+    from supercluster.step import _unfused_attention
+
+    gpu = get_gpu("a100-80gb")
+    E = 16 * 24 * 2048.0**2
+    bw = gpu.hbm_bytes_per_s * 0.85
+    rate = gpu.gemm_flops_per_s("bf16")
+    mm_f, mm_b, el_f, el_b = (float(x) for x in _unfused_attention(E, 96.0, 96.0, 2.0, 1.0, rate, bw))
+    assert el_f == pytest.approx(9 * E / bw) and el_b == pytest.approx(11 * E / bw)
+    # 2 x 96 flops per 2-byte score element is under the A100's ridge point: the score matmuls run
+    # at the speed of writing / reading the score matrix (2 in the forward, 4 in the backward).
+    assert 2 * 96 / rate < 2 / bw
+    assert mm_f == pytest.approx(2 * 2 * E / bw) and mm_b == pytest.approx(2 * mm_f)
+
+    lay = Layout(tp=8, pp=1, dp=1, micro_batch=1, global_batch=1, seq_len=2048, recompute="selective")
+    old = estimate("gpt3-175b", gpu="a100-80gb", num_gpus=8, layout=lay, framework="megatron-legacy")
+    new = estimate("gpt3-175b", gpu="a100-80gb", num_gpus=8, layout=lay, framework="megatron")
+    # Unfused attention does the full s^2 work and moves the score matrix through HBM: slower.
+    assert old.ledger["attention_inefficiency"] > new.ledger["attention_inefficiency"]
+    assert old.ledger["memory_bound_ops"] > new.ledger["memory_bound_ops"]
+    assert sum(old.ledger.values()) == pytest.approx(old.step_time_s, rel=1e-12)
+
+
+def test_legacy_attention_keeps_the_score_matrix_unless_recomputed():
+    lay = dict(tp=8, pp=1, dp=1, micro_batch=1, global_batch=1, seq_len=2048)
+    mem = {rc: estimate("gpt3-175b", gpu="a100-80gb", num_gpus=8, layout=Layout(**lay, recompute=rc),
+                        framework="megatron-legacy").memory["mem_activations_bytes"] for rc in ("none", "selective")}
+    modern = estimate("gpt3-175b", gpu="a100-80gb", num_gpus=8, layout=Layout(**lay),
+                      framework="megatron").memory["mem_activations_bytes"]
+    # Korthikanti et al. 2022: 5 a s / t bytes per token per layer (softmax out, dropout mask and out).
+    scores = 96 * 5 * (96 / 8) * 2048 * 2048
+    assert mem["none"] - mem["selective"] == pytest.approx(scores, rel=1e-9)
+    assert mem["none"] > modern
+
+
+def test_publication_year_selects_the_framework_of_its_era():
+    from supercluster.framework import resolve_framework
+    from supercluster.validate import publication_year
+
+    assert publication_year("Narayanan et al. 2021 (SC21) Table 1, arXiv:2104.04473") == 2021
+    assert publication_year("github.com/NVIDIA/dgxc-benchmarking README") is None
+    assert resolve_framework("megatron", 2021)[0].key == "megatron-legacy"
+    assert resolve_framework("megatron", 2022)[0].key == "megatron-legacy"
+    assert resolve_framework("megatron", 2023)[0].key == "megatron"
+    assert resolve_framework("megatron", None)[0].key == "megatron"
+    assert resolve_framework("deepspeed", 2021)[0].key == "deepspeed-legacy"
+    assert resolve_framework("torchtitan", 2021)[0].key == "torchtitan"  # no earlier profile known
+
+
+def test_scatter_gather_cuts_the_cross_node_pipeline_traffic_by_tp():
+    import dataclasses
+
+    from supercluster.framework import get_framework
+
+    legacy = get_framework("megatron-legacy")
+    plain = dataclasses.replace(legacy, pp_scatter_gather=False)
+    lay = Layout(tp=8, pp=8, dp=1, micro_batch=1, global_batch=64, seq_len=2048, recompute="full")
+    sg = estimate("gpt3-175b", gpu="a100-80gb", num_gpus=64, layout=lay, framework=legacy)
+    no = estimate("gpt3-175b", gpu="a100-80gb", num_gpus=64, layout=lay, framework=plain)
+    assert 2.0 < no.ledger["exposed_pp_comm"] / sg.ledger["exposed_pp_comm"] < 8.0

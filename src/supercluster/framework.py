@@ -36,6 +36,10 @@ class Framework:
     default_recompute: str
     default_zero_stage: int
     doc: str
+    dropout: bool = False
+    pp_scatter_gather: bool = False
+    era_of: str = ""
+    until_year: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,13 +52,14 @@ class AttentionEfficiency:
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
+_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "era_of", "until_year"}
 
 
 @cache
 def framework_catalog() -> dict[str, Framework]:
     out = {}
     for key, t in load_package_toml("frameworks.toml").items():
-        check_keys(f"framework {key}", t, _FW_KEYS, set())
+        check_keys(f"framework {key}", t, _FW_KEYS, _FW_OPTIONAL)
         out[key] = Framework(key=key, **t)
     return out
 
@@ -68,12 +73,24 @@ def get_framework(name: str) -> Framework:
     return cat[key]
 
 
-def resolve_framework(name: str) -> tuple[Framework, str | None]:
-    """Like :func:`get_framework`, but an unknown name falls back to the default with a note."""
+def framework_of_year(fw: Framework, year: int | None) -> Framework:
+    """The profile of ``fw`` as it was in ``year``: a catalog entry with ``era_of = fw.key`` and
+    ``until_year >= year`` (the earliest such) describes the framework's behaviour back then."""
+    if year is None:
+        return fw
+    eras = sorted((f for f in framework_catalog().values() if f.era_of == fw.key and year <= f.until_year),
+                  key=lambda f: f.until_year)
+    return eras[0] if eras else fw
+
+
+def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, str | None]:
+    """Like :func:`get_framework`, but an unknown name falls back to the default with a note; a
+    publication ``year`` selects the profile of that era (see :func:`framework_of_year`)."""
     try:
-        return get_framework(name), None
+        fw, note = get_framework(name), None
     except InputError:
-        return framework_catalog()[DEFAULT_FRAMEWORK], f"framework {name!r} unknown: {DEFAULT_FRAMEWORK} assumed"
+        fw, note = framework_catalog()[DEFAULT_FRAMEWORK], f"framework {name!r} unknown: {DEFAULT_FRAMEWORK} assumed"
+    return framework_of_year(fw, year), note
 
 
 @cache

@@ -118,8 +118,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     peak = np.where(fp8, gpu.peak_flops_per_s.get("fp8", 0.0) or peak16, peak16)
     ceiling = np.where(fp8, gpu.gemm_flops_per_s("fp8") if gpu.peak_flops_per_s.get("fp8") else ceiling16,
                        ceiling16)
-    att = attention_efficiency(fw.attention, gpu.arch) if gpu.attention_frac is None else AttentionEfficiency(
-        fwd_frac=gpu.attention_frac[0], bwd_frac=gpu.attention_frac[1], source="calibration")
+    unfused = fw.attention == "unfused"
+    if gpu.attention_frac is not None:
+        att = AttentionEfficiency(fwd_frac=gpu.attention_frac[0], bwd_frac=gpu.attention_frac[1],
+                                  source="calibration")
+    elif not unfused:
+        att = attention_efficiency(fw.attention, gpu.arch)
     mem_bw = gpu.hbm_bytes_per_s * hbm_frac()
 
     m = gbs / (dp * mb)
@@ -131,20 +135,26 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
     attn_f = 2.0 * T * (a / tp) * (dq + dv) * (seq / 2.0)  # causal: half the keys on average
     t_gemm_f = gemm_f / ceiling
-    t_attn_f = attn_f / (peak16 * gpu.clock_frac * att.fwd_frac)
-    t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
+    drop = 1.0 if fw.dropout else 0.0
+    if unfused:
+        t_attn_f, t_attn_b, t_score_f, t_score_b = _unfused_attention(
+            T * (a / tp) * seq, dq, dv, el, drop, ceiling16, mem_bw)
+    else:
+        t_attn_f = attn_f / (peak16 * gpu.clock_frac * att.fwd_frac)
+        t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
+        t_score_f = t_score_b = np.zeros_like(tp)
     bytes_f = el * (
         10.0 * h * tok_sp  # LN1, residual add, LN2, residual add (read + write passes)
         + T * act_passes * f_act / tp  # activation function: read inputs, write output
         + T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
         + T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
         + f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute, dispatch + combine
-    )
+    ) + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
     t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
-    t_fwd = t_gemm_f + t_attn_f + t_mem_f
-    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f
-    t_rc = np.where(rc == 2, t_fwd, np.where(rc == 1, t_attn_f, 0.0))
+    t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f
+    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b
+    t_rc = np.where(rc == 2, t_fwd, np.where(rc == 1, t_attn_f + t_score_f, 0.0))
 
     # ---- communication per layer per micro-batch ----------------------------------------
     act_bytes = T * h * el
@@ -185,8 +195,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     t_stage = Lh * t_layer + t_head + tp_head
     bubble = (pp - 1.0) / vpp * t_stage
 
-    pp_bytes = tok_sp * h * el
-    t_p2p = net.collective_time_s("p2p", pp_bytes, pp, s_pp)
+    # Megatron's scatter/gather optimisation (Narayanan et al. 2021, section 4.1): without sequence
+    # parallelism each TP rank sends 1/tp of the activation over its own NIC and the receiving
+    # stage all-gathers it over the scale-up links; with SP the activation is already sharded.
+    sg = fw.pp_scatter_gather & ~sp & (tp > 1)
+    pp_bytes = np.where(sg, T * h * el / tp, tok_sp * h * el)
+    t_p2p = net.collective_time_s("p2p", pp_bytes, pp, s_pp) + np.where(sg, half, 0.0)
     pp_steps = np.where((vpp > 1) & fw.pp_overlap, 2.0 * (pp - 1.0), 2.0 * (m * vpp + pp - 1.0))
     pp_x = np.where(pp > 1, pp_steps * t_p2p, 0.0)
 
@@ -246,7 +260,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ideal = m * (Lh * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + 3.0 * head_f / peak16)
     gemm_ineff = m * (Lh * 3.0 * (t_gemm_f - gemm_f / peak) + 3.0 * (head_f / ceiling16 - head_f / peak16))
     attn_ineff = m * Lh * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16)
-    mem_ops = m * (Lh * 3.0 * t_mem_f + 5.0 * 4.0 * T * V / tp / mem_bw)
+    mem_ops = m * (Lh * (3.0 * t_mem_f + t_score_f + t_score_b) + 5.0 * 4.0 * T * V / tp / mem_bw)
     ledger = {
         "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
         "memory_bound_ops": mem_ops, "recompute": m * Lh * t_rc, "exposed_tp_comm": m * (Lh * tp_x + tp_head),
@@ -269,7 +283,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                         np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
     out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, fp8, fp32, dense_params,
-                       expert_params, dpg, edpg, Lh, kv_local, f_act))
+                       expert_params, dpg, edpg, Lh, kv_local, f_act,
+                       # unfused attention keeps the softmax output (and dropout mask and output) per token
+                       (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp)))
     out.update(
         step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
         hardware_flops=model_flops + rc_flops, peak_flops_per_s=peak, microbatches=m,
@@ -278,11 +294,32 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     return out
 
 
+def _unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop: float, gemm_rate: np.ndarray,
+                       mem_bw: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Core attention before FlashAttention, over ``E`` score elements (tokens x local heads x keys).
+
+    Returns (matmul forward, matmul backward, elementwise forward, elementwise backward) seconds.
+    The four batched matmuls of the forward/backward pairs (Q K^T, P V; dP = dO V^T, dV = P^T dO,
+    dQ = dS K, dK = dS^T Q) run over every key, the causal mask being applied after the product; each
+    is a roofline kernel (GEMM rate or the score matrix it writes / reads in HBM, whichever is slower).
+    Elementwise, per score element: fused scale-mask-softmax reads and writes it (backward reads the
+    output and the gradient, writes one); dropout reads and writes it and writes / reads a 1-byte mask.
+    """
+    def mm(head_dim: float) -> np.ndarray:
+        return np.maximum(2.0 * E * head_dim / gemm_rate, el * E / mem_bw)
+
+    t_mm_f = mm(dq) + mm(dv)
+    t_mm_b = 2.0 * mm(dv) + 2.0 * mm(dq)
+    t_el_f = E * (2.0 * el + drop * (2.0 * el + 1.0)) / mem_bw
+    t_el_b = E * (3.0 * el + drop * (2.0 * el + 1.0)) / mem_bw
+    return t_mm_f, t_mm_b, t_el_f, t_el_b
+
+
 def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, ep: np.ndarray,
             vpp: np.ndarray, m: np.ndarray, T: np.ndarray, tok_sp: np.ndarray, sp: np.ndarray, zero: np.ndarray,
             rc: np.ndarray, fp8: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray, expert_params: np.ndarray,
             dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, kv_local: np.ndarray,
-            f_act: float) -> dict[str, np.ndarray]:
+            f_act: float, score_tok: np.ndarray) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded (first) pipeline stage."""
     h, a = float(model.d_model), float(model.num_heads)
     dq, dv = float(model.qk_dim), float(model.v_dim)
@@ -300,11 +337,12 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
     per_tok = np.where(sp, 10.0 * h / tp, 10.0 * h) + 2.0 * (
         (a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv + mlp_tensors * f_act / tp
     ) + (model.num_moe_layers / model.num_layers) * 4.0 * model.top_k * h * np.where(sp, 1.0 / tp, 1.0)
+    per_tok = per_tok + np.where(rc == 0, score_tok, 0.0)  # selective recompute drops them (Korthikanti)
     per_tok = np.where(rc == 2, np.where(sp, 2.0 * h / tp, 2.0 * h), per_tok)
     in_flight = np.where(pp > 1, np.minimum(m, pp) * (1.0 + np.where(vpp > 1, (pp - 1.0) / (pp * vpp), 0.0)), 1.0)
     activations = Lh * per_tok * T * in_flight
     # A recomputed layer needs its full activations once more during its backward.
-    activations = activations + np.where(rc == 2, 34.0 * h * T / tp, 0.0)
+    activations = activations + np.where(rc == 2, (34.0 * h / tp + score_tok) * T, 0.0)
     logits = 2.0 * 4.0 * T * model.vocab_size / tp
     total = weights + grads + optimizer + activations + logits + FRAMEWORK_RESERVE_BYTES
     return {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -109,9 +110,16 @@ def parse_zero(text: str, fw: Framework) -> int:
     return fw.default_zero_stage
 
 
+def publication_year(source: str) -> int | None:
+    """The first year (1990-2099) a row's source names, e.g. "Narayanan et al. 2021 (SC21)"; it picks
+    the framework profile of that era (:func:`~supercluster.framework.framework_of_year`)."""
+    m = re.search(r"\b(19[9]\d|20\d\d)\b", source)
+    return int(m.group(1)) if m else None
+
+
 def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
     """Model, layout and framework a scored row describes (InputError if it cannot be read)."""
-    fw, note = resolve_framework(row.get("framework") or "")
+    fw, note = resolve_framework(row.get("framework") or "", publication_year(row.get("source") or ""))
     model = row_model(row)
     pp, dp = _int(row, "pp", 1) or 1, _int(row, "dp")
     # A blank micro-batch means 1 under pipelining, else the whole local batch.
