@@ -119,8 +119,13 @@ MEASURED_BUSBW = [
     ("h100-sxm", "all_reduce", 8, 1, "nvls", 480.0), ("h200", "all_reduce", 8, 1, "nvls", 482.3),
     ("b200", "all_reduce", 8, 1, "nvls", 845.7), ("gb200", "all_reduce", 72, 1, "nvls", 850.0),
     ("b200", "all_reduce", 8, 4, "ring", 381.8),
+    # the H200 NVLS ramp by GPU count (STAS-NET): 5, 6, 7 GPUs
+    ("h200", "all_reduce", 5, 1, "nvls", 414.2), ("h200", "all_reduce", 6, 1, "nvls", 435.6),
+    ("h200", "all_reduce", 7, 1, "nvls", 460.0),
 ]
-KNOWN_BUSBW_MISSES = {("gb200", "nvls")}  # predicted +24 %: NVLS over 72 GPUs is slower than nvlsEfficiency says
+# Predicted +22 %: measured NVLS busbw is the same on 72 GPUs (850) as on 8 B200 (846), where the
+# in-network traffic count says it should grow by 2 (n-1)/(n+1): 1.56 -> 1.95.
+KNOWN_BUSBW_MISSES = {("gb200", "nvls")}
 
 
 @pytest.mark.parametrize("gpu,kind,n,nodes,alg,measured", MEASURED_BUSBW)
@@ -134,13 +139,15 @@ def test_predicted_bus_bandwidth_against_nccl_tests(gpu, kind, n, nodes, alg, me
         assert 0.15 < err < 0.30
     else:
         assert err <= 0.15, (pred, measured)
+    if alg == "nvls" and gpu != "gb200":
+        assert err <= 0.03, (pred, measured)  # the traffic count reproduces the 5-8 GPU ramp
 
 
 def test_nvls_is_taken_inside_a_hopper_node_for_large_all_reduces(dgx_h100):
     g, s = dgx_h100
     net = FabricNetwork.for_fabric(build_fabric(8, g, s), g, s)
     t = float(net.collective_time_s("all_reduce", 16 * 2**30, 8, 1))
-    assert 2 * 7 / 8 * 16 * 2**30 / t / 1e9 == pytest.approx(535.5, rel=0.02)  # busbw of the NVLS path
+    assert 2 * 7 / 8 * 16 * 2**30 / t / 1e9 == pytest.approx(476.0, rel=0.02)  # busbw of the NVLS path
     a100 = get_gpu("a100-80gb")
     net_a = FabricNetwork.for_fabric(build_fabric(8, a100, get_system(a100.system)), a100, get_system(a100.system))
     t_a = float(net_a.collective_time_s("all_reduce", 16 * 2**30, 8, 1))

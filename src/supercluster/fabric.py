@@ -427,13 +427,16 @@ def ring_busbw_bytes_per_s(link_bytes_per_s: float) -> float:
 def nvls_algbw_bytes_per_s(gpu: GpuSpec, n: int) -> float:
     """Algorithm bandwidth of an NVLink-SHARP all-reduce over n GPUs (0 where NVLS does not apply).
 
-    In-network reduction: each GPU sends its buffer once and receives the result once, so the time
-    is S / (link x ring efficiency x NCCL's nvlsEfficiency) instead of 2 (n-1)/n S / busbw.
+    In-network reduction: the switch reads every GPU's n slices to reduce them (S out of each GPU)
+    and multicasts the n reduced slices back (S into each), plus each GPU's own reduced slice on
+    the way in and out: S (n + 1) / n per GPU and direction, where a ring all-reduce moves
+    2 (n - 1) / n S. nccl-tests' factor (n - 1) / (n + 1) for in-network all-reduce is this count
+    (network.csv, NCCL-TESTS-PERF). The link runs at the ring efficiency times NCCL's nvlsEfficiency.
     """
     eff = float(_coll()["nvls_efficiency"].get(gpu.arch, 0.0))  # type: ignore[union-attr]
     if eff <= 0 or n < int(_coll()["nvls_min_gpus"]) or n > gpu.scaleup_domain:  # type: ignore[arg-type]
         return 0.0
-    return ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s) * eff
+    return ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s) * eff * n / (n + 1.0)
 
 
 def predicted_busbw(gpu: GpuSpec, system: SystemSpec, kind: str, n: int, nodes: int = 1,
