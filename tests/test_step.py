@@ -123,3 +123,21 @@ def test_scatter_gather_cuts_the_cross_node_pipeline_traffic_by_tp():
     sg = estimate("gpt3-175b", gpu="a100-80gb", num_gpus=64, layout=lay, framework=legacy)
     no = estimate("gpt3-175b", gpu="a100-80gb", num_gpus=64, layout=lay, framework=plain)
     assert 2.0 < no.ledger["exposed_pp_comm"] / sg.ledger["exposed_pp_comm"] < 8.0
+
+
+def test_torchtitan_selective_is_per_op_checkpointing():
+    # Llama 3 8B layer, matmuls in forward order q, k, v, o, w1, w3, w2 (h 4096, 8 KV heads of 128,
+    # ffn 14336); every other output is saved, so k, o and w3 run again: 79.7 M of 218.1 M weights.
+    from supercluster.models import load_model
+    from supercluster.step import op_sac_recompute_frac
+
+    m = load_model("llama3-8b")
+    assert op_sac_recompute_frac(m) == pytest.approx((4096 * 1024 + 4096 * 4096 + 4096 * 14336) / 218_103_808)
+    lay = dict(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, seq_len=8192, zero_stage=3)
+    tt = {rc: estimate(m, gpu="h100-sxm", num_gpus=8, layout=Layout(**lay, recompute=rc), framework="torchtitan")
+          for rc in ("none", "selective", "full")}
+    mg = estimate(m, gpu="h100-sxm", num_gpus=8, layout=Layout(**lay, recompute="selective"), framework="megatron")
+    assert tt["selective"].ledger["recompute"] > mg.ledger["recompute"] > 0
+    assert tt["none"].ledger["recompute"] == 0 < tt["selective"].ledger["recompute"] < tt["full"].ledger["recompute"]
+    act = {rc: b.memory["mem_activations_bytes"] for rc, b in tt.items()}
+    assert act["full"] < act["selective"] < act["none"]

@@ -38,6 +38,7 @@ class Framework:
     doc: str
     dropout: bool = False
     pp_scatter_gather: bool = False
+    selective_recompute: str = "attention"
     era_of: str = ""
     until_year: int = 0
 
@@ -52,7 +53,7 @@ class AttentionEfficiency:
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
-_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "era_of", "until_year"}
+_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "era_of", "until_year"}
 
 
 @cache
@@ -60,6 +61,8 @@ def framework_catalog() -> dict[str, Framework]:
     out = {}
     for key, t in load_package_toml("frameworks.toml").items():
         check_keys(f"framework {key}", t, _FW_KEYS, _FW_OPTIONAL)
+        if t.get("selective_recompute", "attention") not in ("attention", "op"):
+            raise InputError(f"framework {key}.selective_recompute", "must be 'attention' or 'op'")
         out[key] = Framework(key=key, **t)
     return out
 

@@ -95,7 +95,9 @@ def _tt_sections(layout: Layout) -> dict[str, dict[str, Any]]:
         "training": {"local_batch_size": layout.micro_batch, "global_batch_size": layout.global_batch,
                      "seq_len": layout.seq_len, "mixed_precision_param": "float16" if layout.precision == "fp16"
                      else "bfloat16"},
-        "activation_checkpoint": {"mode": layout.recompute},
+        # "op": per-op selective checkpointing, what the cost model prices for torchtitan's selective
+        "activation_checkpoint": {"mode": layout.recompute, **(
+            {"selective_ac_option": "op"} if layout.recompute == "selective" else {})},
         "float8": {"enable": layout.precision == "fp8"},
     }
 

@@ -154,7 +154,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
     t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f
     t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b
-    t_rc = np.where(rc == 2, t_fwd, np.where(rc == 1, t_attn_f + t_score_f, 0.0))
+    if fw.selective_recompute == "op":
+        # torchtitan per-op SAC: the outputs of every other matmul and of SDPA are saved; the other
+        # matmuls and every non-matmul op (norms, activation, RoPE, adds) run again.
+        t_sel = op_sac_recompute_frac(model) * t_gemm_f + t_mem_f
+    else:  # Megatron selective: the core attention runs again (Korthikanti et al. 2022)
+        t_sel = t_attn_f + t_score_f
+    t_rc = np.where(rc == 2, t_fwd, np.where(rc == 1, t_sel, 0.0))
 
     # ---- communication per layer per micro-batch ----------------------------------------
     act_bytes = T * h * el
@@ -294,6 +300,19 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     return out
 
 
+def op_sac_recompute_frac(model: ModelSpec) -> float:
+    """Share of a layer's forward matmul FLOPs that per-op selective checkpointing recomputes.
+
+    torchtitan's policy saves the output of every other matmul in forward order (q, k, v, o, then
+    gate, up, down or fc1, fc2): k, o and up (or fc2) run again; a mean over dense and MoE layers.
+    """
+    h, a, k, dq, dv = model.d_model, model.num_heads, model.num_kv_heads, model.qk_dim, model.v_dim
+    moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
+    f = (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / model.num_layers
+    mats = [h * a * dq, h * k * dq, h * k * dv, a * dv * h] + ([h * f] * 3 if GATED[model.mlp] else [h * f] * 2)
+    return float(sum(mats[1::2]) / sum(mats))
+
+
 def _unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop: float, gemm_rate: np.ndarray,
                        mem_bw: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Core attention before FlashAttention, over ``E`` score elements (tokens x local heads x keys).
@@ -338,6 +357,12 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
         (a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv + mlp_tensors * f_act / tp
     ) + (model.num_moe_layers / model.num_layers) * 4.0 * model.top_k * h * np.where(sp, 1.0 / tp, 1.0)
     per_tok = per_tok + np.where(rc == 0, score_tok, 0.0)  # selective recompute drops them (Korthikanti)
+    if fw.selective_recompute == "op":
+        # per-op SAC keeps the layer input, the saved matmul outputs (q, v, gate or fc1, down) and the
+        # attention output; SP shards the h-wide ones.
+        h_sh = np.where(sp, h / tp, h)
+        op_tok = 2.0 * (2.0 * h_sh + (a / tp) * (dq + dv) + kv_local * dv + f_act / tp)
+        per_tok = np.where(rc == 1, op_tok, per_tok)
     per_tok = np.where(rc == 2, np.where(sp, 2.0 * h / tp, 2.0 * h), per_tok)
     in_flight = np.where(pp > 1, np.minimum(m, pp) * (1.0 + np.where(vpp > 1, (pp - 1.0) / (pp * vpp), 0.0)), 1.0)
     activations = Lh * per_tok * T * in_flight
