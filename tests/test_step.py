@@ -141,3 +141,20 @@ def test_torchtitan_selective_is_per_op_checkpointing():
     assert tt["none"].ledger["recompute"] == 0 < tt["selective"].ledger["recompute"] < tt["full"].ledger["recompute"]
     act = {rc: b.memory["mem_activations_bytes"] for rc, b in tt.items()}
     assert act["full"] < act["selective"] < act["none"]
+
+
+def test_gemms_are_rooflines_bound_by_weights_at_few_tokens(llama3_70b, h100):
+    # One Llama 3 70B layer on TP8: at 8,192 tokens the GEMMs run at the measured GEMM rate; at 16
+    # tokens they stream the layer's weights (and little else) through HBM.
+    import numpy as np
+
+    from supercluster.step import _layer_gemm_time
+
+    rate = np.array(h100.gemm_flops_per_s("bf16"))
+    bw = h100.hbm_bytes_per_s * 0.85
+    two, eight = np.array(2.0), np.array(8.0)
+    w = (llama3_70b.attn_params + llama3_70b.dense_mlp_params) / 8
+    big = float(_layer_gemm_time(llama3_70b, np.array(8192.0), eight, np.array(1.0), rate, two, two, bw))
+    assert big == pytest.approx(2 * 8192 * w / float(rate), rel=1e-9)
+    small = float(_layer_gemm_time(llama3_70b, np.array(16.0), eight, np.array(1.0), rate, two, two, bw))
+    assert small == pytest.approx(2 * w / bw, rel=0.05) and small > 2 * 16 * w / float(rate)

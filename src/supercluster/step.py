@@ -134,7 +134,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # ---- compute per layer per micro-batch (seconds) -----------------------------------
     gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
     attn_f = 2.0 * T * (a / tp) * (dq + dv) * (seq / 2.0)  # causal: half the keys on average
-    t_gemm_f = gemm_f / ceiling
+    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, np.where(fp8, 1.0, np.where(fp32, 4.0, 2.0)),
+                                np.where(fp32, 4.0, 2.0), mem_bw)
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
@@ -298,6 +299,46 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         params_per_gpu=local,
     )
     return out
+
+
+def _gemm(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.ndarray, el_in: np.ndarray,
+          el_out: np.ndarray, mem_bw: float) -> np.ndarray:
+    """One GEMM (M x K) @ (K x N) as a roofline kernel: its FLOPs at the measured GEMM rate, or its
+    operands (inputs and weights in the GEMM precision, output in 16 bit) through HBM, whichever is
+    slower. Training shapes are compute bound; few tokens per GPU or per expert are not."""
+    return np.maximum(2.0 * M * K * N / rate, (el_in * (M * K + K * N) + el_out * M * N) / mem_bw)
+
+
+def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
+                     el_in: np.ndarray, el_out: np.ndarray, mem_bw: float) -> np.ndarray:
+    """Forward GEMM seconds of one layer (mean over dense and MoE layers) for T tokens per GPU.
+
+    Attention: the input projections (Q, K, V, or MLA's factors) as one GEMM and the output
+    projection. MLP: the input (gate + up fused when gated) and output GEMMs. MoE: each of the
+    E / ep local experts sees T top_k ep / E tokens on average (tensor-parallel like the dense
+    MLP); shared experts see every token; the router is a T x h x E GEMM.
+    """
+    h = float(model.d_model)
+    out_w = float(model.num_heads * model.v_dim)
+    attn = _gemm(T, h, (model.attn_params / h - out_w) / tp, rate, el_in, el_out, mem_bw) + _gemm(
+        T, out_w / tp, h, rate, el_in, el_out, mem_bw)
+    up = model.mlp_mats - 1.0
+
+    def mlp(tokens: np.ndarray, width: float) -> np.ndarray:
+        return _gemm(tokens, h, up * width / tp, rate, el_in, el_out, mem_bw) + _gemm(
+            tokens, width / tp, h, rate, el_in, el_out, mem_bw)
+
+    total = model.num_layers * attn
+    if model.num_dense_layers:
+        total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
+    if model.num_moe_layers:
+        E = float(model.num_experts)
+        per_expert = T * model.top_k * ep / E
+        moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim)) + _gemm(T, h, E, rate, el_in, el_out, mem_bw)
+        if model.num_shared_experts:
+            moe = moe + mlp(T, float(model.num_shared_experts * model.moe_ffn_dim))
+        total = total + model.num_moe_layers * moe
+    return total / model.num_layers
 
 
 def op_sac_recompute_frac(model: ModelSpec) -> float:
