@@ -23,7 +23,7 @@ KNOWN_MISSES = {
     "TT-H100-L31-8B-CP8-256K", "TT-H100-L31-405B-4D-CP8-256K",
 }
 MAPE_BOUND = 0.10  # all rows, known misses included: the target
-MAPE_BOUND_REST = 0.07  # rows outside KNOWN_MISSES
+MAPE_BOUND_REST = 0.065  # rows outside KNOWN_MISSES
 
 
 def test_every_scored_row_is_supported_and_within_bounds():

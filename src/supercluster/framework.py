@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from ._toml import check_keys, load_package_toml
@@ -39,6 +39,7 @@ class Framework:
     dropout: bool = False
     pp_scatter_gather: bool = False
     selective_recompute: str = "attention"
+    elementwise: str = "fused"
     era_of: str = ""
     until_year: int = 0
 
@@ -53,7 +54,7 @@ class AttentionEfficiency:
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
-_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "era_of", "until_year"}
+_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "era_of", "until_year"}
 
 
 @cache
@@ -63,17 +64,31 @@ def framework_catalog() -> dict[str, Framework]:
         check_keys(f"framework {key}", t, _FW_KEYS, _FW_OPTIONAL)
         if t.get("selective_recompute", "attention") not in ("attention", "op"):
             raise InputError(f"framework {key}.selective_recompute", "must be 'attention' or 'op'")
+        if t.get("elementwise", "fused") not in ("fused", "eager"):
+            raise InputError(f"framework {key}.elementwise", "must be 'fused' or 'eager'")
         out[key] = Framework(key=key, **t)
     return out
 
 
+COMPILE_SUFFIX = "+compile"
+
+
 def get_framework(name: str) -> Framework:
-    """A framework profile by name or alias; :class:`InputError` lists the known ones."""
+    """A framework profile by name or alias; :class:`InputError` lists the known ones.
+
+    A ``+compile`` suffix (e.g. ``torchtitan+compile``) is the profile run under torch.compile:
+    Inductor fuses the elementwise ops, so they are priced as fused kernels.
+    """
     cat = framework_catalog()
-    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    base = name.strip().lower()
+    compiled = base.endswith(COMPILE_SUFFIX)
+    base = base.removesuffix(COMPILE_SUFFIX)
+    key = ALIASES.get(base, base)
     if key not in cat:
-        raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))}")
-    return cat[key]
+        raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))} "
+                                      f"(each also as <name>{COMPILE_SUFFIX})")
+    fw = cat[key]
+    return replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused") if compiled else fw
 
 
 def framework_of_year(fw: Framework, year: int | None) -> Framework:
@@ -81,7 +96,8 @@ def framework_of_year(fw: Framework, year: int | None) -> Framework:
     ``until_year >= year`` (the earliest such) describes the framework's behaviour back then."""
     if year is None:
         return fw
-    eras = sorted((f for f in framework_catalog().values() if f.era_of == fw.key and year <= f.until_year),
+    base = fw.key.removesuffix(COMPILE_SUFFIX)
+    eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year),
                   key=lambda f: f.until_year)
     return eras[0] if eras else fw
 

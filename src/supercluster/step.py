@@ -145,13 +145,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         t_attn_f = attn_f / (peak16 * gpu.clock_frac * att.fwd_frac)
         t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
         t_score_f = t_score_b = np.zeros_like(tp)
-    bytes_f = el * (
-        10.0 * h * tok_sp  # LN1, residual add, LN2, residual add (read + write passes)
-        + T * act_passes * f_act / tp  # activation function: read inputs, write output
-        + T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
-        + T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
-        + f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute, dispatch + combine
-    ) + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
+    if fw.elementwise == "eager":
+        bytes_f = _eager_layer_bytes(model, T, tok_sp, tp, kv_local, el)
+    else:
+        bytes_f = _fused_layer_bytes(model, T, tok_sp, tp, kv_local, el, act_passes, f_act, f_moe)
+    bytes_f = bytes_f + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
     t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
     t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f
     t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b
@@ -299,6 +297,48 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         params_per_gpu=local,
     )
     return out
+
+
+def _fused_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray, kv_local: np.ndarray,
+                       el: np.ndarray, act_passes: float, f_act: float, f_moe: float) -> np.ndarray:
+    """Forward HBM bytes of a layer's memory-bound ops as fused kernels (Transformer Engine, apex,
+    Megatron): each norm, add, activation and RoPE reads its inputs and writes its output once."""
+    h, a, dq, dv = float(model.d_model), float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    return el * (
+        10.0 * h * tok_sp  # LN1, residual add, LN2, residual add (read + write passes)
+        + T * act_passes * f_act / tp  # activation function: read inputs, write output
+        + T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
+        + T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
+        + f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute, dispatch + combine
+    )
+
+
+def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray,
+                       kv_local: np.ndarray, el: np.ndarray) -> np.ndarray:
+    """Forward HBM bytes of a layer's memory-bound ops run op by op (PyTorch eager, torchtitan's
+    Llama code without torch.compile): every PyTorch op is its own kernel.
+
+    RMSNorm (x.float(), pow, mean, x * rsqrt, type_as, * weight): 4 el + 28 bytes per element;
+    residual add 3 el; RoPE through complex fp32 (float, complex multiply, type_as): 2 el + 16;
+    repeat_kv copies K and V to every query head under GQA; SwiGLU (silu, multiply) 5 el, GELU
+    2 el; SDPA reads q and the repeated k, v and writes o; MoE permutes as fused.
+    """
+    h, a, dq, dv = float(model.d_model), float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    heads = a / tp
+    gqa = heads > kv_local
+    kv_eff = np.where(gqa, heads, kv_local)
+    moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
+    f_act = (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / model.num_layers
+    f_moe = model.num_moe_layers / model.num_layers
+    return (
+        2.0 * (4.0 * el + 28.0) * h * tok_sp  # two RMSNorms
+        + 2.0 * 3.0 * el * h * tok_sp  # two residual adds
+        + T * (heads + kv_local) * dq * (2.0 * el + 16.0)  # RoPE on q and k
+        + np.where(gqa, el * T * (kv_local + heads) * (dq + dv), 0.0)  # repeat_kv: read k, v, write expanded
+        + el * T * f_act / tp * (5.0 if GATED[model.mlp] else 2.0)  # activation
+        + el * T * (heads * dq + kv_eff * (dq + dv) + heads * dv)  # SDPA reads q, k, v, writes o
+        + el * f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute
+    )
 
 
 def _gemm(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.ndarray, el_in: np.ndarray,

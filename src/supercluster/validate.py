@@ -119,7 +119,10 @@ def publication_year(source: str) -> int | None:
 
 def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
     """Model, layout and framework a scored row describes (InputError if it cannot be read)."""
-    fw, note = resolve_framework(row.get("framework") or "", publication_year(row.get("source") or ""))
+    name = row.get("framework") or ""
+    if "compile" in (row.get("precision") or "").lower():  # e.g. "fp8 linears (Float8) + torch.compile"
+        name += "+compile"
+    fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
     pp, dp = _int(row, "pp", 1) or 1, _int(row, "dp")
     # A blank micro-batch means 1 under pipelining, else the whole local batch.
