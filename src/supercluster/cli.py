@@ -117,8 +117,9 @@ def estimate(
     recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")] = 1,
     framework: FrameworkOpt = "megatron",
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel",
-                                                    help="shard norms and dropout over TP ranks")] = True,
+    sequence_parallel: Annotated[bool | None, typer.Option(
+        "--sequence-parallel/--no-sequence-parallel",
+        help="shard norms and dropout over TP ranks [default: the framework's]")] = None,
     config: Annotated[str | None, typer.Option(help="read the layout from a Megatron args file, TorchTitan "
                                                ".toml or DeepSpeed .json (layout options then ignored)")] = None,
     profile: Annotated[str | None, typer.Option(help="device profile (supercluster calibrate) in place of the "

@@ -15,7 +15,7 @@ from .units import GiB, fmt_bytes
 LEDGER_HELP = {
     "ideal_compute": "model FLOPs at dense peak",
     "gemm_inefficiency": "GEMMs below peak",
-    "attention_inefficiency": "flash attention below peak",
+    "attention_inefficiency": "attention kernels below peak",
     "memory_bound_ops": "norms, activations, adds, loss",
     "recompute": "activation recomputation",
     "exposed_tp_comm": "TP all-gather / reduce-scatter",
