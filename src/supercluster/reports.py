@@ -76,7 +76,8 @@ def fit_reason(b: StepBreakdown) -> str:
     top = max(parts, key=lambda k: parts[k])
     over = (b.memory_per_gpu_bytes - b.hbm_bytes) / GiB
     advice = {
-        "mem_activations_bytes": "try --recompute full, a larger --pp or --cp, or --micro-batch 1",
+        "mem_activations_bytes": "try --sequence-parallel (with --tp > 1), --recompute full, a larger --pp or "
+                                 "--cp, or --micro-batch 1",
         "mem_weights_bytes": "try a larger --tp or --pp, or --zero 3",
         "mem_grads_bytes": "try --zero 2 or 3, or a larger --tp / --pp",
         "mem_optimizer_bytes": "try --zero 1 or higher with a larger data-parallel group",
