@@ -179,3 +179,18 @@ def test_eager_pytorch_elementwise_traffic_by_hand():
     compiled = estimate(m, gpu="a100-80gb", num_gpus=8, layout=lay, framework="torchtitan+compile")
     assert compiled.ledger["memory_bound_ops"] < eager.ledger["memory_bound_ops"] / 2.5
     assert compiled.ledger["ideal_compute"] == eager.ledger["ideal_compute"]
+
+
+def test_frameworks_without_context_parallelism_refuse_cp_and_the_planner_skips_it():
+    from supercluster.errors import InputError
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+    from supercluster.planner import plan
+
+    with pytest.raises(InputError, match="cp"):
+        estimate("llama3-8b", gpu="h100-sxm", num_gpus=16, framework="megatron-legacy",
+                 layout=Layout(tp=8, cp=2, global_batch=16, seq_len=8192))
+    res = plan(load_model("gpt3-175b"), get_gpu("a100-80gb"), 256, global_batch=512, seq_len=2048,
+               framework=get_framework("megatron-legacy"), top=5)
+    assert res.evaluated > 0 and all(r.layout.cp == 1 for r in res.top)

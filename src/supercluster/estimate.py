@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .errors import require
 from .framework import Framework, get_framework
 from .hardware import GpuSpec, SystemSpec, get_gpu, get_system
 from .layout import Layout
@@ -43,6 +44,8 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     fw = get_framework(framework) if isinstance(framework, str) else framework
     layout.check_gpus(num_gpus)
     layout.check_model(m)
+    require(layout.cp == 1 or fw.context_parallel, "cp",
+            f"framework {fw.key} has no context parallelism; cp must be 1, got {layout.cp}")
     g.peak(layout.precision)
     return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw,
                           rank_order=rank_order)

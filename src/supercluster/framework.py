@@ -40,6 +40,7 @@ class Framework:
     pp_scatter_gather: bool = False
     selective_recompute: str = "attention"
     elementwise: str = "fused"
+    context_parallel: bool = True
     era_of: str = ""
     until_year: int = 0
 
@@ -54,7 +55,8 @@ class AttentionEfficiency:
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
-_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "era_of", "until_year"}
+_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
+                "until_year"}
 
 
 @cache

@@ -125,7 +125,7 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
 
 def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
                       precisions: tuple[str, ...] = ("bf16",), gpu_counts: tuple[int, ...] | None = None,
-                      max_tp: int | None = None) -> dict[str, np.ndarray]:
+                      max_tp: int | None = None, max_cp: int = MAX_CP) -> dict[str, np.ndarray]:
     """Every legal layout as integer columns (the :data:`~supercluster.step.COLUMNS` plus ``gpus``)."""
     counts = gpu_counts or (num_gpus,)
     tp_cap = max_tp or max(gpu.scaleup_domain, 8)
@@ -137,7 +137,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
             for pp in _divisors(n // tp):
                 if pp > model.num_layers:
                     break
-                for cp in _pow2_upto(min(MAX_CP, n // (tp * pp))):
+                for cp in _pow2_upto(min(max_cp, n // (tp * pp))):
                     if (n // tp // pp) % cp or (cp > 1 and seq_len % (2 * cp)):
                         continue
                     rows.append((n, tp, pp, cp))
@@ -195,7 +195,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         counts = tuple(c for c in (num_gpus, num_gpus // 2, num_gpus // 4, num_gpus // 8)
                        if c >= 1 and (c == num_gpus or num_gpus % c == 0))
     cols = candidate_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
-                             precisions=precisions, gpu_counts=counts)
+                             precisions=precisions, gpu_counts=counts,
+                             max_cp=MAX_CP if framework.context_parallel else 1)
     out = step_columns(model, gpu, network or default_network(gpu, num_gpus=num_gpus), framework, cols)
     system = get_system(gpu.system)
     price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)
