@@ -10,13 +10,18 @@ b micro-batch, T = b s / cp tokens per GPU per micro-batch, m micro-batches per 
 Lh layers on the heaviest pipeline stage.
 
 Physics, each with its source:
-* GEMMs run at the GPU's measured GEMM rate at transformer training shapes (fprop, dgrad,
-  wgrad; fp8 quantization included; data/gpus.toml gemm_*_frac); backward is 2x forward.
-* Attention (flash kernels) does causal work s^2/2; backward does 2.5x the forward matmul
-  work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml).
-* Norms, activations, residual adds, RoPE, MoE permutes and fp8 casts are memory-bound: bytes
-  counted per token (Korthikanti et al. 2022 activation census), priced at HBM bandwidth; the
-  backward moves 2x the forward bytes (reads saved input and incoming gradient, writes one).
+* Each GEMM of a layer is a roofline kernel: its FLOPs at the GPU's measured GEMM rate at
+  transformer training shapes (fprop, dgrad, wgrad; fp8 quantization included; data/gpus.toml
+  gemm_*_frac), or its operands through HBM when few tokens make it memory bound; backward is
+  2x forward.
+* Attention with flash kernels does causal work s^2/2; backward does 2.5x the forward matmul
+  work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml). The
+  unfused attention of pre-2023 frameworks does the full s^2 in batched GEMMs and moves the
+  score matrix through HBM (softmax, dropout): :func:`_unfused_attention`.
+* Norms, activations, residual adds, RoPE, MoE permutes are memory-bound: bytes counted per
+  token, priced at HBM bandwidth — as fused kernels (:func:`_fused_layer_bytes`) or op by op
+  for eager PyTorch (:func:`_eager_layer_bytes`); the backward moves 2x the forward bytes
+  (reads saved input and incoming gradient, writes one).
 * Collectives go through the :class:`~supercluster.network.Network` interface.
 * Pipeline bubble (p-1)/v micro-batch slots of the slowest stage (Narayanan et al. 2021).
 * Optimizer: Adam with fp32 master weights is memory-bound, 30 B per local parameter shard.
