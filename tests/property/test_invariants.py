@@ -17,7 +17,9 @@ from supercluster.step import LEDGER, step_columns
 
 MODEL = load_model("llama3-70b")
 GPU = get_gpu("h100-sxm")
-FW = get_framework("megatron")
+# Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
+FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
+                              "deepspeed-legacy"]).map(get_framework)
 NET = default_network(GPU)
 
 layouts = st.fixed_dictionaries({
@@ -37,9 +39,9 @@ def cols(d: dict[str, int]) -> dict[str, np.ndarray]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(layouts)
-def test_ledger_sums_exactly_and_parts_are_non_negative(d):
-    out = step_columns(MODEL, GPU, NET, FW, cols(d))
+@given(layouts, FRAMEWORKS)
+def test_ledger_sums_exactly_and_parts_are_non_negative(d, fw):
+    out = step_columns(MODEL, GPU, NET, fw, cols(d))
     total = sum(out[name] for name in LEDGER)
     assert np.allclose(total, out["step_time_s"], rtol=1e-12)
     assert all(np.all(out[name] >= 0) for name in LEDGER)
@@ -47,36 +49,36 @@ def test_ledger_sums_exactly_and_parts_are_non_negative(d):
 
 
 @settings(max_examples=100, deadline=None)
-@given(layouts, st.floats(1.0, 10.0), st.floats(1.0, 10.0))
-def test_more_bandwidth_is_never_slower(d, up, out_factor):
+@given(layouts, st.floats(1.0, 10.0), st.floats(1.0, 10.0), FRAMEWORKS)
+def test_more_bandwidth_is_never_slower(d, up, out_factor, fw):
     faster = TwoLevelNetwork(domain_size=NET.domain_size, scaleup_busbw_bytes_per_s=NET.scaleup_busbw_bytes_per_s * up,
                              scaleout_bytes_per_s=NET.scaleout_bytes_per_s * out_factor)
-    a = step_columns(MODEL, GPU, NET, FW, cols(d))["step_time_s"]
-    b = step_columns(MODEL, GPU, faster, FW, cols(d))["step_time_s"]
+    a = step_columns(MODEL, GPU, NET, fw, cols(d))["step_time_s"]
+    b = step_columns(MODEL, GPU, faster, fw, cols(d))["step_time_s"]
     assert np.all(b <= a * (1 + 1e-12))
 
 
 @settings(max_examples=100, deadline=None)
-@given(layouts, st.floats(1.0, 4.0), st.floats(1.0, 4.0))
-def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm):
+@given(layouts, st.floats(1.0, 4.0), st.floats(1.0, 4.0), FRAMEWORKS)
+def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm, fw):
     gpu = dataclasses.replace(GPU, peak_flops_per_s={k: v * flops for k, v in GPU.peak_flops_per_s.items()},
                               hbm_bytes_per_s=GPU.hbm_bytes_per_s * hbm)
-    a = step_columns(MODEL, GPU, NET, FW, cols(d))["step_time_s"]
-    b = step_columns(MODEL, gpu, NET, FW, cols(d))["step_time_s"]
+    a = step_columns(MODEL, GPU, NET, fw, cols(d))["step_time_s"]
+    b = step_columns(MODEL, gpu, NET, fw, cols(d))["step_time_s"]
     assert np.all(b <= a * (1 + 1e-12))
 
 
 @settings(max_examples=100, deadline=None)
-@given(layouts)
-def test_memory_never_grows_with_tp_pp_or_zero(d):
-    base = step_columns(MODEL, GPU, NET, FW, cols(d))["memory_per_gpu_bytes"]
+@given(layouts, FRAMEWORKS)
+def test_memory_never_grows_with_tp_pp_or_zero(d, fw):
+    base = step_columns(MODEL, GPU, NET, fw, cols(d))["memory_per_gpu_bytes"]
     for key, values in (("tp", [1, 2, 4, 8]), ("zero", [0, 1, 2, 3])):
         bigger = [v for v in values if v > d[key]]
         if bigger:
-            more = step_columns(MODEL, GPU, NET, FW, cols({**d, key: bigger[0]}))["memory_per_gpu_bytes"]
+            more = step_columns(MODEL, GPU, NET, fw, cols({**d, key: bigger[0]}))["memory_per_gpu_bytes"]
             assert np.all(more <= base * (1 + 1e-12)), key
     if d["pp"] < 8 and d["vpp"] == 1:
-        more = step_columns(MODEL, GPU, NET, FW, cols({**d, "pp": d["pp"] * 2}))["memory_per_gpu_bytes"]
+        more = step_columns(MODEL, GPU, NET, fw, cols({**d, "pp": d["pp"] * 2}))["memory_per_gpu_bytes"]
         assert np.all(more <= base * (1 + 1e-12))
 
 
