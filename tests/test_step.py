@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from supercluster.estimate import estimate
+from supercluster.estimate import default_network, estimate
 from supercluster.layout import Layout
 from supercluster.step import LEDGER
 
@@ -194,3 +194,18 @@ def test_frameworks_without_context_parallelism_refuse_cp_and_the_planner_skips_
     res = plan(load_model("gpt3-175b"), get_gpu("a100-80gb"), 256, global_batch=512, seq_len=2048,
                framework=get_framework("megatron-legacy"), top=5)
     assert res.evaluated > 0 and all(r.layout.cp == 1 for r in res.top)
+
+
+def test_moe_dispatch_all_gathers_the_routed_tokens_over_tp(h100):
+    # Mixtral 8x7B (all 32 layers MoE, top 2), TP4 and EP1 on one HGX node: the dispatcher's only
+    # traffic is the all-gather of T x top_k tokens over TP and its reduce-scatter, forward and backward.
+    import numpy as np
+
+    from supercluster.models import load_model
+
+    m = load_model("mixtral-8x7b")
+    lay = Layout(tp=4, pp=1, dp=2, ep=1, micro_batch=1, global_batch=2, seq_len=4096)
+    b = estimate(m, gpu=h100, num_gpus=8, layout=lay, framework="nemo-megatron")
+    net = default_network(h100, num_gpus=8)
+    ag = float(net.collective_time_s("all_gather", np.array(4096.0 * 2 * 4096 * 2), np.array(4.0), np.array(1.0)))
+    assert b.ledger["exposed_ep_comm"] == pytest.approx(32 * 4 * ag, rel=1e-9)

@@ -20,7 +20,7 @@ LEDGER_HELP = {
     "recompute": "activation recomputation",
     "exposed_tp_comm": "TP all-gather / reduce-scatter",
     "exposed_cp_comm": "CP ring K/V exchange",
-    "exposed_ep_comm": "MoE all-to-all",
+    "exposed_ep_comm": "MoE token dispatch and combine",
     "exposed_pp_comm": "pipeline send / recv",
     "pipeline_bubble": "pipeline fill and drain",
     "exposed_dp_comm": "gradient / parameter sync",

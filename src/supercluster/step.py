@@ -170,8 +170,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     act_bytes = T * h * el
     half = net.collective_time_s("all_gather", act_bytes, tp, s_tp)
     ar = net.collective_time_s("all_reduce", act_bytes, tp, s_tp)
-    tp_f = np.where(sp, 4.0 * half, 2.0 * ar)
-    tp_b = np.where(sp, 6.0 * half, 2.0 * ar)  # SP re-gathers the input for the weight gradient
+    # Attention and a dense MLP each all-gather / reduce-scatter (SP) or all-reduce their activations;
+    # an MoE MLP does not: its dispatcher moves the tokens (below), so MoE layers keep half of these.
+    dense_share = 1.0 - 0.5 * f_moe
+    tp_f = np.where(sp, 4.0 * half, 2.0 * ar) * dense_share
+    tp_b = np.where(sp, 6.0 * half, 2.0 * ar) * dense_share  # SP re-gathers the input for the weight gradient
     if fw.tp_comm_overlap:
         # Pipelined in tp chunks with the GEMMs: one chunk of communication cannot hide.
         tp_fx = np.maximum(tp_f - t_gemm_f, tp_f / tp)
@@ -188,8 +191,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     cp_x = cp_fx * np.where(rc == 2, 2.0, 1.0) + cp_bx
 
     if model.is_moe:
+        # Megatron-Core's all-to-all dispatcher: EP all-to-all of each rank's tokens x top_k, then (TP > 1)
+        # an all-gather of the dispatched tokens over TP for the TP-sharded experts; the combine does
+        # the reverse (reduce-scatter, all-to-all); the backward mirrors both. Not pipelined with GEMMs.
         a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, s_dpcp)
-        ep_x = f_moe * a2a * (4.0 + np.where(rc == 2, 2.0, 0.0)) * (0.0 if fw.ep_overlap else 1.0)
+        tp_tokens = np.where(tp > 1, net.collective_time_s("all_gather", T * model.top_k * h * el, tp, s_tp), 0.0)
+        ep_x = f_moe * (a2a + tp_tokens) * (4.0 + np.where(rc == 2, 2.0, 0.0)) * (0.0 if fw.ep_overlap else 1.0)
     else:
         ep_x = np.zeros_like(tp)
 
@@ -441,7 +448,9 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
     mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
     per_tok = np.where(sp, 10.0 * h / tp, 10.0 * h) + 2.0 * (
         (a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv + mlp_tensors * f_act / tp
-    ) + (model.num_moe_layers / model.num_layers) * 4.0 * model.top_k * h * np.where(sp, 1.0 / tp, 1.0)
+    ) + (model.num_moe_layers / model.num_layers) * 2.0 * model.top_k * h * (
+        np.where(sp, 1.0 / tp, 1.0)  # the permuted local tokens
+        + np.where(tp > 1, 1.0, np.where(sp, 1.0 / tp, 1.0)))  # the experts' input, all-gathered over TP
     per_tok = per_tok + np.where(rc == 0, score_tok, 0.0)  # selective recompute drops them (Korthikanti)
     if fw.selective_recompute == "op":
         # per-op SAC keeps the layer input, the saved matmul outputs (q, v, gate or fc1, down) and the
