@@ -209,3 +209,13 @@ def test_moe_dispatch_all_gathers_the_routed_tokens_over_tp(h100):
     net = default_network(h100, num_gpus=8)
     ag = float(net.collective_time_s("all_gather", np.array(4096.0 * 2 * 4096 * 2), np.array(4.0), np.array(1.0)))
     assert b.ledger["exposed_ep_comm"] == pytest.approx(32 * 4 * ag, rel=1e-9)
+
+
+def test_dualpipe_profile_hides_moe_dispatch_and_pipeline_sends():
+    # DeepSeek-V3 report sec. 3.2.1: DualPipe hides the all-to-all and PP communication behind compute.
+    lay = Layout(tp=1, pp=16, dp=8, ep=8, micro_batch=1, global_batch=256, seq_len=4096, precision="fp8",
+                 recompute="selective")
+    mg = estimate("deepseek-v3", gpu="h800", num_gpus=128, layout=lay, framework="megatron")
+    ds = estimate("deepseek-v3", gpu="h800", num_gpus=128, layout=lay, framework="deepseek")
+    assert mg.ledger["exposed_ep_comm"] > 0 and ds.ledger["exposed_ep_comm"] == 0
+    assert ds.step_time_s < mg.step_time_s and ds.ledger["ideal_compute"] == mg.ledger["ideal_compute"]

@@ -45,7 +45,8 @@ GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")
 GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
-FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan")]
+FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | hai-llm | "
+                                                  "megatron-legacy | deepspeed-legacy; +compile for torch.compile")]
 
 
 class CatalogKind(StrEnum):

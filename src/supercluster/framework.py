@@ -13,6 +13,7 @@ ALIASES = {
     "nemo": "nemo-megatron", "nemo2": "nemo-megatron", "nemo-megatron": "nemo-megatron",
     "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed",
     "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
+    "deepseek": "hai-llm", "dualpipe": "hai-llm", "hai": "hai-llm",
 }
 DEFAULT_FRAMEWORK = "megatron"
 

@@ -19,7 +19,7 @@ MODEL = load_model("llama3-70b")
 GPU = get_gpu("h100-sxm")
 # Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
 FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
-                              "deepspeed-legacy"]).map(get_framework)
+                              "deepspeed-legacy", "hai-llm"]).map(get_framework)
 NET = default_network(GPU)
 
 layouts = st.fixed_dictionaries({
