@@ -109,7 +109,7 @@ def test_publication_year_selects_the_framework_of_its_era():
     assert resolve_framework("megatron", 2023)[0].key == "megatron"
     assert resolve_framework("megatron", None)[0].key == "megatron"
     assert resolve_framework("deepspeed", 2021)[0].key == "deepspeed-legacy"
-    assert resolve_framework("torchtitan", 2021)[0].key == "torchtitan"  # no earlier profile known
+    assert resolve_framework("torchtitan", 2021)[0].key == "torchtitan@2021"  # no era profile: unfused attention
 
 
 def test_scatter_gather_cuts_the_cross_node_pipeline_traffic_by_tp():
@@ -219,3 +219,11 @@ def test_dualpipe_profile_hides_moe_dispatch_and_pipeline_sends():
     ds = estimate("deepseek-v3", gpu="h800", num_gpus=128, layout=lay, framework="deepseek")
     assert mg.ledger["exposed_ep_comm"] > 0 and ds.ledger["exposed_ep_comm"] == 0
     assert ds.step_time_s < mg.step_time_s and ds.ledger["ideal_compute"] == mg.ledger["ideal_compute"]
+
+
+def test_runs_before_flashattention_use_unfused_attention_in_every_framework():
+    from supercluster.framework import resolve_framework
+
+    fw, _ = resolve_framework("torchtitan", 2022)
+    assert fw.attention == "unfused" and fw.key == "torchtitan@2022" and fw.elementwise == "eager"
+    assert resolve_framework("torchtitan", 2023)[0].attention == "sdpa"

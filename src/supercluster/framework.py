@@ -94,15 +94,26 @@ def get_framework(name: str) -> Framework:
     return replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused") if compiled else fw
 
 
+#: First year in which training frameworks ran FlashAttention (Dao et al., May 2022; Megatron-LM
+#: --use-flash-attn, NeMo, DeepSpeed and PyTorch 2.0 SDPA all in 2023).
+FLASH_ATTENTION_YEAR = 2023
+
+
 def framework_of_year(fw: Framework, year: int | None) -> Framework:
     """The profile of ``fw`` as it was in ``year``: a catalog entry with ``era_of = fw.key`` and
-    ``until_year >= year`` (the earliest such) describes the framework's behaviour back then."""
+    ``until_year >= year`` (the earliest such) describes the framework's behaviour back then; a
+    framework without one keeps its profile, but before :data:`FLASH_ATTENTION_YEAR` with the
+    unfused core attention every framework then ran."""
     if year is None:
         return fw
     base = fw.key.removesuffix(COMPILE_SUFFIX)
     eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year),
                   key=lambda f: f.until_year)
-    return eras[0] if eras else fw
+    if eras:
+        return eras[0]
+    if year < FLASH_ATTENTION_YEAR and fw.attention != "unfused":
+        return replace(fw, key=f"{fw.key}@{year}", attention="unfused")
+    return fw
 
 
 def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, str | None]:
