@@ -14,16 +14,15 @@ from typer.testing import CliRunner
 from supercluster.cli import app
 from supercluster.validate import validate
 
-# DeepSpeed ZeRO-3 at 384-2240 A100s (Narayanan 2021 Table 2): the model prices bandwidth and
-# NCCL ring latency per gathered submodule, but DeepSpeed's measured overhead grows faster with
-# scale; torchtitan context parallel at 256K tokens: SDPA ring attention measured far below FA2's
-# published efficiency.
+# DeepSpeed ZeRO-3 530B at 1,120 and 2,240 A100s (Narayanan 2021 Table 2): the measured step time
+# does not fall when the GPU count doubles; the model prices the all-gather traffic and NCCL ring
+# latency of every per-parameter gather but DeepSpeed 2021's measured overhead grows faster; torchtitan
+# context parallel at 256K tokens: SDPA ring attention measured far below FA2's published efficiency.
 KNOWN_MISSES = {
-    "NAR-T2-ZeRO3-175B-768", "NAR-T2-ZeRO3-175B-1536", "NAR-T2-ZeRO3-530B-1120", "NAR-T2-ZeRO3-530B-2240",
-    "TT-H100-L31-8B-CP8-256K", "TT-H100-L31-405B-4D-CP8-256K",
+    "NAR-T2-ZeRO3-530B-1120", "NAR-T2-ZeRO3-530B-2240", "TT-H100-L31-8B-CP8-256K", "TT-H100-L31-405B-4D-CP8-256K",
 }
-MAPE_BOUND = 0.10  # all rows, known misses included: the issue's target
-MAPE_BOUND_REST = 0.065  # rows outside KNOWN_MISSES
+MAPE_BOUND = 0.08  # all rows, known misses included (the issue's target is 0.10)
+MAPE_BOUND_REST = 0.062  # rows outside KNOWN_MISSES
 
 
 def test_every_scored_row_is_supported_and_within_bounds():
