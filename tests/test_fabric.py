@@ -122,6 +122,9 @@ MEASURED_BUSBW = [
     # the H200 NVLS ramp by GPU count (STAS-NET): 5, 6, 7 GPUs
     ("h200", "all_reduce", 5, 1, "nvls", 414.2), ("h200", "all_reduce", 6, 1, "nvls", 435.6),
     ("h200", "all_reduce", 7, 1, "nvls", 460.0),
+    # an independent H100 ramp (github.com/NVIDIA/nccl issue #1455, 2-4 GiB): "about 420, 440, 460, 480"
+    ("h100-sxm", "all_reduce", 5, 1, "nvls", 420.0), ("h100-sxm", "all_reduce", 6, 1, "nvls", 440.0),
+    ("h100-sxm", "all_reduce", 7, 1, "nvls", 460.0),
 ]
 # Predicted +22 %: measured NVLS busbw is the same on 72 GPUs (850) as on 8 B200 (846), where the
 # in-network traffic count says it should grow by 2 (n-1)/(n+1): 1.56 -> 1.95.
