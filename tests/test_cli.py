@@ -47,11 +47,18 @@ def test_estimate_takes_a_config_json(tmp_path):
     assert json.loads(r.output)["fits"] is True
 
 
-@pytest.mark.parametrize("kind", ["gpus", "systems", "models"])
+@pytest.mark.parametrize("kind", ["gpus", "systems", "models", "frameworks"])
 def test_catalog(kind):
     r = runner.invoke(app, ["catalog", kind, "--json"])
     assert r.exit_code == 0
     assert len(json.loads(r.output)) >= 5
+
+
+def test_catalog_frameworks_names_the_era_profiles():
+    d = json.loads(runner.invoke(app, ["catalog", "frameworks", "--json"]).output)
+    assert d["megatron-legacy"]["attention"] == "unfused" and d["megatron-legacy"]["era_of"] == "megatron"
+    assert d["hai-llm"]["ep_overlap"] is True and d["torchtitan"]["elementwise"] == "eager"
+    assert runner.invoke(app, ["catalog", "frameworks"]).exit_code == 0
 
 
 @pytest.mark.parametrize("args, field", [

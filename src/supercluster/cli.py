@@ -54,6 +54,7 @@ class CatalogKind(StrEnum):
     systems = "systems"
     models = "models"
     network = "network"
+    frameworks = "frameworks"
 
 
 def _out() -> Console:
@@ -68,7 +69,7 @@ def _emit_json(obj: Any) -> None:
 @app.command()
 def catalog(kind: Annotated[CatalogKind, typer.Argument(help="what to list")] = CatalogKind.gpus,
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-    """List the built-in GPUs, systems, models or network parts with their figures."""
+    """List the built-in GPUs, systems, models, network parts or framework profiles with their figures."""
     if kind.value == "network":
         from ._toml import load_package_toml
 
@@ -91,6 +92,15 @@ def catalog(kind: Annotated[CatalogKind, typer.Argument(help="what to list")] = 
             for key, v in items.items():
                 t.add_row(key, *[str(v.get(c, "")) for c in cols])
             con.print(t)
+        return
+    if kind.value == "frameworks":
+        from .framework import framework_catalog
+
+        fws = framework_catalog()
+        if as_json:
+            _emit_json({k: dataclasses.asdict(v) for k, v in fws.items()})
+            return
+        _out().print(reports.frameworks_table(fws))
         return
     data = {"gpus": gpu_catalog, "systems": system_catalog, "models": model_catalog}[kind.value]()
     if as_json:

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .framework import Framework
 from .hardware import GpuSpec, SystemSpec
 from .models import ModelSpec
 from .step import LEDGER, StepBreakdown
@@ -214,3 +215,19 @@ def _num(x: float) -> str:
     if x >= 1e6:
         return f"{x / 1e6:,.2f} M"
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def frameworks_table(fws: dict[str, Framework]) -> Table:
+    """What each framework profile overlaps, shards and runs (data/frameworks.toml)."""
+    t = Table(title="Framework profiles (data/frameworks.toml; '<name>+compile' prices torch.compile)")
+    for c in ("key", "attention", "elementwise", "SP", "TP ovl", "DP ovl", "PP ovl", "EP ovl", "selective",
+              "Z3 gathers", "era"):
+        t.add_column(c, no_wrap=True)
+    t.add_column("what", overflow="fold", min_width=48)
+    yn = {True: "y", False: "n"}
+    for k, f in fws.items():
+        era = f"{f.era_of} <= {f.until_year}" if f.era_of else ""
+        t.add_row(k, f.attention, f.elementwise, yn[f.sequence_parallel], yn[f.tp_comm_overlap], yn[f.dp_overlap],
+                  yn[f.pp_overlap], yn[f.ep_overlap], f.selective_recompute, str(f.zero3_gathers_per_layer), era,
+                  f.doc)
+    return t
