@@ -171,7 +171,8 @@ def test_eager_pytorch_elementwise_traffic_by_hand():
 
     m = load_model("llama2-13b")
     one, two = np.array(1.0), np.array(2.0)
-    assert float(_eager_layer_bytes(m, one, one, one, np.array(40.0), two)) == pytest.approx(814_080)
+    assert float(_eager_layer_bytes(m, one, one, one, np.array(40.0), two, 13824.0, 0.0)) == pytest.approx(
+        814_080)
     assert float(_fused_layer_bytes(m, one, one, one, np.array(40.0), two, 3.0, 13824.0, 0.0)) == pytest.approx(
         267_264)
     lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, seq_len=4096, zero_stage=3)

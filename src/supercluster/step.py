@@ -109,8 +109,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     f_moe = model.num_moe_layers / L
     w_attn = float(model.attn_params)
     w_mlp = (model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * model.moe_active_mlp_params) / L
-    moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
-    f_act = (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / L
+    f_act = mean_mlp_width(model)
     act_passes = 3.0 if GATED[model.mlp] else 2.0
 
     # "16" = the layout's non-fp8 precision: bf16, or fp32 on a calibrated CPU profile.
@@ -139,9 +138,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # ---- compute per layer per micro-batch (seconds) -----------------------------------
     gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
     attn_f = 2.0 * T * (a / tp) * (dq + dv) * (seq / 2.0)  # causal: half the keys on average
-    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, np.where(fp8, 1.0, np.where(fp32, 4.0, 2.0)),
-                                np.where(fp32, 4.0, 2.0), mem_bw)
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
+    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, np.where(fp8, 1.0, el), el, mem_bw)
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
         t_attn_f, t_attn_b, t_score_f, t_score_b = _unfused_attention(
@@ -151,7 +149,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
         t_score_f = t_score_b = np.zeros_like(tp)
     if fw.elementwise == "eager":
-        bytes_f = _eager_layer_bytes(model, T, tok_sp, tp, kv_local, el)
+        bytes_f = _eager_layer_bytes(model, T, tok_sp, tp, kv_local, el, f_act, f_moe)
     else:
         bytes_f = _fused_layer_bytes(model, T, tok_sp, tp, kv_local, el, act_passes, f_act, f_moe)
     bytes_f = bytes_f + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
@@ -311,6 +309,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     return out
 
 
+def mean_mlp_width(model: ModelSpec) -> float:
+    """Activated MLP width per token, averaged over the layers (MoE: top_k routed + shared experts)."""
+    moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
+    return (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / model.num_layers
+
+
 def _fused_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray, kv_local: np.ndarray,
                        el: np.ndarray, act_passes: float, f_act: float, f_moe: float) -> np.ndarray:
     """Forward HBM bytes of a layer's memory-bound ops as fused kernels (Transformer Engine, apex,
@@ -326,7 +330,7 @@ def _fused_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
 
 
 def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray,
-                       kv_local: np.ndarray, el: np.ndarray) -> np.ndarray:
+                       kv_local: np.ndarray, el: np.ndarray, f_act: float, f_moe: float) -> np.ndarray:
     """Forward HBM bytes of a layer's memory-bound ops run op by op (PyTorch eager, torchtitan's
     Llama code without torch.compile): every PyTorch op is its own kernel.
 
@@ -339,9 +343,6 @@ def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
     heads = a / tp
     gqa = heads > kv_local
     kv_eff = np.where(gqa, heads, kv_local)
-    moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
-    f_act = (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / model.num_layers
-    f_moe = model.num_moe_layers / model.num_layers
     return (
         2.0 * (4.0 * el + 28.0) * h * tok_sp  # two RMSNorms
         + 2.0 * 3.0 * el * h * tok_sp  # two residual adds
@@ -400,8 +401,7 @@ def op_sac_recompute_frac(model: ModelSpec) -> float:
     gate, up, down or fc1, fc2): k, o and up (or fc2) run again; a mean over dense and MoE layers.
     """
     h, a, k, dq, dv = model.d_model, model.num_heads, model.num_kv_heads, model.qk_dim, model.v_dim
-    moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
-    f = (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / model.num_layers
+    f = mean_mlp_width(model)
     mats = [h * a * dq, h * k * dq, h * k * dv, a * dv * h] + ([h * f] * 3 if GATED[model.mlp] else [h * f] * 2)
     return float(sum(mats[1::2]) / sum(mats))
 
