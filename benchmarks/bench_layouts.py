@@ -29,7 +29,7 @@ def columns(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     dp = 16384 // (tp * pp * cp)
     return {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": np.ones(n), "vpp": np.where(pp > 1, pick([1, 2, 4]), 1),
             "mb": pick([1, 2]), "gbs": np.full(n, 4096), "seq": np.full(n, 8192), "zero": pick([0, 1, 2, 3]),
-            "recompute": pick([0, 1, 2]), "sp": np.ones(n), "fp8": pick([0, 1])}
+            "recompute": pick([0, 1, 2]), "sp": np.ones(n), "lowp": pick([0, 1])}
 
 
 def main() -> None:

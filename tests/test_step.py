@@ -45,6 +45,24 @@ def test_fp8_is_faster_than_bf16_on_hopper(llama3_70b, h100):
     assert 1.1 < bf16.step_time_s / fp8.step_time_s < 2.0
 
 
+def test_fp4_gemms_run_at_the_fp4_rate_on_blackwell(llama3_70b):
+    """fp4 was once priced as bf16 (only fp8 had a code): its GEMMs must take the fp4 tensor-core rate,
+    its MFU is against the fp4 peak, and its weights keep a 0.5-byte copy instead of fp8's 1 byte."""
+    from supercluster.hardware import get_gpu
+
+    b200 = get_gpu("b200")
+    lay = dict(tp=2, pp=4, dp=8, vpp=5, micro_batch=1, global_batch=256, seq_len=8192)
+    run = {p: estimate(llama3_70b, gpu=b200, num_gpus=64, layout=Layout(**lay, precision=p))
+           for p in ("bf16", "fp8", "fp4")}
+    assert run["bf16"].step_time_s > run["fp8"].step_time_s > run["fp4"].step_time_s
+    assert run["fp4"].peak_flops_per_s == pytest.approx(b200.peak("fp4"))
+    # only the GEMMs speed up: attention and elementwise stay in 16 bits
+    assert run["fp8"].step_time_s / run["fp4"].step_time_s < run["bf16"].step_time_s / run["fp8"].step_time_s * 1.2
+    w = {p: r.memory["mem_weights_bytes"] for p, r in run.items()}
+    assert w["bf16"] < w["fp4"] < w["fp8"]
+    assert w["fp4"] - w["bf16"] == pytest.approx((w["fp8"] - w["bf16"]) / 2)
+
+
 def test_model_too_big_does_not_fit(h100):
     from supercluster.reports import fit_reason
 

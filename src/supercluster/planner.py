@@ -27,7 +27,7 @@ from .hardware import GpuSpec, get_system
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import LEDGER, RECOMPUTE_CODE, step_columns
+from .step import LEDGER, LOWP_CODE, RECOMPUTE_CODE, step_columns
 
 OBJECTIVES = ("time", "cost", "energy")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -89,7 +89,7 @@ class PlanResult:
         hit = np.ones(len(c["tp"]), dtype=bool)
         want = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
                 "vpp": layout.vpp, "mb": layout.micro_batch, "zero": layout.zero_stage,
-                "recompute": RECOMPUTE_CODE[layout.recompute], "fp8": int(layout.precision == "fp8")}
+                "recompute": RECOMPUTE_CODE[layout.recompute], "lowp": LOWP_CODE.get(layout.precision, 0)}
         for k, v in want.items():
             hit &= c[k] == v
         if layout.tp > 1 and layout.sequence_parallel is not None:
@@ -158,7 +158,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     cols = _cross(cols, "recompute", [0, 1, 2])
     cols = _cross(cols, "sp", [0, 1])
     cols = _keep(cols, (cols["sp"] == 0) | (cols["tp"] > 1))
-    cols = _cross(cols, "fp8", sorted({int(p == "fp8") for p in precisions}))
+    cols = _cross(cols, "lowp", sorted({LOWP_CODE.get(p, 0) for p in precisions}))
     n = len(cols["tp"])
     cols["gbs"] = np.full(n, global_batch, dtype=np.int64)
     cols["seq"] = np.full(n, seq_len, dtype=np.int64)
@@ -224,8 +224,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         layout = Layout(
             tp=int(cols["tp"][i]), pp=int(cols["pp"][i]), dp=int(cols["dp"][i]), cp=int(cols["cp"][i]),
             ep=int(cols["ep"][i]), vpp=int(cols["vpp"][i]), micro_batch=int(cols["mb"][i]),
-            global_batch=global_batch, seq_len=seq_len, precision="fp8" if cols["fp8"][i] else
-            next((p for p in precisions if p != "fp8"), "bf16"),
+            global_batch=global_batch, seq_len=seq_len,
+            precision=next((p for p in precisions if LOWP_CODE.get(p, 0) == cols["lowp"][i]), "bf16"),
             recompute=_RC_NAME[int(cols["recompute"][i])], zero_stage=int(cols["zero"][i]),
             sequence_parallel=bool(cols["sp"][i]))
         return Candidate(layout=layout, num_gpus=int(cols["gpus"][i]), step_time_s=float(step[i]),

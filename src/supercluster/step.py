@@ -44,7 +44,9 @@ from .network import Network
 from .units import GiB
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
-COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gbs", "seq", "zero", "recompute", "sp", "fp8")
+COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gbs", "seq", "zero", "recompute", "sp", "lowp")
+#: ``lowp`` column: the GEMM operand precision below 16 bits (0 = bf16/fp16, or fp32 on a CPU profile).
+LOWP_CODE = {"fp8": 1, "fp4": 2}
 #: Kernels per transformer layer per micro-batch (forward, backward), counted in a Megatron /
 #: nanoGPT block: 4 GEMMs + attention + 2 norms, 2 residual adds, activation, RoPE, dropout-free
 #: (12 forward); backward launches about twice as many. Only priced when a calibrated profile
@@ -93,13 +95,14 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     """Price every layout row of ``cols``; returns columns (seconds, bytes, FLOPs).
 
     ``cols`` holds the integer columns of :data:`COLUMNS`; ``recompute`` uses
-    :data:`RECOMPUTE_CODE`, ``sp`` and ``fp8`` are 0/1. Assumes rows already validated.
+    :data:`RECOMPUTE_CODE`, ``sp`` is 0/1 and ``lowp`` uses :data:`LOWP_CODE`. Assumes rows already validated.
     """
     tp, pp, dp, cp, ep, vpp = (_col(cols, c) for c in ("tp", "pp", "dp", "cp", "ep", "vpp"))
     mb, gbs, seq, zero = (_col(cols, c) for c in ("mb", "gbs", "seq", "zero"))
     rc = _col(cols, "recompute")
     sp = (_col(cols, "sp") > 0) & (tp > 1)
-    fp8 = _col(cols, "fp8") > 0
+    lowp = _col(cols, "lowp")
+    fp8, fp4 = lowp == LOWP_CODE["fp8"], lowp == LOWP_CODE["fp4"]
     fp32 = (_col(cols, "fp32") > 0) if "fp32" in cols else np.zeros(tp.shape, dtype=bool)
     stride = rank_strides(rank_order, tp, cp, dp, pp)
     s_tp, s_cp, s_dpcp, s_pp = stride["tp"], stride["cp"], stride["dpcp"], stride["pp"]
@@ -119,9 +122,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                              gpu.gemm_flops_per_s("bf16") if gpu.peak_flops_per_s.get("bf16") else 0.0)
     else:
         peak16, ceiling16 = gpu.peak("bf16"), gpu.gemm_flops_per_s("bf16")
-    peak = np.where(fp8, gpu.peak_flops_per_s.get("fp8", 0.0) or peak16, peak16)
-    ceiling = np.where(fp8, gpu.gemm_flops_per_s("fp8") if gpu.peak_flops_per_s.get("fp8") else ceiling16,
-                       ceiling16)
+    # GEMMs in fp8 or fp4 (Transformer Engine recipes: every linear layer's fprop, dgrad and wgrad);
+    # attention, norms and the logits stay in 16 bits.
+    peak, ceiling = peak16, ceiling16
+    for low, key in ((fp8, "fp8"), (fp4, "fp4")):
+        if gpu.peak_flops_per_s.get(key):
+            peak = np.where(low, gpu.peak_flops_per_s[key], peak)
+            ceiling = np.where(low, gpu.gemm_flops_per_s(key), ceiling)
     unfused = fw.attention == "unfused"
     if gpu.attention_frac is not None:
         att = AttentionEfficiency(fwd_frac=gpu.attention_frac[0], bwd_frac=gpu.attention_frac[1],
@@ -139,7 +146,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
     attn_f = 2.0 * T * (a / tp) * (dq + dv) * (seq / 2.0)  # causal: half the keys on average
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
-    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, np.where(fp8, 1.0, el), el, mem_bw)
+    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, np.where(fp4, 0.5, np.where(fp8, 1.0, el)), el,
+                                mem_bw)
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
         t_attn_f, t_attn_b, t_score_f, t_score_b = _unfused_attention(
@@ -297,7 +305,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     rc_flops = np.where(rc == 2, fwd_layers_flops,
                         np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
-    out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, fp8, fp32, dense_params,
+    out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, lowp, fp32, dense_params,
                        expert_params, dpg, edpg, Lh, kv_local, f_act,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp)))
@@ -429,7 +437,7 @@ def _unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop
 
 def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, ep: np.ndarray,
             vpp: np.ndarray, m: np.ndarray, T: np.ndarray, tok_sp: np.ndarray, sp: np.ndarray, zero: np.ndarray,
-            rc: np.ndarray, fp8: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray, expert_params: np.ndarray,
+            rc: np.ndarray, lowp: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray, expert_params: np.ndarray,
             dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, kv_local: np.ndarray,
             f_act: float, score_tok: np.ndarray) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded (first) pipeline stage."""
@@ -440,7 +448,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
     # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded).
     gathered = 2.0 * (model.attn_params + model.dense_mlp_params) / tp
     weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * np.where(
-        fp32, 4.0, 2.0 + np.where(fp8, 1.0, 0.0))
+        fp32, 4.0, 2.0 + np.where(lowp == LOWP_CODE["fp8"], 1.0, np.where(lowp == LOWP_CODE["fp4"], 0.5, 0.0)))
     grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
     optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, 12.0)  # (fp32 master,) Adam m and v
     # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
@@ -525,7 +533,7 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
     sp = fw.sequence_parallel if layout.sequence_parallel is None else layout.sequence_parallel
     vals = dict(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
                 mb=layout.micro_batch, gbs=layout.global_batch, seq=layout.seq_len, zero=layout.zero_stage,
-                recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), fp8=int(layout.precision == "fp8"),
+                recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), lowp=LOWP_CODE.get(layout.precision, 0),
                 fp32=int(layout.precision == "fp32"))
     return {k: np.array([v]) for k, v in vals.items()}
 
