@@ -246,3 +246,50 @@ def test_runs_before_flashattention_use_unfused_attention_in_every_framework():
     fw, _ = resolve_framework("torchtitan", 2022)
     assert fw.attention == "unfused" and fw.key == "torchtitan@2022" and fw.elementwise == "eager"
     assert resolve_framework("torchtitan", 2023)[0].attention == "sdpa"
+
+
+def test_embedding_and_loss_counted_as_pipeline_layers():
+    """Megatron-Core's account_for_{embedding,loss}_in_pipeline_split (nemo-megatron): Llama 3.1 405B's
+    126 layers + 2 fill PP16 x VPP8 = 128 chunks; without it the layout is refused, and where both
+    apply the split that moves the head into a layer's place is never slower."""
+    import dataclasses
+
+    from supercluster.errors import InputError
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+
+    gb200 = get_gpu("gb200")
+    nemo = get_framework("nemo-megatron")
+    lay = dict(tp=4, pp=16, dp=4, vpp=8, micro_batch=1, global_batch=1536, seq_len=8192, precision="fp8")
+    b = estimate("llama3.1-405b", gpu=gb200, num_gpus=256, layout=Layout(**lay), framework=nemo)
+    assert b.step_time_s > 0
+    with pytest.raises(InputError, match="126 layers"):
+        estimate("llama3.1-405b", gpu=gb200, num_gpus=256, layout=Layout(**lay), framework="megatron")
+    plain = dataclasses.replace(nemo, pp_split_counts_head=False)
+    lay8 = dict(lay, pp=8, dp=8, vpp=4)
+    with_split = estimate("llama3.1-405b", gpu=gb200, num_gpus=256, layout=Layout(**lay8), framework=nemo)
+    without = estimate("llama3.1-405b", gpu=gb200, num_gpus=256, layout=Layout(**lay8), framework=plain)
+    assert with_split.step_time_s < without.step_time_s
+    # the first stage keeps one layer fewer (the embedding takes its slot): less activation memory
+    assert with_split.memory["mem_activations_bytes"] < without.memory["mem_activations_bytes"]
+
+
+def test_low_precision_weights_and_saved_inputs(llama3_70b, h100):
+    """fp8_param_gather keeps weights only in fp8 (NeMo recipes); Transformer Engine saves fp8 linear
+    inputs; a dropout of probability 0 saves no mask."""
+    import dataclasses
+
+    from supercluster.framework import get_framework
+
+    nemo = get_framework("nemo-megatron")
+    lay = dict(tp=4, pp=4, dp=4, vpp=5, micro_batch=1, global_batch=64, seq_len=8192)
+    bf16 = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay), framework=nemo)
+    fp8 = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay, precision="fp8"), framework=nemo)
+    keep = dataclasses.replace(nemo, fp8_param_gather=False)
+    fp8_copy = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay, precision="fp8"), framework=keep)
+    w16, w8, w8c = (x.memory["mem_weights_bytes"] for x in (bf16, fp8, fp8_copy))
+    assert w8 == pytest.approx(w16 / 2) and w8c == pytest.approx(w16 * 1.5)
+    assert fp8.memory["mem_activations_bytes"] < bf16.memory["mem_activations_bytes"]
+    drop = dataclasses.replace(nemo, dropout=True)
+    with_masks = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay), framework=drop)
+    assert with_masks.memory["mem_activations_bytes"] > bf16.memory["mem_activations_bytes"]

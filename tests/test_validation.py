@@ -59,3 +59,41 @@ def test_validate_json_contract_and_custom_csv(tmp_path):
     by_id = {x["id"]: x for x in json.loads(r.output)["rows"]}
     assert by_id["X-UNKNOWN-GPU"]["supported"] is False and "tpu-v9" in by_id["X-UNKNOWN-GPU"]["reason"]
     assert by_id["X-UNKNOWN-FW"]["supported"] is True and "assumed" in by_id["X-UNKNOWN-FW"]["reason"]
+
+
+# Published layouts that ran must be predicted to fit. Known exceptions, with what is not modelled:
+# DeepSpeed 2021 ZeRO-3 530B on 640 GPUs (85 GiB: its memory manager is not modelled) and Nemotron-4
+# 340B on 128 H100 (TP8 PP8 DP2: optimizer 32 GiB + fp32 gradient buffer 21 GiB; the recipe's memory
+# savings are not known).
+KNOWN_MEMORY_MISSES = {"NAR-T2-ZeRO3-530B-640", "DGXC-N4-340B-bf16-128", "DGXC-N4-340B-fp8-128"}
+
+
+def test_published_layouts_are_predicted_to_fit():
+    from supercluster.estimate import default_network
+    from supercluster.hardware import get_gpu
+    from supercluster.step import step_breakdown
+    from supercluster.validate import load_rows, row_setup
+
+    over = []
+    for runs in ("public", "heldout"):
+        for row in load_rows(runs):
+            if row["scored"] != "yes":
+                continue
+            model, layout, fw, _ = row_setup(row)
+            gpu = get_gpu(row["gpu"])
+            b = step_breakdown(model, layout=layout, gpu=gpu, net=default_network(gpu, num_gpus=layout.num_gpus), fw=fw)
+            if not b.fits:
+                over.append(row["id"])
+    assert set(over) == KNOWN_MEMORY_MISSES
+
+
+def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
+    """Megatron-Bridge's published pre-training table (Llama 3 8B / 70B, Llama 3.1 405B on H100, B200,
+    GB200, GB300 in FP8, MXFP8 and NVFP4): a check, not a target. Worst today: GB300 405B fp8 +27 %
+    (GB300 GEMM fractions are B300's, no GB300 measurement); NVFP4 rows fast (-5 .. -25 %: NVFP4 GEMMs
+    take the fp8 fraction of the fp4 peak, no measurement)."""
+    res = validate("heldout")
+    assert len(res["rows"]) >= 25 and res["supported_fraction"] == 1.0
+    assert res["mape"] <= 0.11 and res["worst_abs_error"] <= 0.30
+    r = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["mape"] == res["mape"]

@@ -237,7 +237,8 @@ def plan(
 
 @app.command()
 def validate(
-    runs: Annotated[str | None, typer.Option(help="runs CSV (default: the shipped public-runs.csv)")] = None,
+    runs: Annotated[str | None, typer.Option(help="runs CSV, or a shipped set: public (default) | heldout "
+                                                      "(other published runs, a check only)")] = None,
     ranks: Annotated[bool, typer.Option("--ranks", help="instead: where each published layout ranks among the "
                                                         "planner's feasible layouts")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,

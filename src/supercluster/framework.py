@@ -44,6 +44,8 @@ class Framework:
     context_parallel: bool = True
     era_of: str = ""
     until_year: int = 0
+    pp_split_counts_head: bool = False
+    fp8_param_gather: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,7 +59,8 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
-                "until_year"}
+                "until_year", "pp_split_counts_head",
+                "fp8_param_gather"}
 
 
 @cache

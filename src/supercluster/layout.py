@@ -60,14 +60,18 @@ class Layout:
     def num_microbatches(self) -> int:
         return self.global_batch // (self.dp * self.micro_batch)
 
-    def check_model(self, model: ModelSpec) -> None:
-        """Divisibility rules that depend on the model; errors name every number."""
+    def check_model(self, model: ModelSpec, extra_pp_layers: int = 0) -> None:
+        """Divisibility rules that depend on the model; errors name every number. ``extra_pp_layers``:
+        pipeline slots a framework fills with the embedding and the loss (2 in Megatron-Core's
+        account_for_*_in_pipeline_split)."""
         require(model.num_heads % self.tp == 0, "tp",
                 f"{self.tp} must divide the {model.num_heads} attention heads of {model.name}")
         require(model.num_kv_heads % self.tp == 0 or self.tp % model.num_kv_heads == 0, "tp",
                 f"{self.tp} and the {model.num_kv_heads} KV heads of {model.name} must divide one another")
-        require(self.pp * self.vpp <= model.num_layers, "pp",
-                f"pp x vpp = {self.pp} x {self.vpp} exceeds the {model.num_layers} layers of {model.name}")
+        slots = model.num_layers + (extra_pp_layers if self.pp > 1 else 0)
+        require(self.pp * self.vpp <= slots, "pp",
+                f"pp x vpp = {self.pp} x {self.vpp} exceeds the {model.num_layers} layers of {model.name}"
+                + (f" + {extra_pp_layers} (embedding and loss)" if slots > model.num_layers else ""))
         require(self.seq_len % (2 * self.cp) == 0 or self.cp == 1, "cp",
                 f"seq_len {self.seq_len} must be divisible by 2 x cp = {2 * self.cp} (load-balanced CP)")
         if model.is_moe:

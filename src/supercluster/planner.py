@@ -125,8 +125,10 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
 
 def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
                       precisions: tuple[str, ...] = ("bf16",), gpu_counts: tuple[int, ...] | None = None,
-                      max_tp: int | None = None, max_cp: int = MAX_CP) -> dict[str, np.ndarray]:
-    """Every legal layout as integer columns (the :data:`~supercluster.step.COLUMNS` plus ``gpus``)."""
+                      max_tp: int | None = None, max_cp: int = MAX_CP,
+                      extra_pp_layers: int = 0) -> dict[str, np.ndarray]:
+    """Every legal layout as integer columns (the :data:`~supercluster.step.COLUMNS` plus ``gpus``);
+    ``extra_pp_layers``: pipeline slots the framework fills with the embedding and the loss."""
     counts = gpu_counts or (num_gpus,)
     tp_cap = max_tp or max(gpu.scaleup_domain, 8)
     rows: list[tuple[int, int, int, int]] = []
@@ -149,7 +151,8 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     cols = _cross(cols, "ep", eps)
     cols = _keep(cols, (cols["dp"] * cols["cp"]) % cols["ep"] == 0)
     cols = _cross(cols, "vpp", list(VPP))
-    cols = _keep(cols, ((cols["vpp"] == 1) | (cols["pp"] > 1)) & (cols["pp"] * cols["vpp"] <= model.num_layers))
+    slots = model.num_layers + np.where(cols["pp"] > 1, extra_pp_layers, 0)
+    cols = _keep(cols, ((cols["vpp"] == 1) | (cols["pp"] > 1)) & (cols["pp"] * cols["vpp"] <= slots))
     cols = _cross(cols, "mb", list(MICRO_BATCHES))
     cols = _keep(cols, global_batch % (cols["dp"] * cols["mb"]) == 0)
     require(len(cols["tp"]) > 0, "global_batch",
@@ -196,7 +199,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                        if c >= 1 and (c == num_gpus or num_gpus % c == 0))
     cols = candidate_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
                              precisions=precisions, gpu_counts=counts,
-                             max_cp=MAX_CP if framework.context_parallel else 1)
+                             max_cp=MAX_CP if framework.context_parallel else 1,
+                             extra_pp_layers=2 if framework.pp_split_counts_head else 0)
     out = step_columns(model, gpu, network or default_network(gpu, num_gpus=num_gpus), framework, cols)
     system = get_system(gpu.system)
     price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)

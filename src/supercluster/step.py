@@ -146,8 +146,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
     attn_f = 2.0 * T * (a / tp) * (dq + dv) * (seq / 2.0)  # causal: half the keys on average
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
-    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, np.where(fp4, 0.5, np.where(fp8, 1.0, el)), el,
-                                mem_bw)
+    low_el = np.where(fp4, 0.5, np.where(fp8, 1.0, el))  # GEMM operand bytes
+    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, low_el, el, mem_bw)
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
         t_attn_f, t_attn_b, t_score_f, t_score_b = _unfused_attention(
@@ -207,7 +207,6 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         ep_x = np.zeros_like(tp)
 
     # ---- one pipeline stage, one micro-batch --------------------------------------------
-    Lh = np.ceil(L / (pp * vpp)) * vpp
     head_f = 2.0 * T * h * V / tp
     t_head = 3.0 * head_f / ceiling16 + 5.0 * 4.0 * T * V / tp / mem_bw  # logits in bf16, fp32 loss
     # Vocabulary-parallel embedding and head (Megatron): the embedding output is all-reduced in the
@@ -215,7 +214,20 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # and the cross-entropy all-reduces three fp32 statistics per token (max, sum of exp, target).
     tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, s_tp)
     t_layer = t_fwd + t_bwd + t_rc + tp_x + cp_x + ep_x
+    # Heaviest stage: ceil(L / (pp vpp)) layers per virtual chunk, and the last stage also runs the
+    # head. A framework that counts the embedding and the loss as one layer each in the split
+    # (Megatron-Core account_for_*_in_pipeline_split) puts the head where a layer would be; it is
+    # used where it makes the slowest stage faster, and allows pp x vpp up to L + 2.
+    Lh = np.ceil(L / (pp * vpp)) * vpp
     t_stage = Lh * t_layer + t_head + tp_head
+    if fw.pp_split_counts_head:
+        Lh_bal = np.ceil((L + 2.0) / (pp * vpp)) * vpp
+        t_bal = np.maximum(Lh_bal * t_layer, (Lh_bal - 1.0) * t_layer + t_head + tp_head)
+        bal = (pp > 1) & ((t_bal < t_stage) | (pp * vpp > L))
+        Lh, t_stage = np.where(bal, Lh_bal, Lh), np.where(bal, t_bal, t_stage)
+        Lh_first = np.where(bal, Lh_bal - 1.0, Lh)  # the first stage holds the embedding in a layer's place
+    else:
+        Lh_first = Lh
     bubble = (pp - 1.0) / vpp * t_stage
 
     # Megatron's scatter/gather optimisation (Narayanan et al. 2021, section 4.1): without sequence
@@ -241,7 +253,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     rs = dp_time("reduce_scatter", dense_params, grb, dpg, s_dpcp) + dp_time("reduce_scatter", expert_params, grb,
                                                                           edpg, s_dpcp * ep)
-    ag = dp_time("all_gather", dense_params, el, dpg, s_dpcp) + dp_time("all_gather", expert_params, el, edpg,
+    # parameters are all-gathered in 16 bits, or in fp8 / fp4 where the framework keeps them so
+    pg = np.where(fw.fp8_param_gather, low_el, el)
+    ag = dp_time("all_gather", dense_params, pg, dpg, s_dpcp) + dp_time("all_gather", expert_params, pg, edpg,
                                                                          s_dpcp * ep)
     arr = dp_time("all_reduce", dense_params, grb, dpg, s_dpcp) + dp_time("all_reduce", expert_params, grb, edpg,
                                                                          s_dpcp * ep)
@@ -306,7 +320,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                         np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
     out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, lowp, fp32, dense_params,
-                       expert_params, dpg, edpg, Lh, kv_local, f_act,
+                       expert_params, dpg, edpg, Lh_first, low_el, kv_local, f_act,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp)))
     out.update(
@@ -438,7 +452,7 @@ def _unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop
 def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, ep: np.ndarray,
             vpp: np.ndarray, m: np.ndarray, T: np.ndarray, tok_sp: np.ndarray, sp: np.ndarray, zero: np.ndarray,
             rc: np.ndarray, lowp: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray, expert_params: np.ndarray,
-            dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, kv_local: np.ndarray,
+            dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, low_el: np.ndarray, kv_local: np.ndarray,
             f_act: float, score_tok: np.ndarray) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded (first) pipeline stage."""
     h, a = float(model.d_model), float(model.num_heads)
@@ -447,16 +461,24 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
     shard = dense_params / dpg + expert_params / edpg
     # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded).
     gathered = 2.0 * (model.attn_params + model.dense_mlp_params) / tp
-    weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * np.where(
-        fp32, 4.0, 2.0 + np.where(lowp == LOWP_CODE["fp8"], 1.0, np.where(lowp == LOWP_CODE["fp4"], 0.5, 0.0)))
+    low = lowp > 0
+    # bf16 weights, plus their fp8 / fp4 copy for the GEMMs, or that copy alone (fp8_param_gather)
+    w_bytes = np.where(fp32, 4.0, np.where(low, np.where(fw.fp8_param_gather, 0.0, 2.0) + low_el, 2.0))
+    weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * w_bytes
     grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
     optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, 12.0)  # (fp32 master,) Adam m and v
     # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
-    # SP-shardable: LN inputs, QKV and FC1 inputs (2 B each) and two dropout masks (1 B) = 10 h bytes.
+    # SP-shardable: the two LN inputs (2 B), the QKV and FC1 inputs and, with dropout, two masks (1 B);
+    # a dropout of probability 0 saves no mask (PyTorch returns its input). Transformer Engine saves a
+    # linear layer's input for the weight gradient in the GEMM precision (fp8 / fp4 quantised), so in
+    # fp8 the QKV, FC1 and FC2 inputs shrink and the attention output is kept twice (16-bit for the
+    # attention backward, quantised for the output projection).
     mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
-    per_tok = np.where(sp, 10.0 * h / tp, 10.0 * h) + 2.0 * (
-        (a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv + mlp_tensors * f_act / tp
-    ) + (model.num_moe_layers / model.num_layers) * 2.0 * model.top_k * h * (
+    h_sp = 4.0 + 2.0 * low_el + (2.0 if fw.dropout else 0.0)
+    per_tok = np.where(sp, h_sp * h / tp, h_sp * h) + 2.0 * (
+        (a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv + (mlp_tensors - 1.0) * f_act / tp
+    ) + low_el * f_act / tp + np.where(low, low_el * (a / tp) * dv, 0.0) + (
+        model.num_moe_layers / model.num_layers) * 2.0 * model.top_k * h * (
         np.where(sp, 1.0 / tp, 1.0)  # the permuted local tokens
         + np.where(tp > 1, 1.0, np.where(sp, 1.0 / tp, 1.0)))  # the experts' input, all-gathered over TP
     per_tok = per_tok + np.where(rc == 0, score_tok, 0.0)  # selective recompute drops them (Korthikanti)
@@ -541,7 +563,7 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
 def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
                    rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
     """Price one layout (already validated against model and GPU count)."""
-    layout.check_model(model)
+    layout.check_model(model, extra_pp_layers=2 if fw.pp_split_counts_head else 0)
     out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order)
     first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     mem_keys = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",

@@ -185,10 +185,17 @@ def predict_row(row: dict[str, str]) -> RowResult:
     return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short())
 
 
+#: Runs shipped in the package: ``public`` (../shared/validation/public-runs.csv, the default) and
+#: ``heldout`` (published runs outside the shared file, a source per row; a check only: no constant is
+#: taken from them).
+SHIPPED_RUNS = {"public": "public-runs.csv", "heldout": "heldout-runs.csv"}
+
+
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
-    """Rows of a runs CSV; the copy shipped in the package by default."""
-    if path is None:
-        text = resources.files("supercluster").joinpath("data").joinpath("public-runs.csv").read_text("utf-8")
+    """Rows of a runs CSV: a path, or a shipped set by name (:data:`SHIPPED_RUNS`; ``public`` by default)."""
+    if path is None or str(path) in SHIPPED_RUNS:
+        name = SHIPPED_RUNS[str(path) if path is not None else "public"]
+        text = resources.files("supercluster").joinpath("data").joinpath(name).read_text("utf-8")
     else:
         p = Path(path)
         if not p.is_file():
