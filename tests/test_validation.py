@@ -64,7 +64,8 @@ def test_validate_json_contract_and_custom_csv(tmp_path):
 # Published layouts that ran must be predicted to fit. Known exceptions, with what is not modelled:
 # DeepSpeed 2021 ZeRO-3 530B on 640 GPUs (85 GiB: its memory manager is not modelled) and Nemotron-4
 # 340B on 128 H100 (TP8 PP8 DP2: optimizer 32 GiB + fp32 gradient buffer 21 GiB; the recipe's memory
-# savings are not known).
+# savings are not known). The held-out MoE rows are left out: their recipes recompute modules
+# (Megatron-Core recompute_modules: mla_up_proj, mlp, moe_act) that the model has no policy for.
 KNOWN_MEMORY_MISSES = {"NAR-T2-ZeRO3-530B-640", "DGXC-N4-340B-bf16-128", "DGXC-N4-340B-fp8-128"}
 
 
@@ -77,7 +78,7 @@ def test_published_layouts_are_predicted_to_fit():
     over = []
     for runs in ("public", "heldout"):
         for row in load_rows(runs):
-            if row["scored"] != "yes":
+            if row["scored"] != "yes" or (runs == "heldout" and row["moe_experts"]):
                 continue
             model, layout, fw, _ = row_setup(row)
             gpu = get_gpu(row["gpu"])
@@ -88,12 +89,22 @@ def test_published_layouts_are_predicted_to_fit():
 
 
 def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
-    """Megatron-Bridge's published pre-training table (Llama 3 8B / 70B, Llama 3.1 405B on H100, B200,
-    GB200, GB300 in FP8, MXFP8 and NVFP4): a check, not a target. Worst today: GB300 405B fp8 +27 %
-    (GB300 GEMM fractions are B300's, no GB300 measurement); NVFP4 rows fast (-5 .. -25 %: NVFP4 GEMMs
-    take the fp8 fraction of the fp4 peak, no measurement)."""
+    """Megatron-Bridge's published pre-training tables: a check, not a target (regression bounds on
+    today's figures). Dense (Llama 3 8B / 70B, Llama 3.1 405B on H100, B200, GB200, GB300; FP8, MXFP8,
+    NVFP4): worst GB300 405B fp8 +27 % (GB300 GEMM fractions are B300's: no GB300 measurement), NVFP4
+    rows fast (NVFP4 GEMMs take the fp8 fraction of the fp4 peak: no measurement). MoE (Qwen3 30B-A3B,
+    235B-A22B, DeepSeek-V3): within 10 % on NVL72 racks except Qwen3 30B; the B200 / H100 recipes
+    (all-to-all dispatcher with a host sync per layer, no CUDA graphs) run 15-72 % slower than priced:
+    host-side overheads are not modelled."""
     res = validate("heldout")
-    assert len(res["rows"]) >= 25 and res["supported_fraction"] == 1.0
-    assert res["mape"] <= 0.11 and res["worst_abs_error"] <= 0.30
+    rows = res["rows"]
+    assert len(rows) >= 40 and res["supported_fraction"] == 1.0
+    moe = [r for r in rows if any(k in r.id for k in ("QWEN3", "DSV3"))]
+    dense = [r for r in rows if r not in moe]
+    mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe))}
+    assert mape["dense"] <= 0.11 and max(abs(r.error) for r in dense) <= 0.30
+    assert mape["moe"] <= 0.27
+    nvl72 = [r for r in moe if ("GB200" in r.id or "GB300" in r.id) and "QWEN3-30B" not in r.id]
+    assert nvl72 and max(abs(r.error) for r in nvl72) <= 0.12
     r = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["mape"] == res["mape"]

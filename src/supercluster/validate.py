@@ -9,6 +9,7 @@ priced as Megatron), and the fallback is written into the row's ``reason``.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import re
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, require
 from .estimate import default_network
 from .framework import Framework, resolve_framework
 from .hardware import get_gpu
@@ -70,6 +71,13 @@ def row_model(row: dict[str, str]) -> ModelSpec:
         mlp = "gelu" if ffn == 4 * hidden else "swiglu"
         head_dim, tied = hidden // heads, mlp == "gelu"
     experts = _int(row, "moe_experts", 0)
+    if preset is not None and preset.is_moe and experts == preset.num_experts:
+        # The CSV has no columns for shared experts, leading dense layers, expert width or MLA: a
+        # matching MoE preset supplies them; the row's own columns must agree with it.
+        require(_int(row, "moe_topk", preset.top_k) == preset.top_k, "moe_topk",
+                f"{row.get('moe_topk')} differs from the {preset.name} preset's {preset.top_k}")
+        return dataclasses.replace(preset, key=row.get("id", "row"), name=row.get("model_name", preset.name),
+                                   seq_len=_int(row, "seq_len"))
     moe = {"num_experts": experts, "top_k": _int(row, "moe_topk", 2), "moe_ffn_dim": ffn} if experts else {}
     return ModelSpec(key=row.get("id", "row"), name=row.get("model_name", "row"), num_layers=layers,
                      d_model=hidden, ffn_dim=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads", heads),
