@@ -207,7 +207,7 @@ def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
     else:
         p = Path(path)
         if not p.is_file():
-            raise InputError("runs", f"no such file {str(path)!r}")
+            raise InputError("runs", f"no such file {str(path)!r}; or a shipped set: {', '.join(SHIPPED_RUNS)}")
         text = p.read_text(encoding="utf-8", errors="replace")
     try:
         reader = csv.DictReader(io.StringIO(text))
