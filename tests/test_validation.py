@@ -108,3 +108,14 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     assert nvl72 and max(abs(r.error) for r in nvl72) <= 0.12
     r = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["mape"] == res["mape"]
+
+
+def test_published_framework_names_select_a_profile():
+    from supercluster.framework import resolve_framework
+
+    assert resolve_framework("Megatron-Bridge")[0].key == "nemo-megatron"
+    fw, note = resolve_framework("NeMo 2.0", 2025)
+    assert fw.key == "nemo-megatron" and "read as nemo-megatron" in note
+    assert resolve_framework("PyTorch FSDP+compile", 2025)[0].key == "torchtitan+compile"
+    fw, note = resolve_framework("maxtext", 2025)
+    assert fw.key == "megatron" and "unknown" in note

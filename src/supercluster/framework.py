@@ -11,6 +11,7 @@ from .errors import InputError
 ALIASES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
     "nemo": "nemo-megatron", "nemo2": "nemo-megatron", "nemo-megatron": "nemo-megatron",
+    "megatron-bridge": "nemo-megatron",  # NeMo's Megatron-Core training library (same recipes)
     "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed",
     "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
     "deepseek": "hai-llm", "dualpipe": "hai-llm", "hai": "hai-llm",
@@ -125,8 +126,21 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
     try:
         fw, note = get_framework(name), None
     except InputError:
-        fw, note = framework_catalog()[DEFAULT_FRAMEWORK], f"framework {name!r} unknown: {DEFAULT_FRAMEWORK} assumed"
+        # A run's framework column as published ("NeMo 2.0", "PyTorch FSDP", ...): the first profile
+        # whose name it mentions, else the default; the note says which was read.
+        low = name.strip().lower()
+        key = next((k for words, k in _MENTIONS if any(w in low for w in words)), DEFAULT_FRAMEWORK)
+        fw = framework_catalog()[key]
+        if low.endswith(COMPILE_SUFFIX):
+            fw = get_framework(key + COMPILE_SUFFIX)
+        note = (f"framework {name!r} read as {key}" if key != DEFAULT_FRAMEWORK or "megatron" in low
+                else f"framework {name!r} unknown: {DEFAULT_FRAMEWORK} assumed")
     return framework_of_year(fw, year), note
+
+
+#: Words in a published framework name and the profile they select, most specific first.
+_MENTIONS = ((("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3"), "deepspeed"),
+             (("titan", "fsdp"), "torchtitan"), (("hai-llm", "dualpipe"), "hai-llm"), (("megatron",), "megatron"))
 
 
 @cache
