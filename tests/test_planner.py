@@ -147,3 +147,13 @@ def test_plan_token_budget_scales_with_tokens():
     steps = 1e12 / (256 * 8192)
     assert b["days_to_train"] == pytest.approx(steps * best["step_time_s"] / 86400)
     assert b["cost_usd"] == pytest.approx(best["cost_usd_per_mtok"] * 1e6)
+
+
+def test_megatron_block_recompute_round_trips(tmp_path, llama3_70b):
+    lay = Layout(tp=4, pp=4, dp=4, vpp=5, global_batch=128, seq_len=8192, recompute="full", recompute_layers=2,
+                 sequence_parallel=True)
+    text = launchers.export(lay, "megatron", llama3_70b)
+    assert "--recompute-method block --recompute-num-layers 2" in text
+    path = tmp_path / "args.sh"
+    path.write_text(text)
+    assert launchers.load_layout(path, num_gpus=64) == lay

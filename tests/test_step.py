@@ -293,3 +293,21 @@ def test_low_precision_weights_and_saved_inputs(llama3_70b, h100):
     drop = dataclasses.replace(nemo, dropout=True)
     with_masks = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay), framework=drop)
     assert with_masks.memory["mem_activations_bytes"] > bf16.memory["mem_activations_bytes"]
+
+
+def test_recomputing_fewer_layers_trades_memory_for_time(llama3_70b, h100):
+    """Megatron's block method: full recompute of the first N layers of each pipeline chunk; N at or
+    above the chunk's layer count is full recompute of every layer, N = 0 means every layer."""
+    from supercluster.errors import InputError
+
+    lay = dict(tp=4, pp=4, dp=4, vpp=5, micro_batch=1, global_batch=128, seq_len=8192)  # 4 layers per chunk
+    none = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay))
+    part = [estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay, recompute="full", recompute_layers=n))
+            for n in (1, 2, 3, 4, 0)]
+    times = [none.step_time_s] + [b.step_time_s for b in part[:4]]
+    mems = [none.memory_per_gpu_bytes] + [b.memory_per_gpu_bytes for b in part[:4]]
+    assert times == sorted(times) and mems == sorted(mems, reverse=True)
+    assert part[3].step_time_s == pytest.approx(part[4].step_time_s)
+    assert part[1].ledger["recompute"] == pytest.approx(part[3].ledger["recompute"] / 2)
+    with pytest.raises(InputError, match="recompute full"):
+        Layout(**lay, recompute="selective", recompute_layers=2)

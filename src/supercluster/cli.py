@@ -126,6 +126,8 @@ def estimate(
     seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | fp4")] = "bf16",
     recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
+    recompute_layers: Annotated[int, typer.Option(help="with --recompute full: only the first N layers of each "
+                                                  "pipeline chunk (Megatron block method); 0 = all")] = 0,
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")] = 1,
     framework: FrameworkOpt = "megatron",
     sequence_parallel: Annotated[bool | None, typer.Option(
@@ -159,7 +161,7 @@ def estimate(
         dp = gpus // denom
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, global_batch=global_batch,
                     seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
-                    sequence_parallel=sequence_parallel)
+                    sequence_parallel=sequence_parallel, recompute_layers=recompute_layers)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order)
 

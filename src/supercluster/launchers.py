@@ -61,6 +61,9 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
         a[-1] = "--fp16"
     if layout.recompute == "selective":
         a.append("--recompute-granularity selective")
+    elif layout.recompute == "full" and layout.recompute_layers:
+        a.append("--recompute-granularity full --recompute-method block "
+                 f"--recompute-num-layers {layout.recompute_layers}")
     elif layout.recompute == "full":
         a.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
     if layout.sequence_parallel and layout.tp > 1:
@@ -191,6 +194,8 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
         vpp = layers // (pp * per)
     dp = _dp(num_gpus, tp * pp * cp, args.get("data-parallel-size"))
     rc = args.get("recompute-granularity", "none")
+    rc_layers = (_as_int("recompute-num-layers", args.get("recompute-num-layers", 0))
+                 if rc == "full" and args.get("recompute-method") == "block" else 0)
     precision = "fp8" if "fp8-format" in args else ("fp16" if args.get("fp16") else "bf16")
     zero = 1 if args.get("use-distributed-optimizer") else 0
     strategy = args.get("data-parallel-sharding-strategy")
@@ -201,7 +206,8 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
                   vpp=vpp, micro_batch=_as_int("micro-batch-size", args.get("micro-batch-size", 1)),
                   global_batch=_as_int("global-batch-size", args["global-batch-size"]),
                   seq_len=_as_int("seq-length", args.get("seq-length", 2048)), precision=precision,
-                  recompute=str(rc), zero_stage=zero, sequence_parallel=bool(args.get("sequence-parallel", False)))
+                  recompute=str(rc), zero_stage=zero, sequence_parallel=bool(args.get("sequence-parallel", False)),
+                  recompute_layers=rc_layers)
 
 
 def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:

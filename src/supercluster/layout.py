@@ -33,6 +33,9 @@ class Layout:
     recompute: str = "none"
     zero_stage: int = 1
     sequence_parallel: bool | None = None  # None = the framework's default
+    #: with recompute "full": recompute only the first N layers of each pipeline chunk (Megatron
+    #: --recompute-method block --recompute-num-layers N); 0 = every layer
+    recompute_layers: int = 0
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len"):
@@ -43,6 +46,10 @@ class Layout:
                 f"unknown {self.precision!r}; allowed: {', '.join(PRECISION)}")
         require(self.recompute in RECOMPUTE, "recompute",
                 f"unknown {self.recompute!r}; allowed: {', '.join(RECOMPUTE)}")
+        require(isinstance(self.recompute_layers, int) and self.recompute_layers >= 0, "recompute_layers",
+                f"must be a non-negative integer (0 = every layer), got {self.recompute_layers!r}")
+        require(self.recompute_layers == 0 or self.recompute == "full", "recompute_layers",
+                f"{self.recompute_layers} layers needs --recompute full, got {self.recompute!r}")
         require(self.zero_stage in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero_stage!r}")
         per_step = self.dp * self.micro_batch
         require(self.global_batch % per_step == 0, "global_batch",

@@ -100,6 +100,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     tp, pp, dp, cp, ep, vpp = (_col(cols, c) for c in ("tp", "pp", "dp", "cp", "ep", "vpp"))
     mb, gbs, seq, zero = (_col(cols, c) for c in ("mb", "gbs", "seq", "zero"))
     rc = _col(cols, "recompute")
+    # Full recompute of only the first ``rcl`` layers of each pipeline chunk (Megatron-Core
+    # recompute_method "block" with recompute_num_layers; 0 = every layer): ``frc`` is that share.
+    rcl = _col(cols, "rcl") if "rcl" in cols else np.zeros_like(rc)
     sp = (_col(cols, "sp") > 0) & (tp > 1)
     lowp = _col(cols, "lowp")
     fp8, fp4 = lowp == LOWP_CODE["fp8"], lowp == LOWP_CODE["fp4"]
@@ -170,7 +173,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         t_sel = op_sac_recompute_frac(model) * t_gemm_f + t_mem_f
     else:  # Megatron selective: the core attention runs again (Korthikanti et al. 2022)
         t_sel = t_attn_f + t_score_f
-    t_rc = np.where(rc == 2, t_fwd, np.where(rc == 1, t_sel, 0.0))
+    chunk = np.ceil(model.num_layers / (pp * vpp))
+    frc = np.where(rc == 2, np.where(rcl > 0, np.minimum(1.0, rcl / chunk), 1.0), 0.0)
+    t_rc = np.where(rc == 2, frc * t_fwd, np.where(rc == 1, t_sel, 0.0))
 
     # ---- communication per layer per micro-batch ----------------------------------------
     act_bytes = T * h * el
@@ -187,14 +192,14 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         tp_bx = np.maximum(tp_b - 2.0 * t_gemm_f, tp_b / tp)
     else:
         tp_fx, tp_bx = tp_f, tp_b
-    tp_x = tp_fx + tp_bx + np.where(rc == 2, tp_fx, 0.0)
+    tp_x = tp_fx + tp_bx + frc * tp_fx
 
     kv_bytes = T * kv_local * (dq + dv) * el
     ring_step = net.collective_time_s("p2p", kv_bytes, cp, s_cp)
     cp_f = (cp - 1.0) * ring_step
     cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
     cp_fx, cp_bx = np.maximum(cp_f - t_attn_f, 0.0), np.maximum(cp_b - t_attn_b, 0.0)
-    cp_x = cp_fx * np.where(rc == 2, 2.0, 1.0) + cp_bx
+    cp_x = cp_fx * (1.0 + frc) + cp_bx
 
     if model.is_moe:
         # Megatron-Core's all-to-all dispatcher: EP all-to-all of each rank's tokens x top_k, then (TP > 1)
@@ -202,7 +207,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # the reverse (reduce-scatter, all-to-all); the backward mirrors both. Not pipelined with GEMMs.
         a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, s_dpcp)
         tp_tokens = np.where(tp > 1, net.collective_time_s("all_gather", T * model.top_k * h * el, tp, s_tp), 0.0)
-        ep_x = f_moe * (a2a + tp_tokens) * (4.0 + np.where(rc == 2, 2.0, 0.0)) * (0.0 if fw.ep_overlap else 1.0)
+        ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * frc) * (0.0 if fw.ep_overlap else 1.0)
     else:
         ep_x = np.zeros_like(tp)
 
@@ -274,7 +279,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # (the time of a zero-byte call on the same group).
     ag3 = ag + (n_coll - 1.0) * net.collective_time_s("all_gather", 0.0, dpg, s_dpcp)
     rs3 = rs + (n_coll - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, s_dpcp)
-    ag3_b = ag3 * np.where((rc == 2) & fw.zero3_regather_on_recompute, 2.0, 1.0)
+    ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute))
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
     # backward gathers and the gradient reduce-scatters together (one window, shared).
     if fw.dp_overlap:
@@ -316,10 +321,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     model_flops = tokens * model.model_flops_per_token(seq, causal=False)
     fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - V * h) + tokens * \
         model.attention_flops_per_token(seq, causal=False)
-    rc_flops = np.where(rc == 2, fwd_layers_flops,
+    rc_flops = np.where(rc == 2, frc * fwd_layers_flops,
                         np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
-    out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, lowp, fp32, dense_params,
+    out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, frc, lowp, fp32, dense_params,
                        expert_params, dpg, edpg, Lh_first, low_el, kv_local, f_act,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp)))
@@ -451,7 +456,8 @@ def _unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop
 
 def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, ep: np.ndarray,
             vpp: np.ndarray, m: np.ndarray, T: np.ndarray, tok_sp: np.ndarray, sp: np.ndarray, zero: np.ndarray,
-            rc: np.ndarray, lowp: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray, expert_params: np.ndarray,
+            rc: np.ndarray, frc: np.ndarray, lowp: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray,
+            expert_params: np.ndarray,
             dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, low_el: np.ndarray, kv_local: np.ndarray,
             f_act: float, score_tok: np.ndarray) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded (first) pipeline stage."""
@@ -481,18 +487,20 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
         model.num_moe_layers / model.num_layers) * 2.0 * model.top_k * h * (
         np.where(sp, 1.0 / tp, 1.0)  # the permuted local tokens
         + np.where(tp > 1, 1.0, np.where(sp, 1.0 / tp, 1.0)))  # the experts' input, all-gathered over TP
-    per_tok = per_tok + np.where(rc == 0, score_tok, 0.0)  # selective recompute drops them (Korthikanti)
+    none_tok = per_tok + score_tok  # what a layer keeps without recompute
+    per_tok = np.where(rc == 1, per_tok, none_tok)  # selective recompute drops the scores (Korthikanti)
     if fw.selective_recompute == "op":
         # per-op SAC keeps the layer input, the saved matmul outputs (q, v, gate or fc1, down) and the
         # attention output; SP shards the h-wide ones.
         h_sh = np.where(sp, h / tp, h)
         op_tok = 2.0 * (2.0 * h_sh + (a / tp) * (dq + dv) + kv_local * dv + f_act / tp)
         per_tok = np.where(rc == 1, op_tok, per_tok)
-    per_tok = np.where(rc == 2, np.where(sp, 2.0 * h / tp, 2.0 * h), per_tok)
+    # full recompute keeps only each recomputed layer's input; the other layers keep everything
+    per_tok = np.where(rc == 2, frc * np.where(sp, 2.0 * h / tp, 2.0 * h) + (1.0 - frc) * none_tok, per_tok)
     in_flight = np.where(pp > 1, np.minimum(m, pp) * (1.0 + np.where(vpp > 1, (pp - 1.0) / (pp * vpp), 0.0)), 1.0)
     activations = Lh * per_tok * T * in_flight
     # A recomputed layer needs its full activations once more during its backward.
-    activations = activations + np.where(rc == 2, (34.0 * h / tp + score_tok) * T, 0.0)
+    activations = activations + np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0)
     logits = 2.0 * 4.0 * T * model.vocab_size / tp
     total = weights + grads + optimizer + activations + logits + FRAMEWORK_RESERVE_BYTES
     return {
@@ -556,6 +564,7 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
     vals = dict(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
                 mb=layout.micro_batch, gbs=layout.global_batch, seq=layout.seq_len, zero=layout.zero_stage,
                 recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), lowp=LOWP_CODE.get(layout.precision, 0),
+                rcl=layout.recompute_layers,
                 fp32=int(layout.precision == "fp32"))
     return {k: np.array([v]) for k, v in vals.items()}
 

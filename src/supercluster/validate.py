@@ -105,6 +105,13 @@ def parse_recompute(text: str, fw: Framework) -> str:
     return fw.default_recompute
 
 
+def parse_recompute_layers(text: str) -> int:
+    """Partial full recompute, e.g. "full (5 layers)" or "recompute_num_layers=5": layers per chunk; else 0."""
+    t = text.lower()
+    m = re.search(r"recompute_num_layers\s*=\s*(\d+)", t) or re.search(r"\b(\d+)\s+layers?\b", t)
+    return int(m.group(1)) if m and "full" in t else 0
+
+
 def parse_zero(text: str, fw: Framework) -> int:
     t = text.lower()
     if "zero-3" in t or "zero3" in t or "fsdp" in t or "fully sharded" in t:
@@ -141,6 +148,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
         precision=parse_precision(row.get("precision", "")),
         recompute=parse_recompute(row.get("recompute", ""), fw),
+        recompute_layers=parse_recompute_layers(row.get("recompute", "")),
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
     )
     layout.check_gpus(_int(row, "num_gpus"))

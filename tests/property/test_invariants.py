@@ -26,6 +26,7 @@ layouts = st.fixed_dictionaries({
     "tp": st.sampled_from([1, 2, 4, 8]), "pp": st.sampled_from([1, 2, 4, 8]), "dp": st.sampled_from([1, 2, 8, 32]),
     "cp": st.sampled_from([1, 2]), "vpp": st.sampled_from([1, 2]), "mb": st.sampled_from([1, 2]),
     "zero": st.integers(0, 3), "recompute": st.integers(0, 2), "sp": st.integers(0, 1), "lowp": st.integers(0, 2),
+    "rcl": st.integers(0, 3),
     "accum": st.sampled_from([1, 4, 16]), "seq": st.sampled_from([2048, 8192]),
 })
 
