@@ -91,3 +91,35 @@ def test_load_model_from_path_and_errors(tmp_path):
         load_model(str(bad))
     with pytest.raises(InputError, match="unknown model"):
         load_model("gpt-9")
+
+
+def test_sliding_window_attention_counts_only_the_window(tmp_path):
+    """GPT-OSS: every other layer attends to 128 tokens. A windowed layer's causal keys average
+    w - w^2 / (2 s); the config's layer_types say which layers are local."""
+    import json
+
+    import pytest
+
+    from supercluster.models import load_model
+
+    m = load_model("gpt-oss-120b")
+    assert (m.sliding_window, m.window_layers) == (128, 18)
+    s, w = 4096, 128
+    assert m.mean_keys(s, causal=True) == pytest.approx((s / 2 + (w - w * w / (2 * s))) / 2)
+    assert m.mean_keys(s, causal=False) == pytest.approx((s + w) / 2)
+    dense_like = load_model("llama3-8b")
+    assert dense_like.mean_keys(s, causal=True) == s / 2
+    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
+           "intermediate_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "head_dim": 64, "num_local_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088,
+           "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    hf = load_model(str(p))
+    assert (hf.sliding_window, hf.window_layers) == (128, 18)
+    assert hf.attention_flops_per_token(s, causal=False) == pytest.approx(m.attention_flops_per_token(s, causal=False))
+    # Qwen2-style: use_sliding_window false means no local layers
+    cfg2 = {"hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 8, "vocab_size": 1000,
+            "sliding_window": 4096, "use_sliding_window": False}
+    p.write_text(json.dumps(cfg2))
+    assert load_model(str(p)).window_layers == 0

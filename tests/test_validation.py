@@ -89,23 +89,23 @@ def test_published_layouts_are_predicted_to_fit():
 
 
 def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
-    """Megatron-Bridge's published pre-training tables: a check, not a target (regression bounds on
-    today's figures). Dense (Llama 3 8B / 70B, Llama 3.1 405B on H100, B200, GB200, GB300; FP8, MXFP8,
-    NVFP4): worst GB300 405B fp8 +27 % (GB300 GEMM fractions are B300's: no GB300 measurement), NVFP4
-    rows fast (NVFP4 GEMMs take the fp8 fraction of the fp4 peak: no measurement). MoE (Qwen3 30B-A3B,
-    235B-A22B, DeepSeek-V3): within 10 % on NVL72 racks except Qwen3 30B; the B200 / H100 recipes
-    (all-to-all dispatcher with a host sync per layer, no CUDA graphs) run 15-72 % slower than priced:
-    host-side overheads are not modelled."""
+    """Other published runs (Megatron-Bridge tables, torchtitan A100): a check, not a target
+    (regression bounds on today's figures). Dense: worst GB300 405B fp8 +27 % (GB300 GEMM fractions
+    are B300's: no GB300 measurement), NVFP4 rows fast (no NVFP4 in-situ measurement at these
+    shapes). MoE: the large ones (DeepSeek-V3, Qwen3 235B) on NVL72 racks within 11 %; on 8-GPU
+    nodes with the all-to-all dispatcher (a host sync per layer, no CUDA graphs) and for the small
+    ones (Qwen3 30B-A3B, GPT-OSS 120B: 3-5 B active) the runs are 15-72 % slower than priced:
+    host-side and per-layer fixed overheads are not modelled."""
     res = validate("heldout")
     rows = res["rows"]
-    assert len(rows) >= 40 and res["supported_fraction"] == 1.0
-    moe = [r for r in rows if any(k in r.id for k in ("QWEN3", "DSV3"))]
+    assert len(rows) >= 55 and res["supported_fraction"] == 1.0
+    moe = [r for r in rows if any(k in r.id for k in ("QWEN3", "DSV3", "GPTOSS"))]
     dense = [r for r in rows if r not in moe]
     mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe))}
     assert mape["dense"] <= 0.11 and max(abs(r.error) for r in dense) <= 0.30
-    assert mape["moe"] <= 0.27
-    nvl72 = [r for r in moe if ("GB200" in r.id or "GB300" in r.id) and "QWEN3-30B" not in r.id]
-    assert nvl72 and max(abs(r.error) for r in nvl72) <= 0.12
+    assert mape["moe"] <= 0.28
+    large_nvl72 = [r for r in moe if ("GB200" in r.id or "GB300" in r.id) and ("DSV3" in r.id or "235B" in r.id)]
+    assert len(large_nvl72) >= 8 and max(abs(r.error) for r in large_nvl72) <= 0.12
     r = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["mape"] == res["mape"]
 

@@ -14,6 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ._toml import check_keys, load_package_toml
 from .errors import InputError, require
 
@@ -44,6 +46,9 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    #: sliding-window (local) attention: window in tokens and how many of the layers use it
+    sliding_window: int = 0
+    window_layers: int = 0
     seq_len: int = 2048
     source: str = ""
 
@@ -53,7 +58,8 @@ class ModelSpec:
             v = getattr(self, f)
             require(isinstance(v, int) and v > 0, f"model.{f}", f"must be a positive integer, got {v!r}")
         for f in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_dim", "first_dense_layers",
-                  "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                  "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+                  "window_layers"):
             v = getattr(self, f)
             require(isinstance(v, int) and v >= 0, f"model.{f}", f"must be an integer >= 0, got {v!r}")
         require(self.mlp in GATED, "model.mlp", f"unknown activation {self.mlp!r}; allowed: {sorted(GATED)}")
@@ -65,6 +71,10 @@ class ModelSpec:
             require(self.moe_ffn_dim > 0, "model.moe_ffn_dim", "must be > 0 for an MoE model")
             require(self.first_dense_layers < self.num_layers, "model.first_dense_layers",
                     f"must be < num_layers={self.num_layers}")
+        require(self.window_layers <= self.num_layers, "model.window_layers",
+                f"must be <= num_layers={self.num_layers}, got {self.window_layers}")
+        require((self.sliding_window > 0) == (self.window_layers > 0), "model.sliding_window",
+                "sliding_window and window_layers go together (both 0, or both > 0)")
 
     # ---- shape helpers -------------------------------------------------------------------
     @property
@@ -149,10 +159,24 @@ class ModelSpec:
         mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_active_mlp_params
         return self.num_layers * self.attn_params + mlp + self.vocab_size * self.d_model
 
-    def attention_flops_per_token(self, seq_len: int | float, causal: bool) -> float:
+    def mean_keys(self, seq_len: Any, causal: bool) -> Any:
+        """Keys a query attends to, averaged over tokens and layers (numpy arrays welcome).
+
+        Full layers: s / 2 causal (s in the PaLM / Megatron non-causal convention). Sliding-window
+        layers of window w: min(i, w) keys for the i-th token, on average w - w^2 / (2 s) for
+        s >= w (s / 2 below), or w non-causal.
+        """
+        s = np.asarray(seq_len, dtype=float)
+        full = s / 2.0 if causal else s
+        if not self.window_layers:
+            return full
+        w = float(self.sliding_window)
+        local = np.where(s >= w, w - w * w / (2.0 * s), s / 2.0) if causal else np.minimum(s, w)
+        return ((self.num_layers - self.window_layers) * full + self.window_layers * local) / self.num_layers
+
+    def attention_flops_per_token(self, seq_len: Any, causal: bool) -> Any:
         """Forward QK^T and A.V FLOPs per token over all layers (PaLM: 2 x 2 x L x a x d x s)."""
-        keys = seq_len / 2 if causal else seq_len
-        return 2.0 * self.num_layers * self.num_heads * (self.qk_dim + self.v_dim) * keys
+        return 2.0 * self.num_layers * self.num_heads * (self.qk_dim + self.v_dim) * self.mean_keys(seq_len, causal)
 
     def model_flops_per_token(self, seq_len: int | float, causal: bool = False) -> float:
         """Training (fwd + bwd = 3 x fwd) model FLOPs per token, no recompute.
@@ -166,7 +190,8 @@ class ModelSpec:
 _REQUIRED = {"name", "num_layers", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim",
              "vocab_size", "source"}
 _OPTIONAL = {"mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "moe_ffn_dim",
-             "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "seq_len"}
+             "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "seq_len",
+             "sliding_window", "window_layers"}
 
 
 @cache
@@ -221,6 +246,28 @@ def from_hf_config(cfg: dict[str, Any], key: str = "hf-config") -> ModelSpec:
     if head_dim is None:
         require(h % heads == 0, "config.json hidden_size", f"{h} is not divisible by num_attention_heads {heads}")
         head_dim = h // heads
+    window = int(get("sliding_window", default=0) or 0)
+    if window:
+        # which layers are local: an explicit layer_types list (GPT-OSS, Gemma 3), Qwen2-style
+        # use_sliding_window from max_window_layers on, Gemma's pattern, else every layer (Mistral)
+        types = get("layer_types", default=None)
+        if isinstance(types, list) and types:
+            n_local = sum(1 for t in types if "sliding" in str(t))
+            if len(types) < int(layers):  # a repeating pattern
+                n_local = n_local * int(layers) // len(types)
+        elif get("use_sliding_window", default=None) is False:
+            n_local = 0
+        elif get("use_sliding_window", default=None) is True:
+            n_local = max(0, int(layers) - int(get("max_window_layers", default=0) or 0))
+        elif get("sliding_window_pattern", default=None):
+            pat = int(get("sliding_window_pattern"))
+            n_local = int(layers) - int(layers) // pat  # one global layer in every `pat`
+        elif "gemma2" in arch:
+            n_local = int(layers) // 2
+        else:
+            n_local = int(layers)
+        if n_local:
+            fields.update(sliding_window=window, window_layers=min(n_local, int(layers)))
     experts = int(get("num_local_experts", "n_routed_experts", "num_experts", default=0) or 0)
     if experts:
         fields.update(

@@ -147,7 +147,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     # ---- compute per layer per micro-batch (seconds) -----------------------------------
     gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
-    attn_f = 2.0 * T * (a / tp) * (dq + dv) * (seq / 2.0)  # causal: half the keys on average
+    attn_f = 2.0 * T * (a / tp) * (dq + dv) * model.mean_keys(seq, causal=True)  # causal (windowed) keys
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
     low_el = np.where(fp4, 0.5, np.where(fp8, 1.0, el))  # GEMM operand bytes
     t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, low_el, el, mem_bw)
