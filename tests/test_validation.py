@@ -119,3 +119,15 @@ def test_published_framework_names_select_a_profile():
     assert resolve_framework("PyTorch FSDP+compile", 2025)[0].key == "torchtitan+compile"
     fw, note = resolve_framework("maxtext", 2025)
     assert fw.key == "megatron" and "unknown" in note
+
+
+def test_unknown_column_values_fall_back_with_a_note():
+    from supercluster.validate import load_rows, predict_row
+
+    base = next(r for r in load_rows() if r["id"] == "DGXC-L31-70B-bf16-64")
+    res = predict_row(dict(base, precision="fp6"))
+    assert res.supported and "precision 'fp6' not known: bf16 assumed" in res.reason
+    res = predict_row(dict(base, recompute="partial"))
+    assert res.supported and "recompute 'partial' not known" in res.reason
+    res = predict_row(dict(base, zero_stage_or_fsdp="HSDP"))
+    assert res.supported and "HSDP" in res.reason and "zero 3" in res.reason

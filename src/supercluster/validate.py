@@ -114,7 +114,7 @@ def parse_recompute_layers(text: str) -> int:
 
 def parse_zero(text: str, fw: Framework) -> int:
     t = text.lower()
-    if "zero-3" in t or "zero3" in t or "fsdp" in t or "fully sharded" in t:
+    if "zero-3" in t or "zero3" in t or "fsdp" in t or "fully sharded" in t or "hsdp" in t or "hybrid shard" in t:
         return 3
     if "zero-2" in t or "zero2" in t:
         return 2
@@ -130,6 +130,28 @@ def publication_year(source: str) -> int | None:
     the framework profile of that era (:func:`~supercluster.framework.framework_of_year`)."""
     m = re.search(r"\b(19[9]\d|20\d\d)\b", source)
     return int(m.group(1)) if m else None
+
+
+_KNOWN_WORDS = {
+    "precision": ("fp8", "float8", "fp4", "bf16", "bfloat16", "fp16", "float16", "16-bit", "mixed"),
+    "recompute": ("full", "selective", "none", "no", "0"),
+    "zero_stage_or_fsdp": ("zero", "fsdp", "fully sharded", "hsdp", "hybrid shard", "distributed optimizer", "none",
+                           "ddp"),
+}
+
+
+def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
+    """Notes for column values none of the parsers recognise (they fall back to a default)."""
+    notes = []
+    defaults = {"precision": "bf16", "recompute": fw.default_recompute,
+                "zero_stage_or_fsdp": f"zero {fw.default_zero_stage}"}
+    for col, words in _KNOWN_WORDS.items():
+        text = (row.get(col) or "").strip()
+        if text and not any(w in text.lower() for w in words):
+            notes.append(f"{col} {text!r} not known: {defaults[col]} assumed")
+    if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower():
+        notes.append("HSDP priced as fully sharded over the whole data-parallel group")
+    return notes
 
 
 def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
@@ -152,6 +174,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
     )
     layout.check_gpus(_int(row, "num_gpus"))
+    note = "; ".join(x for x in [note, *_unread_columns(row, fw)] if x) or None
     return model, layout, fw, note
 
 
