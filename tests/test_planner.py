@@ -157,3 +157,22 @@ def test_megatron_block_recompute_round_trips(tmp_path, llama3_70b):
     path = tmp_path / "args.sh"
     path.write_text(text)
     assert launchers.load_layout(path, num_gpus=64) == lay
+
+
+def test_expert_tp_round_trips_and_the_planner_searches_it(tmp_path):
+    from supercluster.models import load_model
+
+    qwen = load_model("qwen3-235b-a22b")
+    lay = Layout(tp=2, pp=8, dp=16, ep=32, vpp=4, global_batch=2048, seq_len=4096, precision="fp8", expert_tp=1,
+                 sequence_parallel=True)
+    text = launchers.export(lay, "megatron", qwen)
+    assert "--expert-tensor-parallel-size 1" in text
+    path = tmp_path / "args.sh"
+    path.write_text(text)
+    assert launchers.load_layout(path, num_gpus=256) == lay
+    from supercluster.hardware import get_gpu
+    from supercluster.planner import candidate_columns
+
+    cols = candidate_columns(qwen, get_gpu("h100-sxm"), 256, global_batch=2048, seq_len=4096)
+    folded = (cols["etp"] == 1) & (cols["tp"] > 1)
+    assert folded.any() and ((cols["dp"] * cols["cp"]) % cols["ep"] != 0)[folded].any()

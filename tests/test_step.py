@@ -311,3 +311,33 @@ def test_recomputing_fewer_layers_trades_memory_for_time(llama3_70b, h100):
     assert part[1].ledger["recompute"] == pytest.approx(part[3].ledger["recompute"] / 2)
     with pytest.raises(InputError, match="recompute full"):
         Layout(**lay, recompute="selective", recompute_layers=2)
+
+
+def test_moe_parallel_folding_and_bounded_ep_overlap():
+    """Expert TP 1 lets EP span TP x DP (Megatron-Core MoE parallel folding): same expert FLOPs, each
+    GPU holds whole experts; '+ep-overlap' hides the all-to-all only under a layer's compute."""
+    from supercluster.errors import InputError
+    from supercluster.hardware import get_gpu
+
+    h100 = get_gpu("h100-sxm")
+    lay = dict(tp=2, pp=8, dp=16, ep=32, vpp=4, micro_batch=1, global_batch=2048, seq_len=4096, precision="fp8",
+               sequence_parallel=True)
+    with pytest.raises(InputError, match="expert_tp"):
+        Layout(**lay)
+    folded = Layout(**lay, expert_tp=1)
+    assert folded.short().endswith("-etp1") and Layout.from_string(folded.short(), global_batch=2048, seq_len=4096,
+                                                                   precision="fp8", sequence_parallel=True) == folded
+    plain = estimate("qwen3-235b-a22b", gpu=h100, num_gpus=256, layout=folded, framework="nemo-megatron")
+    over = estimate("qwen3-235b-a22b", gpu=h100, num_gpus=256, layout=folded, framework="nemo-megatron+ep-overlap")
+    assert 0 < over.ledger["exposed_ep_comm"] < plain.ledger["exposed_ep_comm"]
+    assert over.ledger["ideal_compute"] == pytest.approx(plain.ledger["ideal_compute"])
+    # the same experts TP-sharded (EP within dp x cp) hold half the expert weights per GPU
+    lay16 = dict(lay, ep=16)
+    sharded = estimate("qwen3-235b-a22b", gpu=h100, num_gpus=256, layout=Layout(**lay16), framework="nemo-megatron")
+    whole = estimate("qwen3-235b-a22b", gpu=h100, num_gpus=256, layout=Layout(**lay16, expert_tp=1),
+                     framework="nemo-megatron")
+    assert whole.memory["mem_weights_bytes"] > sharded.memory["mem_weights_bytes"]
+    assert whole.ledger["ideal_compute"] == pytest.approx(sharded.ledger["ideal_compute"])
+    ds = estimate("deepseek-v3", gpu="h800", num_gpus=2048, framework="hai-llm",
+                  layout=Layout(pp=16, dp=128, ep=64, global_batch=15360, seq_len=4096, precision="fp8"))
+    assert ds.ledger["exposed_ep_comm"] == 0.0  # DualPipe: fully hidden, as the DeepSeek-V3 report states

@@ -103,7 +103,7 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     dense = [r for r in rows if r not in moe]
     mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe))}
     assert mape["dense"] <= 0.11 and max(abs(r.error) for r in dense) <= 0.30
-    assert mape["moe"] <= 0.28
+    assert mape["moe"] <= 0.27
     large_nvl72 = [r for r in moe if ("GB200" in r.id or "GB300" in r.id) and ("DSV3" in r.id or "235B" in r.id)]
     assert len(large_nvl72) >= 8 and max(abs(r.error) for r in large_nvl72) <= 0.12
     r = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])

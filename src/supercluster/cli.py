@@ -120,6 +120,8 @@ def estimate(
     dp: Annotated[int, typer.Option(help="data parallel degree (0 = gpus / (tp pp cp))")] = 0,
     cp: Annotated[int, typer.Option(help="context parallel degree")] = 1,
     ep: Annotated[int, typer.Option(help="expert parallel degree (carved out of dp x cp)")] = 1,
+    expert_tp: Annotated[int, typer.Option(help="expert tensor parallel degree (0 = tp; 1 folds EP over TP, "
+                                           "Megatron-Core MoE parallel folding)")] = 0,
     vpp: Annotated[int, typer.Option(help="interleaved pipeline chunks per stage")] = 4,
     micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
     global_batch: GbsOpt = 2048,
@@ -161,7 +163,8 @@ def estimate(
         dp = gpus // denom
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, global_batch=global_batch,
                     seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
-                    sequence_parallel=sequence_parallel, recompute_layers=recompute_layers)
+                    sequence_parallel=sequence_parallel, recompute_layers=recompute_layers,
+                    expert_tp=expert_tp or None)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order)
 

@@ -47,6 +47,9 @@ class Framework:
     until_year: int = 0
     pp_split_counts_head: bool = False
     fp8_param_gather: bool = False
+    #: EP overlap limited by the compute it runs under (Megatron-Core); False with ep_overlap = the
+    #: framework's documentation says the all-to-all is fully hidden (DeepSeek's DualPipe)
+    ep_overlap_bounded: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +64,7 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head",
-                "fp8_param_gather"}
+                "fp8_param_gather", "ep_overlap_bounded"}
 
 
 @cache
@@ -78,6 +81,9 @@ def framework_catalog() -> dict[str, Framework]:
 
 
 COMPILE_SUFFIX = "+compile"
+#: Megatron-Core --overlap-moe-expert-parallel-comm (Megatron-Bridge moe_a2a_overlap): the EP
+#: all-to-all of one micro-batch runs under the compute of another.
+EP_OVERLAP_SUFFIX = "+ep-overlap"
 
 
 def get_framework(name: str) -> Framework:
@@ -88,14 +94,21 @@ def get_framework(name: str) -> Framework:
     """
     cat = framework_catalog()
     base = name.strip().lower()
-    compiled = base.endswith(COMPILE_SUFFIX)
-    base = base.removesuffix(COMPILE_SUFFIX)
+    mods = []
+    for suffix in (EP_OVERLAP_SUFFIX, COMPILE_SUFFIX, EP_OVERLAP_SUFFIX):
+        if base.endswith(suffix):
+            mods.append(suffix)
+            base = base.removesuffix(suffix)
     key = ALIASES.get(base, base)
     if key not in cat:
         raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))} "
-                                      f"(each also as <name>{COMPILE_SUFFIX})")
+                                      f"(each also as <name>{COMPILE_SUFFIX} and <name>{EP_OVERLAP_SUFFIX})")
     fw = cat[key]
-    return replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused") if compiled else fw
+    if COMPILE_SUFFIX in mods:
+        fw = replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused")
+    if EP_OVERLAP_SUFFIX in mods:
+        fw = replace(fw, key=fw.key + EP_OVERLAP_SUFFIX, ep_overlap=True, ep_overlap_bounded=True)
+    return fw
 
 
 #: First year in which training frameworks ran FlashAttention (Dao et al., May 2022; Megatron-LM
@@ -110,7 +123,7 @@ def framework_of_year(fw: Framework, year: int | None) -> Framework:
     unfused core attention every framework then ran."""
     if year is None:
         return fw
-    base = fw.key.removesuffix(COMPILE_SUFFIX)
+    base = fw.key.removesuffix(EP_OVERLAP_SUFFIX).removesuffix(COMPILE_SUFFIX)
     eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year),
                   key=lambda f: f.until_year)
     if eras:

@@ -45,6 +45,7 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
     a: list[str] = [
         f"--tensor-model-parallel-size {layout.tp}", f"--pipeline-model-parallel-size {layout.pp}",
         f"--context-parallel-size {layout.cp}", f"--expert-model-parallel-size {layout.ep}",
+        *([f"--expert-tensor-parallel-size {layout.etp}"] if layout.etp != layout.tp else []),
         f"--micro-batch-size {layout.micro_batch}", f"--global-batch-size {layout.global_batch}",
         f"--seq-length {layout.seq_len}",
     ]
@@ -207,7 +208,9 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
                   global_batch=_as_int("global-batch-size", args["global-batch-size"]),
                   seq_len=_as_int("seq-length", args.get("seq-length", 2048)), precision=precision,
                   recompute=str(rc), zero_stage=zero, sequence_parallel=bool(args.get("sequence-parallel", False)),
-                  recompute_layers=rc_layers)
+                  recompute_layers=rc_layers,
+                  expert_tp=(_as_int("expert-tensor-parallel-size", args["expert-tensor-parallel-size"])
+                             if "expert-tensor-parallel-size" in args else None))
 
 
 def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:

@@ -1,7 +1,9 @@
 """The parallel layout and batch of a training job, validated in one place.
 
 Rank order (innermost first): TP, CP, EP-within-DP, DP, PP - Megatron-Core's default
-``tp-cp-ep-dp-pp``. EP is carved out of DP x CP: it must divide ``dp * cp``.
+``tp-cp-ep-dp-pp``. EP is carved out of DP x CP: it must divide ``dp * cp``; with a smaller expert
+tensor parallelism (``expert_tp``, Megatron-Core's MoE parallel folding) the expert layers re-grid
+TP x CP x DP as ETP x EP x EDP, so EP must divide ``tp * cp * dp / expert_tp``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Layout:
     #: with recompute "full": recompute only the first N layers of each pipeline chunk (Megatron
     #: --recompute-method block --recompute-num-layers N); 0 = every layer
     recompute_layers: int = 0
+    #: expert tensor parallelism (Megatron --expert-tensor-parallel-size); None = tp
+    expert_tp: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len"):
@@ -55,9 +59,24 @@ class Layout:
         require(self.global_batch % per_step == 0, "global_batch",
                 f"{self.global_batch} must be a multiple of dp x micro_batch = {self.dp} x {self.micro_batch}"
                 f" = {per_step}")
-        require((self.dp * self.cp) % self.ep == 0, "ep",
-                f"{self.ep} must divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}")
+        etp = self.etp
+        require(isinstance(etp, int) and not isinstance(etp, bool) and etp >= 1 and self.tp % etp == 0,
+                "expert_tp", f"must divide tp = {self.tp}, got {self.expert_tp!r}")
+        if etp == self.tp:
+            require((self.dp * self.cp) % self.ep == 0, "ep",
+                    f"{self.ep} must divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}"
+                    + (" (or set expert_tp < tp to fold EP over TP)" if self.tp > 1 else ""))
+        else:
+            grid = self.tp * self.cp * self.dp // etp
+            require(grid % self.ep == 0, "ep",
+                    f"{self.ep} must divide tp x cp x dp / expert_tp = {self.tp} x {self.cp} x {self.dp} / {etp}"
+                    f" = {grid}")
         require(self.vpp == 1 or self.pp > 1, "vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor parallelism in effect (tp unless set)."""
+        return self.tp if self.expert_tp is None else self.expert_tp
 
     @property
     def num_gpus(self) -> int:
@@ -99,10 +118,10 @@ class Layout:
         for part in text.lower().replace("_", "-").split("-"):
             if not part:
                 continue
-            m = re.fullmatch(r"(tp|pp|dp|cp|ep|vpp|mb)(\d+)", part)
+            m = re.fullmatch(r"(tp|pp|dp|cp|ep|etp|vpp|mb)(\d+)", part)
             if not m:
                 raise InputError("layout", f"cannot read {part!r} in {text!r}; use e.g. tp8-pp16-dp128-cp1-ep1-vpp1")
-            name = {"mb": "micro_batch"}.get(m.group(1), m.group(1))
+            name = {"mb": "micro_batch", "etp": "expert_tp"}.get(m.group(1), m.group(1))
             fields[name] = int(m.group(2))
         return cls(**fields)  # type: ignore[arg-type]
 
@@ -111,4 +130,6 @@ class Layout:
         for name in ("cp", "ep", "vpp"):
             if getattr(self, name) > 1:
                 s += f"-{name}{getattr(self, name)}"
+        if self.etp != self.tp:
+            s += f"-etp{self.etp}"
         return s

@@ -89,7 +89,8 @@ class PlanResult:
         hit = np.ones(len(c["tp"]), dtype=bool)
         want = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
                 "vpp": layout.vpp, "mb": layout.micro_batch, "zero": layout.zero_stage,
-                "recompute": RECOMPUTE_CODE[layout.recompute], "lowp": LOWP_CODE.get(layout.precision, 0)}
+                "recompute": RECOMPUTE_CODE[layout.recompute], "lowp": LOWP_CODE.get(layout.precision, 0),
+                "etp": layout.etp}
         for k, v in want.items():
             hit &= c[k] == v
         if layout.tp > 1 and layout.sequence_parallel is not None:
@@ -149,7 +150,12 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     cols["dp"] = cols["gpus"] // (cols["tp"] * cols["pp"] * cols["cp"])
     eps = [e for e in _divisors(model.num_experts)] if model.is_moe else [1]
     cols = _cross(cols, "ep", eps)
-    cols = _keep(cols, (cols["dp"] * cols["cp"]) % cols["ep"] == 0)
+    # expert TP = tp (EP within dp x cp) or, for MoE with tp > 1, 1 (MoE parallel folding: EP over TP too)
+    cols = _cross(cols, "efold", [0, 1] if model.is_moe else [0])
+    cols["etp"] = np.where(cols.pop("efold") > 0, 1, cols["tp"])
+    cols = _keep(cols, ((cols["etp"] == cols["tp"]) | (cols["tp"] > 1))
+                 & ((cols["tp"] * cols["dp"] * cols["cp"] // cols["etp"]) % cols["ep"] == 0)
+                 & ((cols["etp"] < cols["tp"]) | ((cols["dp"] * cols["cp"]) % cols["ep"] == 0)))
     cols = _cross(cols, "vpp", list(VPP))
     slots = model.num_layers + np.where(cols["pp"] > 1, extra_pp_layers, 0)
     cols = _keep(cols, ((cols["vpp"] == 1) | (cols["pp"] > 1)) & (cols["pp"] * cols["vpp"] <= slots))
@@ -231,7 +237,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
             global_batch=global_batch, seq_len=seq_len,
             precision=next((p for p in precisions if LOWP_CODE.get(p, 0) == cols["lowp"][i]), "bf16"),
             recompute=_RC_NAME[int(cols["recompute"][i])], zero_stage=int(cols["zero"][i]),
-            sequence_parallel=bool(cols["sp"][i]))
+            sequence_parallel=bool(cols["sp"][i]),
+            expert_tp=None if cols["etp"][i] == cols["tp"][i] else int(cols["etp"][i]))
         return Candidate(layout=layout, num_gpus=int(cols["gpus"][i]), step_time_s=float(step[i]),
                          mfu=float(mfu[i]), memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
                          cost_usd_per_mtok=float(usd_per_mtok[i]), energy_j_per_token=float(j_per_tok[i]),

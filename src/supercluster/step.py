@@ -100,6 +100,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     tp, pp, dp, cp, ep, vpp = (_col(cols, c) for c in ("tp", "pp", "dp", "cp", "ep", "vpp"))
     mb, gbs, seq, zero = (_col(cols, c) for c in ("mb", "gbs", "seq", "zero"))
     rc = _col(cols, "recompute")
+    # expert tensor parallelism (Megatron-Core MoE parallel folding); tp where not given
+    etp = _col(cols, "etp") if "etp" in cols else tp
     # Full recompute of only the first ``rcl`` layers of each pipeline chunk (Megatron-Core
     # recompute_method "block" with recompute_num_layers; 0 = every layer): ``frc`` is that share.
     rcl = _col(cols, "rcl") if "rcl" in cols else np.zeros_like(rc)
@@ -150,7 +152,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     attn_f = 2.0 * T * (a / tp) * (dq + dv) * model.mean_keys(seq, causal=True)  # causal (windowed) keys
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
     low_el = np.where(fp4, 0.5, np.where(fp8, 1.0, el))  # GEMM operand bytes
-    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, low_el, el, mem_bw)
+    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, low_el, el, mem_bw, etp)
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
         t_attn_f, t_attn_b, t_score_f, t_score_b = _unfused_attention(
@@ -202,12 +204,22 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     cp_x = cp_fx * (1.0 + frc) + cp_bx
 
     if model.is_moe:
-        # Megatron-Core's all-to-all dispatcher: EP all-to-all of each rank's tokens x top_k, then (TP > 1)
-        # an all-gather of the dispatched tokens over TP for the TP-sharded experts; the combine does
-        # the reverse (reduce-scatter, all-to-all); the backward mirrors both. Not pipelined with GEMMs.
-        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, s_dpcp)
-        tp_tokens = np.where(tp > 1, net.collective_time_s("all_gather", T * model.top_k * h * el, tp, s_tp), 0.0)
-        ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * frc) * (0.0 if fw.ep_overlap else 1.0)
+        # Megatron-Core's all-to-all dispatcher: EP all-to-all of each rank's tokens x top_k, then (expert
+        # TP > 1) an all-gather of the dispatched tokens over the expert-TP ranks for the TP-sharded
+        # experts; the combine does the reverse (reduce-scatter, all-to-all); the backward mirrors both.
+        # Not pipelined with GEMMs. With expert TP < TP (MoE parallel folding) the EP group runs over TP
+        # ranks first (stride tp-stride x etp) instead of within dp x cp.
+        s_ep = np.where(etp == tp, s_dpcp, s_tp * etp)
+        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, s_ep)
+        tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * h * el, etp,
+                                                            s_tp), 0.0)
+        ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * frc)
+        if fw.ep_overlap and fw.ep_overlap_bounded:
+            # Megatron-Core overlap-moe-expert-parallel-comm: another micro-batch's compute runs under
+            # the all-to-alls, so only what exceeds a layer's compute stays exposed
+            ep_x = np.maximum(ep_x - (t_fwd + t_bwd + t_rc), 0.0)
+        elif fw.ep_overlap:  # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden
+            ep_x = np.zeros_like(ep_x)
     else:
         ep_x = np.zeros_like(tp)
 
@@ -248,22 +260,23 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
         model.num_shared_experts * model.expert_params + model.d_model * model.num_experts)
     dense_params = (L * (w_attn + 2 * h) + shared_mlp) / (tp * pp) + V * h / tp
-    expert_params = model.num_moe_layers * model.num_experts * model.expert_params / (pp * ep * tp)
+    expert_params = model.num_moe_layers * model.num_experts * model.expert_params / (pp * ep * etp)
     dpg = dp * cp
-    edpg = dpg / ep
+    edpg = tp * dpg / (ep * etp)  # expert data-parallel group: ETP x EP x EDP = TP x CP x DP
+    s_edp = np.where(etp == tp, s_dpcp * ep, s_tp * ep * etp)
     grb, gb = fw.grad_reduce_bytes, fw.grad_bytes
 
     def dp_time(kind: str, params: np.ndarray, width: float, group: np.ndarray, stride: np.ndarray) -> np.ndarray:
         return np.asarray(net.collective_time_s(kind, params * width, group, stride))
 
     rs = dp_time("reduce_scatter", dense_params, grb, dpg, s_dpcp) + dp_time("reduce_scatter", expert_params, grb,
-                                                                          edpg, s_dpcp * ep)
+                                                                          edpg, s_edp)
     # parameters are all-gathered in 16 bits, or in fp8 / fp4 where the framework keeps them so
     pg = np.where(fw.fp8_param_gather, low_el, el)
     ag = dp_time("all_gather", dense_params, pg, dpg, s_dpcp) + dp_time("all_gather", expert_params, pg, edpg,
-                                                                         s_dpcp * ep)
+                                                                         s_edp)
     arr = dp_time("all_reduce", dense_params, grb, dpg, s_dpcp) + dp_time("all_reduce", expert_params, grb, edpg,
-                                                                         s_dpcp * ep)
+                                                                         s_edp)
     # Compute already hiding TP or CP traffic is not free to hide DP traffic as well, so the
     # windows exclude it (keeps "faster compute is never slower" true).
     hid_f = (tp_f - tp_fx) + (cp_f - cp_fx)
@@ -324,7 +337,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     rc_flops = np.where(rc == 2, frc * fwd_layers_flops,
                         np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
-    out.update(_memory(model, fw, tp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, frc, lowp, fp32, dense_params,
+    out.update(_memory(model, fw, tp, etp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, frc, lowp, fp32, dense_params,
                        expert_params, dpg, edpg, Lh_first, low_el, kv_local, f_act,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp)))
@@ -390,13 +403,14 @@ def _gemm(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.
 
 
 def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
-                     el_in: np.ndarray, el_out: np.ndarray, mem_bw: float) -> np.ndarray:
+                     el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None) -> np.ndarray:
     """Forward GEMM seconds of one layer (mean over dense and MoE layers) for T tokens per GPU.
 
     Attention: the input projections (Q, K, V, or MLA's factors) as one GEMM and the output
     projection. MLP: the input (gate + up fused when gated) and output GEMMs. MoE: each of the
-    E / ep local experts sees T top_k ep / E tokens on average (tensor-parallel like the dense
-    MLP); shared experts see every token; the router is a T x h x E GEMM.
+    E / ep local experts sees T (etp / tp) top_k ep / E tokens on average, its width split over the
+    expert-TP ranks (etp = tp: like the dense MLP); shared experts see every token; the router is a
+    T x h x E GEMM.
     """
     h = float(model.d_model)
     out_w = float(model.num_heads * model.v_dim)
@@ -404,17 +418,19 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
         T, out_w / tp, h, rate, el_in, el_out, mem_bw)
     up = model.mlp_mats - 1.0
 
-    def mlp(tokens: np.ndarray, width: float) -> np.ndarray:
-        return _gemm(tokens, h, up * width / tp, rate, el_in, el_out, mem_bw) + _gemm(
-            tokens, width / tp, h, rate, el_in, el_out, mem_bw)
+    def mlp(tokens: np.ndarray, width: float, split: np.ndarray = tp) -> np.ndarray:
+        return _gemm(tokens, h, up * width / split, rate, el_in, el_out, mem_bw) + _gemm(
+            tokens, width / split, h, rate, el_in, el_out, mem_bw)
 
     total = model.num_layers * attn
     if model.num_dense_layers:
         total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
     if model.num_moe_layers:
         E = float(model.num_experts)
-        per_expert = T * model.top_k * ep / E
-        moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim)) + _gemm(T, h, E, rate, el_in, el_out, mem_bw)
+        e_tp = tp if etp is None else etp
+        per_expert = T * (e_tp / tp) * model.top_k * ep / E
+        moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim), e_tp) + _gemm(T, h, E, rate, el_in, el_out,
+                                                                               mem_bw)
         if model.num_shared_experts:
             moe = moe + mlp(T, float(model.num_shared_experts * model.moe_ffn_dim))
         total = total + model.num_moe_layers * moe
@@ -454,7 +470,8 @@ def _unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop
     return t_mm_f, t_mm_b, t_el_f, t_el_b
 
 
-def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, ep: np.ndarray,
+def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp: np.ndarray, cp: np.ndarray,
+            ep: np.ndarray,
             vpp: np.ndarray, m: np.ndarray, T: np.ndarray, tok_sp: np.ndarray, sp: np.ndarray, zero: np.ndarray,
             rc: np.ndarray, frc: np.ndarray, lowp: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray,
             expert_params: np.ndarray,
@@ -486,7 +503,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, pp: np.ndarray, cp:
     ) + low_el * f_act / tp + np.where(low, low_el * (a / tp) * dv, 0.0) + (
         model.num_moe_layers / model.num_layers) * 2.0 * model.top_k * h * (
         np.where(sp, 1.0 / tp, 1.0)  # the permuted local tokens
-        + np.where(tp > 1, 1.0, np.where(sp, 1.0 / tp, 1.0)))  # the experts' input, all-gathered over TP
+        + np.where(etp > 1, etp / tp, np.where(sp, 1.0 / tp, 1.0)))  # the experts' input, gathered over expert TP
     none_tok = per_tok + score_tok  # what a layer keeps without recompute
     per_tok = np.where(rc == 1, per_tok, none_tok)  # selective recompute drops the scores (Korthikanti)
     if fw.selective_recompute == "op":
@@ -564,7 +581,7 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
     vals = dict(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
                 mb=layout.micro_batch, gbs=layout.global_batch, seq=layout.seq_len, zero=layout.zero_stage,
                 recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), lowp=LOWP_CODE.get(layout.precision, 0),
-                rcl=layout.recompute_layers,
+                rcl=layout.recompute_layers, etp=layout.etp,
                 fp32=int(layout.precision == "fp32"))
     return {k: np.array([v]) for k, v in vals.items()}
 

@@ -154,6 +154,13 @@ def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
     return notes
 
 
+def _fold(row: dict[str, str]) -> int | None:
+    """Expert TP 1 (Megatron-Core MoE parallel folding) when the row's EP does not fit in dp x cp but
+    does in tp x dp x cp; the CSV format has no expert-TP column."""
+    tp, dp, cp, ep = (_int(row, c, 1) or 1 for c in ("tp", "dp", "cp", "ep"))
+    return 1 if tp > 1 and (dp * cp) % ep and (tp * dp * cp) % ep == 0 else None
+
+
 def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
     """Model, layout and framework a scored row describes (InputError if it cannot be read)."""
     name = row.get("framework") or ""
@@ -172,9 +179,11 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         recompute=parse_recompute(row.get("recompute", ""), fw),
         recompute_layers=parse_recompute_layers(row.get("recompute", "")),
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
+        expert_tp=_fold(row),
     )
     layout.check_gpus(_int(row, "num_gpus"))
-    note = "; ".join(x for x in [note, *_unread_columns(row, fw)] if x) or None
+    folded = ["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"] if layout.expert_tp == 1 else []
+    note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded] if x) or None
     return model, layout, fw, note
 
 
