@@ -219,7 +219,8 @@ def _num(x: float) -> str:
 
 def frameworks_table(fws: dict[str, Framework]) -> Table:
     """What each framework profile overlaps, shards and runs (data/frameworks.toml)."""
-    t = Table(title="Framework profiles (data/frameworks.toml; '<name>+compile' prices torch.compile)")
+    t = Table(title="Framework profiles (data/frameworks.toml; '<name>+compile' prices torch.compile, "
+                    "'<name>+ep-overlap' overlaps the MoE all-to-all with compute)")
     for c in ("key", "attention", "elementwise", "SP", "TP ovl", "DP ovl", "PP ovl", "EP ovl", "selective",
               "Z3 gathers", "era"):
         t.add_column(c, no_wrap=True)
