@@ -72,6 +72,11 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["estimate", "--precision", "int3"], "precision"),
     (["estimate", "--gpu", "a100-80gb", "--precision", "fp8"], "precision"),
     (["validate", "--runs", "/nonexistent.csv"], "runs"),
+    (["estimate", "--recompute-layers", "2"], "recompute_layers"),
+    (["estimate", "--model", "qwen3-235b-a22b", "--gpus", "256", "--tp", "2", "--pp", "8", "--vpp", "4",
+      "--ep", "32", "--global-batch", "2048", "--seq-len", "4096"], "ep"),
+    (["estimate", "--expert-tp", "3"], "expert_tp"),
+    (["estimate", "--framework", "megatron+overlap"], "framework"),
 ])
 def test_bad_input_is_one_line_exit_2(args, field):
     r = run(*args)
