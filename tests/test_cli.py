@@ -128,3 +128,12 @@ def test_validate_ranks_on_a_small_runs_file(tmp_path):
     d = json.loads(r.output)
     assert d["summary"]["rows"] == 2
     assert all(1 <= x["rank"] <= x["feasible"] for x in d["rows"])
+
+
+def test_scale_reports_sizes_too_small_to_hold_the_model():
+    r = runner.invoke(app, ["scale", "--model", "gpt-oss-120b", "--gpu", "gb300", "--max-gpus", "16", "--trials",
+                            "100", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert [x["fits"] for x in rows] == [False, False, True]
+    assert "no layout" in rows[0]["reason"] and rows[2]["step_time_s"] > 0

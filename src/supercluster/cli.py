@@ -418,6 +418,9 @@ def scale(
     for col in ("GPUs", "batch", "layout", "step s", "MFU", "job MTBF", "ckpt every", "ETTR", "days"):
         t.add_column(col, justify="left" if col == "layout" else "right")
     for r in rows:
+        if not r["fits"]:
+            t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", "no layout fits", *["-"] * 6)
+            continue
         t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", str(r["layout"]), f"{r['step_time_s']:.2f}",
                   f"{100 * r['mfu']:.1f}%", f"{r['job_mtbf_h']:,.1f} h" if r["job_mtbf_h"] >= 1 else
                   f"{60 * r['job_mtbf_h']:.1f} min", f"{r['checkpoint_interval_s'] / 60:,.1f} min",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import costs
-from .errors import require
+from .errors import InputError, require
 from .estimate import estimate
 from .framework import Framework
 from .goodput import (
@@ -208,15 +208,22 @@ def scale_table(model: ModelSpec, gpu: GpuSpec, sizes: list[int], *, framework: 
     The global batch is ``max(base_batch, gpus // gpus_per_sequence)`` sequences, so data
     parallelism can grow with the cluster (a real run caps it at the critical batch size).
     """
-    rows = []
+    rows: list[dict[str, object]] = []
     for n in sizes:
         gbs = max(base_batch, n // gpus_per_sequence)
-        r = analyse_run(model, gpu, n, framework=framework, tokens=tokens, global_batch=gbs, seq_len=seq_len,
-                        options=options)
+        try:
+            r = analyse_run(model, gpu, n, framework=framework, tokens=tokens, global_batch=gbs, seq_len=seq_len,
+                            options=options)
+        except InputError as exc:
+            if exc.field != "gpus":
+                raise
+            # too few GPUs to hold the model: a row that says so, and the next size
+            rows.append({"gpus": n, "global_batch": gbs, "layout": None, "fits": False, "reason": str(exc)})
+            continue
         s = r.summary()
         rows.append({"gpus": n, "global_batch": gbs, "layout": s["layout"], "step_time_s": s["step_time_s"],
                      "mfu": s["mfu"], "job_mtbf_h": s["job_mtbf_h"],
                      "checkpoint_interval_s": s["checkpoint_interval_s"], "ettr_p50": s["ettr_p50"],
                      "interruptions_p50": s["interruptions_p50"], "days_p50": s["wall_days_p50"],
-                     "energy_mwh": s["energy_mwh"], "cost_usd": s["cost_usd"]})
+                     "energy_mwh": s["energy_mwh"], "cost_usd": s["cost_usd"], "fits": True})
     return rows
