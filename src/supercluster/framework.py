@@ -81,8 +81,9 @@ def framework_catalog() -> dict[str, Framework]:
 
 
 COMPILE_SUFFIX = "+compile"
-#: Megatron-Core --overlap-moe-expert-parallel-comm (Megatron-Bridge moe_a2a_overlap): the EP
-#: all-to-all of one micro-batch runs under the compute of another.
+#: Megatron-Core --overlap-moe-expert-parallel-comm (Megatron-Bridge moe_a2a_overlap; Megatron-Core
+#: MoE README, v0.14: "batch-level overlapping to hide EP-A2A communication"): the EP all-to-all of
+#: one micro-batch runs under the compute of another.
 EP_OVERLAP_SUFFIX = "+ep-overlap"
 
 
