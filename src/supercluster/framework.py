@@ -87,6 +87,15 @@ COMPILE_SUFFIX = "+compile"
 EP_OVERLAP_SUFFIX = "+ep-overlap"
 
 
+def _split_suffixes(name: str) -> tuple[str, list[str]]:
+    """``"torchtitan+compile+ep-overlap"`` -> ``("torchtitan", [suffixes])``, in any order."""
+    base, mods = name.strip().lower(), []
+    while found := next((x for x in (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX) if base.endswith(x)), None):
+        mods.append(found)
+        base = base.removesuffix(found)
+    return base, mods
+
+
 def get_framework(name: str) -> Framework:
     """A framework profile by name or alias; :class:`InputError` lists the known ones.
 
@@ -94,12 +103,7 @@ def get_framework(name: str) -> Framework:
     Inductor fuses the elementwise ops, so they are priced as fused kernels.
     """
     cat = framework_catalog()
-    base = name.strip().lower()
-    mods = []
-    for suffix in (EP_OVERLAP_SUFFIX, COMPILE_SUFFIX, EP_OVERLAP_SUFFIX):
-        if base.endswith(suffix):
-            mods.append(suffix)
-            base = base.removesuffix(suffix)
+    base, mods = _split_suffixes(name)
     key = ALIASES.get(base, base)
     if key not in cat:
         raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))} "
@@ -124,7 +128,7 @@ def framework_of_year(fw: Framework, year: int | None) -> Framework:
     unfused core attention every framework then ran."""
     if year is None:
         return fw
-    base = fw.key.removesuffix(EP_OVERLAP_SUFFIX).removesuffix(COMPILE_SUFFIX)
+    base = _split_suffixes(fw.key)[0]
     eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year),
                   key=lambda f: f.until_year)
     if eras:
@@ -142,11 +146,9 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
     except InputError:
         # A run's framework column as published ("NeMo 2.0", "PyTorch FSDP", ...): the first profile
         # whose name it mentions, else the default; the note says which was read.
-        low = name.strip().lower()
+        low, mods = _split_suffixes(name)
         key = next((k for words, k in _MENTIONS if any(w in low for w in words)), DEFAULT_FRAMEWORK)
-        fw = framework_catalog()[key]
-        if low.endswith(COMPILE_SUFFIX):
-            fw = get_framework(key + COMPILE_SUFFIX)
+        fw = get_framework(key + "".join(mods))
         note = (f"framework {name!r} read as {key}" if key != DEFAULT_FRAMEWORK or "megatron" in low
                 else f"framework {name!r} unknown: {DEFAULT_FRAMEWORK} assumed")
     return framework_of_year(fw, year), note
