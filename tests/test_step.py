@@ -341,3 +341,49 @@ def test_moe_parallel_folding_and_bounded_ep_overlap():
     ds = estimate("deepseek-v3", gpu="h800", num_gpus=2048, framework="hai-llm",
                   layout=Layout(pp=16, dp=128, ep=64, global_batch=15360, seq_len=4096, precision="fp8"))
     assert ds.ledger["exposed_ep_comm"] == 0.0  # DualPipe: fully hidden, as the DeepSeek-V3 report states
+
+
+def test_pytorch_ring_attention_overlap_and_merge_traffic_by_hand():
+    # PyTorch's all-gather ring attention (torchtitan's CP): the K/V all-gather hides only under the
+    # first of the cp equal blocks, the fp32 K/V-gradient sends each under the next block's backward
+    # and the last one not at all; merges are eager fp32 ops (bytes in the docstring).
+    import numpy as np
+
+    from supercluster.step import _allgather_ring_attention
+
+    class Stub:  # all-gather 5 s, point-to-point 1 s
+        def collective_time_s(self, kind, size_bytes, group_size, stride):
+            return np.where(np.asarray(group_size) > 1, 5.0 if kind == "all_gather" else 1.0, 0.0)
+
+    one = np.array([1.0])
+    comm_f, exp_f, comm_b, exp_b, mem_f, mem_b = _allgather_ring_attention(
+        Stub(), 2.0 * one, one, 20.0 * one, 10.0 * one, 1.0, 1.0, 2.0 * one, 8.0 * one, 20.0 * one, 1.0)
+    assert (comm_f[0], exp_f[0]) == (5.0, 1.0)  # the first of 2 blocks is 4 s of forward attention
+    assert (comm_b[0], exp_b[0]) == (7.0, 1.0)  # gather + 2 sends; only the last send shows
+    # 10 output elements, 20 K/V elements, 2-byte activations:
+    # forward (2+4) 10 2 + (0.75 (2+4+32) + 4) 10 + 2 2 20; backward 2 (11.5 (10+20) + 8 20) + 4 20 + 10 (10+20)
+    assert (mem_f[0], mem_b[0]) == (525.0, 1390.0)
+    nothing = _allgather_ring_attention(Stub(), one, one, 20.0 * one, 10.0 * one, 1.0, 1.0, 2.0 * one,
+                                        8.0 * one, 20.0 * one, 1.0)
+    assert all(x[0] == 0.0 for x in nothing)  # cp = 1: no ring
+
+
+def test_torchtitan_context_parallelism_moves_repeated_kv_heads(h100):
+    # torchtitan's Llama repeats K/V to every query head before SDPA (torchtitan#1283), so its CP
+    # traffic grows by a / kv heads; Transformer Engine's p2p ring moves the kv heads only.
+    from dataclasses import replace
+
+    from supercluster.framework import get_framework
+    from supercluster.models import load_model
+
+    model = load_model("llama3.1-405b")  # 128 query heads, 8 kv heads
+    lay = Layout(tp=8, pp=1, dp=1, cp=8, vpp=1, micro_batch=1, global_batch=1, seq_len=262144, recompute="full",
+                 zero_stage=3, precision="bf16")
+    fw = get_framework("torchtitan+compile")
+    rep = estimate(model, gpu=h100, num_gpus=64, layout=lay, framework=fw)
+    kv = estimate(model, gpu=h100, num_gpus=64, layout=lay, framework=replace(fw, cp_kv_repeated=False))
+    assert rep.ledger["exposed_cp_comm"] > kv.ledger["exposed_cp_comm"] >= 0.0
+    assert rep.step_time_s > kv.step_time_s
+    # the merges are memory-bound work the p2p ring does not have
+    p2p = estimate(model, gpu=h100, num_gpus=64, layout=lay, framework=replace(fw, cp_rotate="p2p"))
+    assert rep.ledger["memory_bound_ops"] > p2p.ledger["memory_bound_ops"]

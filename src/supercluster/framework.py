@@ -50,6 +50,15 @@ class Framework:
     #: EP overlap limited by the compute it runs under (Megatron-Core); False with ep_overlap = the
     #: framework's documentation says the all-to-all is fully hidden (DeepSeek's DualPipe)
     ep_overlap_bounded: bool = False
+    #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
+    #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
+    #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
+    #: torchtitan): one all-gather of K/V hidden only under the first block, the K/V gradients
+    #: passed around the ring in fp32, partial outputs merged in fp32 by eager ops
+    cp_rotate: str = "p2p"
+    #: K/V reach the attention kernel repeated to every query head (the model code calls repeat_kv
+    #: before SDPA), so context parallelism moves a/tp heads instead of the kv heads
+    cp_kv_repeated: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +73,7 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head",
-                "fp8_param_gather", "ep_overlap_bounded"}
+                "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated"}
 
 
 @cache
@@ -76,6 +85,8 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.selective_recompute", "must be 'attention' or 'op'")
         if t.get("elementwise", "fused") not in ("fused", "eager"):
             raise InputError(f"framework {key}.elementwise", "must be 'fused' or 'eager'")
+        if t.get("cp_rotate", "p2p") not in ("p2p", "allgather"):
+            raise InputError(f"framework {key}.cp_rotate", "must be 'p2p' or 'allgather'")
         out[key] = Framework(key=key, **t)
     return out
 

@@ -196,11 +196,18 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         tp_fx, tp_bx = tp_f, tp_b
     tp_x = tp_fx + tp_bx + frc * tp_fx
 
-    kv_bytes = T * kv_local * (dq + dv) * el
-    ring_step = net.collective_time_s("p2p", kv_bytes, cp, s_cp)
-    cp_f = (cp - 1.0) * ring_step
-    cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
-    cp_fx, cp_bx = np.maximum(cp_f - t_attn_f, 0.0), np.maximum(cp_b - t_attn_b, 0.0)
+    kv_el = T * (a / tp if fw.cp_kv_repeated else kv_local) * (dq + dv)  # this rank's K and V
+    if fw.cp_rotate == "allgather":
+        cp_f, cp_fx, cp_b, cp_bx, cp_mem_f, cp_mem_b = _allgather_ring_attention(
+            net, cp, s_cp, kv_el, T * (a / tp), dq, dv, el, t_attn_f, t_attn_b, mem_bw)
+        t_fwd, t_bwd = t_fwd + cp_mem_f, t_bwd + cp_mem_b
+        t_rc = t_rc + np.where(rc == 2, frc * cp_mem_f, 0.0)
+    else:
+        ring_step = net.collective_time_s("p2p", kv_el * el, cp, s_cp)
+        cp_f = (cp - 1.0) * ring_step
+        cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
+        cp_fx, cp_bx = np.maximum(cp_f - t_attn_f, 0.0), np.maximum(cp_b - t_attn_b, 0.0)
+        cp_mem_f = cp_mem_b = np.zeros_like(tp)
     cp_x = cp_fx * (1.0 + frc) + cp_bx
 
     if model.is_moe:
@@ -315,7 +322,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ideal = m * (Lh * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + 3.0 * head_f / peak16)
     gemm_ineff = m * (Lh * 3.0 * (t_gemm_f - gemm_f / peak) + 3.0 * (head_f / ceiling16 - head_f / peak16))
     attn_ineff = m * Lh * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16)
-    mem_ops = m * (Lh * (3.0 * t_mem_f + t_score_f + t_score_b) + 5.0 * 4.0 * T * V / tp / mem_bw)
+    mem_ops = m * (Lh * (3.0 * t_mem_f + t_score_f + t_score_b + cp_mem_f + cp_mem_b) + 5.0 * 4.0 * T * V / tp / mem_bw)
     ledger = {
         "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
         "memory_bound_ops": mem_ops, "recompute": m * Lh * t_rc, "exposed_tp_comm": m * (Lh * tp_x + tp_head),
@@ -468,6 +475,43 @@ def _unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop
     t_el_f = E * (2.0 * el + drop * (2.0 * el + 1.0)) / mem_bw
     t_el_b = E * (3.0 * el + drop * (2.0 * el + 1.0)) / mem_bw
     return t_mm_f, t_mm_b, t_el_f, t_el_b
+
+
+def _allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv_el: np.ndarray, hq: np.ndarray,
+                              dq: float, dv: float, el: np.ndarray, t_attn_f: np.ndarray, t_attn_b: np.ndarray,
+                              mem_bw: float) -> tuple[np.ndarray, ...]:
+    """PyTorch's ring attention with the all-gather rotater, per layer and micro-batch (seconds):
+    (forward comm, forward exposed, backward comm, backward exposed, forward merges, backward merges).
+
+    As written in ``torch.distributed.tensor.experimental._attention`` (Dec 2024, the torch of
+    torchtitan's published CP runs): with load balancing each of a rank's ``cp`` blocks is 1/cp of
+    its attention work. Forward: one all-gather of K/V, hidden only under the first (diagonal)
+    block. Backward: K/V all-gathered again (hidden under the first block's backward); after each
+    block the accumulated K/V gradients (fp32) go to the next rank, hidden under the next block, and
+    the last send is waited for. Merges run as eager ops in fp32; bytes per element: the block
+    output cast to fp32 (el + 4), the update ``out - sigmoid(lse_b - lse) (out - out_b)`` as three
+    elementwise ops (12 + 8 + 12), on blocks holding only the second half of the queries (half of
+    them) a torch.cat rebuilding the whole output (8); blocks hold 0.75 of the queries on average;
+    K and V concatenated (2 el) before each send. Backward: fp32 gradient buffers zeroed (4) and
+    cast back at the end (4 + el); per block each gradient accumulated in fp32 (8 + el), on the
+    half-blocks a cat (8), and the K/V gradients concatenated for the send (8).
+    """
+    ring = cp > 1.0
+    q_el, o_el = hq * dq, hq * dv
+    ag = net.collective_time_s("all_gather", kv_el * el * cp, cp, s_cp)
+    blk_f, blk_b = t_attn_f / cp, t_attn_b / cp
+    send = net.collective_time_s("p2p", kv_el * 4.0, cp, s_cp)  # fp32 K/V gradients
+    comm_f = ag
+    exp_f = np.maximum(ag - blk_f, 0.0)
+    comm_b = ag + cp * send
+    exp_b = np.maximum(ag - blk_b, 0.0) + (cp - 1.0) * np.maximum(send - blk_b, 0.0) + send
+    merge_f = ((el + 4.0) * o_el * 2.0 + (cp - 1.0) * (0.75 * (el + 4.0 + 32.0) + 0.5 * 8.0) * o_el
+               + (cp - 1.0) * 2.0 * el * kv_el)
+    acc = 0.75 * (8.0 + el) + 4.0
+    merge_b = (cp * (acc * (q_el + kv_el) + 8.0 * kv_el) + (cp - 1.0) * 2.0 * el * kv_el
+               + (8.0 + el) * (q_el + kv_el))
+    zero = np.zeros_like(cp)
+    return tuple(np.where(ring, x, zero) for x in (comm_f, exp_f, comm_b, exp_b, merge_f / mem_bw, merge_b / mem_bw))
 
 
 def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp: np.ndarray, cp: np.ndarray,
