@@ -387,3 +387,29 @@ def test_torchtitan_context_parallelism_moves_repeated_kv_heads(h100):
     # the merges are memory-bound work the p2p ring does not have
     p2p = estimate(model, gpu=h100, num_gpus=64, layout=lay, framework=replace(fw, cp_rotate="p2p"))
     assert rep.ledger["memory_bound_ops"] > p2p.ledger["memory_bound_ops"]
+
+
+def test_deepspeed_2021_zero3_gathers_pay_their_copies_at_hbm_speed():
+    # DeepSpeed before v0.4 zero-filled each gathered parameter's buffer and all-gathered into a list
+    # of per-rank views, which PyTorch 1.8 gathers into a flat buffer and copies back: 3 bytes of HBM
+    # traffic per gathered byte, in the forward, the recomputed forward and the backward (no prefetch).
+    from dataclasses import replace
+
+    from supercluster.framework import get_framework, hbm_frac
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+
+    model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
+    lay = Layout(tp=1, pp=1, dp=64, micro_batch=1, global_batch=128, seq_len=2048, recompute="full", zero_stage=3)
+    fw = get_framework("deepspeed-legacy")
+    assert fw.zero3_gather_copy_bytes == 3
+    net = default_network(gpu, num_gpus=64)
+    with_copies = estimate(model, gpu=gpu, num_gpus=64, layout=lay, framework=fw, network=net)
+    without = estimate(model, gpu=gpu, num_gpus=64, layout=lay, framework=replace(fw, zero3_gather_copy_bytes=0.0),
+                       network=net)
+    params = model.num_layers * (model.attn_params + model.dense_mlp_params + 2 * model.d_model) + \
+        model.vocab_size * model.d_model
+    per_pass = 3.0 * params * 2.0 / (gpu.hbm_bytes_per_s * hbm_frac())
+    m = 128 / 64  # micro-batches per GPU
+    extra = with_copies.ledger["exposed_dp_comm"] - without.ledger["exposed_dp_comm"]
+    assert extra == pytest.approx(m * 3.0 * per_pass, rel=1e-6)  # forward, recomputed forward, backward

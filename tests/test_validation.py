@@ -19,9 +19,9 @@ from supercluster.validate import validate
 # latency of every per-parameter gather but DeepSpeed 2021's measured overhead grows faster; torchtitan
 # context parallel at 256K tokens: SDPA ring attention measured far below FA2's published efficiency.
 KNOWN_MISSES = {
-    "NAR-T2-ZeRO3-530B-1120", "NAR-T2-ZeRO3-530B-2240", "TT-H100-L31-8B-CP8-256K",
+    "NAR-T2-ZeRO3-530B-2240", "TT-H100-L31-8B-CP8-256K",
 }
-MAPE_BOUND = 0.075  # all rows, known misses included (the issue's target is 0.10)
+MAPE_BOUND = 0.072  # all rows, known misses included (the issue's target is 0.10)
 MAPE_BOUND_REST = 0.062  # rows outside KNOWN_MISSES
 
 

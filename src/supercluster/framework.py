@@ -59,6 +59,9 @@ class Framework:
     #: K/V reach the attention kernel repeated to every query head (the model code calls repeat_kv
     #: before SDPA), so context parallelism moves a/tp heads instead of the kv heads
     cp_kv_repeated: bool = False
+    #: HBM bytes each ZeRO-3 parameter gather moves per gathered byte besides the collective
+    #: (copies the framework and PyTorch make around it)
+    zero3_gather_copy_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,7 +76,8 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head",
-                "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated"}
+                "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
+                "zero3_gather_copy_bytes"}
 
 
 @cache

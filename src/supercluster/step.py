@@ -298,6 +298,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # The bytes are those of the whole-stage collectives above; each extra call adds its latency
     # (the time of a zero-byte call on the same group).
     ag3 = ag + (n_coll - 1.0) * net.collective_time_s("all_gather", 0.0, dpg, s_dpcp)
+    # ... and the copies the framework makes around each gather, at HBM speed
+    ag3 = ag3 + fw.zero3_gather_copy_bytes * (dense_params + expert_params) * pg / mem_bw
     rs3 = rs + (n_coll - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, s_dpcp)
     ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute))
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
