@@ -413,3 +413,28 @@ def test_deepspeed_2021_zero3_gathers_pay_their_copies_at_hbm_speed():
     m = 128 / 64  # micro-batches per GPU
     extra = with_copies.ledger["exposed_dp_comm"] - without.ledger["exposed_dp_comm"]
     assert extra == pytest.approx(m * 3.0 * per_pass, rel=1e-6)  # forward, recomputed forward, backward
+
+
+def test_torchtitan_fsdp_under_pipeline_keeps_the_stage_gathered(h100):
+    # torchtitan turns reshard_after_forward off under PP and the pipeline schedule defers resharding
+    # and gradient reduction to the last micro-batch: the stage's bf16 weights and its fp32
+    # (reduce-dtype) gradients stay whole, and the parameters are gathered once per step.
+    from dataclasses import replace
+
+    from supercluster.framework import get_framework
+    from supercluster.models import load_model
+
+    model = load_model("llama3.1-405b")
+    lay = Layout(tp=8, pp=8, dp=8, vpp=1, micro_batch=1, global_batch=64, seq_len=8192, recompute="full",
+                 zero_stage=3, precision="bf16")
+    fw = get_framework("torchtitan+compile")
+    keep = estimate(model, gpu=h100, num_gpus=512, layout=lay, framework=fw)
+    per_mb = estimate(model, gpu=h100, num_gpus=512, layout=lay, framework=replace(fw, fsdp_pp_unsharded=False))
+    local = (model.num_layers * (model.attn_params + model.dense_mlp_params + 2 * model.d_model) / 8
+             + model.vocab_size * model.d_model) / 8  # the stage's parameters on one TP rank
+    gained = keep.memory_per_gpu_bytes - per_mb.memory_per_gpu_bytes
+    assert keep.memory["mem_grads_bytes"] == pytest.approx(4.0 * local, rel=1e-9)  # whole, fp32, not the shard
+    assert per_mb.memory["mem_grads_bytes"] == pytest.approx(4.0 * local / 8, rel=1e-9)
+    assert keep.memory["mem_weights_bytes"] == pytest.approx(2.0 * local, rel=1e-9)
+    assert 4.5 * local < gained < 5.5 * local  # whole weights replace the shard plus two gathered layers
+    assert keep.ledger["exposed_dp_comm"] <= per_mb.ledger["exposed_dp_comm"]

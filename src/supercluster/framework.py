@@ -62,6 +62,10 @@ class Framework:
     #: HBM bytes each ZeRO-3 parameter gather moves per gathered byte besides the collective
     #: (copies the framework and PyTorch make around it)
     zero3_gather_copy_bytes: float = 0.0
+    #: with pipeline parallelism, FSDP keeps each stage's parameters gathered for the whole step and
+    #: accumulates unsharded gradients (in the reduce dtype) over the micro-batches, reducing them
+    #: once at the last: one gather and one reduce-scatter per step instead of per micro-batch
+    fsdp_pp_unsharded: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +81,7 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
-                "zero3_gather_copy_bytes"}
+                "zero3_gather_copy_bytes", "fsdp_pp_unsharded"}
 
 
 @cache

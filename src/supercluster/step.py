@@ -314,6 +314,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     else:
         dp_low = np.where(zero == 0, arr, rs + ag)
         dp_z3 = m * (ag3 + ag3_b + rs3)
+    if fw.fsdp_pp_unsharded:
+        # under PP: one gather before the first micro-batch's forward, one reduce-scatter after the last
+        # backward, each hidden behind one micro-batch's compute at most
+        dp_z3 = np.where(pp > 1, np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(rs3 - win_b, rs3 / n_coll), dp_z3)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
 
     local = dense_params + expert_params
@@ -535,6 +539,13 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     w_bytes = np.where(fp32, 4.0, np.where(low, np.where(fw.fp8_param_gather, 0.0, 2.0) + low_el, 2.0))
     weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * w_bytes
     grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
+    if fw.fsdp_pp_unsharded:
+        # Under PP the stage stays gathered and its gradients accumulate unsharded in the reduce dtype
+        # until the last micro-batch's reduce-scatter, which frees them (so the peak holds the whole
+        # gradients, not the shard as well): ZeRO-2 and -3 then hold what ZeRO-1 holds.
+        keep = (zero >= 2) & (pp > 1)
+        weights = np.where(keep, local * w_bytes, weights)
+        grads = np.where(keep, local * fw.grad_reduce_bytes, grads)
     optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, 12.0)  # (fp32 master,) Adam m and v
     # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
     # SP-shardable: the two LN inputs (2 B), the QKV and FC1 inputs and, with dropout, two masks (1 B);
