@@ -222,13 +222,14 @@ def frameworks_table(fws: dict[str, Framework]) -> Table:
     t = Table(title="Framework profiles (data/frameworks.toml; '<name>+compile' prices torch.compile, "
                     "'<name>+ep-overlap' overlaps the MoE all-to-all with compute)")
     for c in ("key", "attention", "elementwise", "SP", "TP ovl", "DP ovl", "PP ovl", "EP ovl", "selective",
-              "Z3 gathers", "era"):
+              "Z3 gathers", "CP ring", "era"):
         t.add_column(c, no_wrap=True)
     t.add_column("what", overflow="fold", min_width=48)
     yn = {True: "y", False: "n"}
     for k, f in fws.items():
         era = f"{f.era_of} <= {f.until_year}" if f.era_of else ""
+        ring = (f.cp_rotate + (" (K/V repeated)" if f.cp_kv_repeated else "")) if f.context_parallel else "-"
         t.add_row(k, f.attention, f.elementwise, yn[f.sequence_parallel], yn[f.tp_comm_overlap], yn[f.dp_overlap],
-                  yn[f.pp_overlap], yn[f.ep_overlap], f.selective_recompute, str(f.zero3_gathers_per_layer), era,
+                  yn[f.pp_overlap], yn[f.ep_overlap], f.selective_recompute, str(f.zero3_gathers_per_layer), ring, era,
                   f.doc)
     return t
