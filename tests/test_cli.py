@@ -63,6 +63,7 @@ def test_catalog_frameworks_names_the_era_profiles():
 
 @pytest.mark.parametrize("args, field", [
     (["estimate", "--gpu", "h900"], "gpu"),
+    (["estimate", "--gpu", "tpu-v4"], "gpu"),  # known, but no published achieved-matmul rate to price it
     (["estimate", "--model", "gpt-9"], "model"),
     (["estimate", "--tp", "3", "--dp", "1", "--gpus", "48", "--pp", "16", "--model", "llama3-405b"], "tp"),
     (["estimate", "--gpus", "1000"], "dp"),

@@ -141,9 +141,23 @@ def system_catalog() -> dict[str, SystemSpec]:
     return {k: system_from_table(k, v) for k, v in load_package_toml("systems.toml").items()}
 
 
+#: Accelerators whose datasheet figures are known (../shared/research/gpus.csv) but whose GEMMs
+#: cannot be priced from a source: no achieved-matmul (MAMF) measurement is published for them.
+NOT_PRICED = {
+    "tpu-v4": "Google TPU v4 (275 TFLOP/s bf16, 32 GiB HBM2 at 1.2 TB/s, GCP-TPU-V4)",
+    "tpu-v5e": "Google TPU v5e (197 TFLOP/s bf16, GCP-TPU-V5E)",
+    "tpu-v5p": "Google TPU v5p (459 TFLOP/s bf16, GCP-TPU-V5P)",
+    "tpu-v6e": "Google TPU v6e (918 TFLOP/s bf16, GCP-TPU-V6E)",
+}
+
+
 def get_gpu(key: str) -> GpuSpec:
     """The catalog GPU ``key``, or an :class:`InputError` listing the known keys."""
     cat = gpu_catalog()
+    if key in NOT_PRICED and key not in cat:
+        raise InputError("gpu", f"{key!r} is not in the catalog: {NOT_PRICED[key]} has no published measurement "
+                                f"of its achieved matmul rate, and the model does not guess one; known: "
+                                f"{', '.join(sorted(cat))}")
     if key not in cat:
         raise InputError("gpu", f"unknown GPU {key!r}; known: {', '.join(sorted(cat))}")
     return cat[key]
