@@ -174,8 +174,11 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
 
 
 #: Words in a published framework name and the profile they select, most specific first.
-_MENTIONS = ((("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3"), "deepspeed"),
-             (("titan", "fsdp"), "torchtitan"), (("hai-llm", "dualpipe"), "hai-llm"), (("megatron",), "megatron"))
+#: GPT-NeoX runs Megatron's model code on DeepSpeed (its README); MosaicML llm-foundry / Composer
+#: train with PyTorch FSDP (their docs), as torchtitan does.
+_MENTIONS = ((("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
+             (("titan", "fsdp", "foundry", "composer"), "torchtitan"), (("hai-llm", "dualpipe"), "hai-llm"),
+             (("megatron",), "megatron"))
 
 
 @cache
