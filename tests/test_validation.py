@@ -158,3 +158,16 @@ def test_predicted_memory_against_the_torchtitan_tables():
             assert abs(err) <= (0.12 if layout.pp > 1 else 0.30), (row["id"], err)
             seen += 1
     assert seen == 8
+
+
+def test_blank_micro_batch_follows_the_framework_default():
+    # torchtitan splits each DP rank's batch into one micro-batch per pipeline stage
+    # (pipeline_parallel_microbatches defaults to the stage count); Megatron rows default to 1.
+    from supercluster.validate import load_rows, row_setup
+
+    row = {r["id"]: r for r in load_rows()}["TT-H100-L31-405B-3D-1F1B-512"]  # local batch 32, PP 8
+    row = {**row, "seq_len": "8192"}
+    assert row["micro_batch"] == "" and row_setup(row)[1].micro_batch == 4
+    assert row_setup({**row, "vpp": "2"})[1].micro_batch == 2
+    assert row_setup({**row, "framework": "megatron"})[1].micro_batch == 1
+    assert row_setup({**row, "pp": "1", "dp": "64"})[1].micro_batch == 4  # no pipeline: the local batch

@@ -66,6 +66,9 @@ class Framework:
     #: accumulates unsharded gradients (in the reduce dtype) over the micro-batches, reducing them
     #: once at the last: one gather and one reduce-scatter per step instead of per micro-batch
     fsdp_pp_unsharded: bool = False
+    #: where a run does not state its micro-batch size, the framework splits each DP rank's batch into
+    #: this many micro-batches per pipeline stage it runs (pp x vpp in all); 0 = micro-batch 1
+    pp_microbatches_per_stage: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,7 +84,8 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
-                "zero3_gather_copy_bytes", "fsdp_pp_unsharded"}
+                "zero3_gather_copy_bytes", "fsdp_pp_unsharded",
+                "pp_microbatches_per_stage"}
 
 
 @cache

@@ -169,8 +169,11 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
     pp, dp = _int(row, "pp", 1) or 1, _int(row, "dp")
-    # A blank micro-batch means 1 under pipelining, else the whole local batch.
-    mb_default = 1 if pp > 1 else max(1, _int(row, "global_batch") // max(dp, 1))
+    # A blank micro-batch means the whole local batch without pipelining; under pipelining 1, or the
+    # local batch split into the framework's default number of micro-batches (torchtitan: one per stage).
+    local = max(1, _int(row, "global_batch") // max(dp, 1))
+    n_mb = fw.pp_microbatches_per_stage * pp * (_int(row, "vpp", 1) or 1)
+    mb_default = local if pp == 1 else (local // n_mb if n_mb and local % n_mb == 0 else 1)
     layout = Layout(
         tp=_int(row, "tp", 1) or 1, pp=pp, dp=dp, cp=_int(row, "cp", 1) or 1,
         ep=_int(row, "ep", 1) or 1, vpp=_int(row, "vpp", 1) or 1, micro_batch=_int(row, "micro_batch", mb_default),
