@@ -17,7 +17,7 @@ LEDGER_HELP = {
     "ideal_compute": "model FLOPs at dense peak",
     "gemm_inefficiency": "GEMMs below peak",
     "attention_inefficiency": "attention kernels below peak",
-    "memory_bound_ops": "norms, activations, adds, loss",
+    "memory_bound_ops": "norms, activations, adds, loss, CP merges",
     "recompute": "activation recomputation",
     "exposed_tp_comm": "TP all-gather / reduce-scatter",
     "exposed_cp_comm": "CP ring K/V exchange",
