@@ -387,6 +387,12 @@ def test_torchtitan_context_parallelism_moves_repeated_kv_heads(h100):
     # the merges are memory-bound work the p2p ring does not have
     p2p = estimate(model, gpu=h100, num_gpus=64, layout=lay, framework=replace(fw, cp_rotate="p2p"))
     assert rep.ledger["memory_bound_ops"] > p2p.ledger["memory_bound_ops"]
+    # and its backward holds the gathered K/V (bf16), fp32 Q/K/V-gradient accumulators and two fp32
+    # K/V-gradient buffers: T = 32768 tokens per rank, 16 query heads per TP rank, K/V repeated to 16
+    T, heads, d = 262144 / 8, 128 / 8, 128
+    kv = T * heads * 2 * d
+    ring = kv * 2 * 8 + 4 * (T * heads * d + kv) + 2 * 4 * kv
+    assert rep.memory_per_gpu_bytes - p2p.memory_per_gpu_bytes == pytest.approx(ring, rel=1e-9)
 
 
 def test_deepspeed_2021_zero3_gathers_pay_their_copies_at_hbm_speed():

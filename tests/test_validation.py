@@ -136,8 +136,8 @@ def test_unknown_column_values_fall_back_with_a_note():
 def test_predicted_memory_against_the_torchtitan_tables():
     """torchtitan's H100 tables publish peak memory per GPU. Llama 3.1 405B on TP 8 x PP 8 (FSDP keeps
     the stage gathered and its fp32 gradients unsharded under PP) is predicted within 12 %; the 8B
-    FSDP-only rows sit ~23 % under the published ~84 GiB (not modelled: the allocator's reserve and,
-    likely, torchtitan's fp32 cross-entropy path), bounded here as a regression check."""
+    rows sit 15-23 % under the published ~84 GiB (not modelled: the allocator's reserve and, likely,
+    torchtitan's fp32 cross-entropy path), bounded here as a regression check."""
     import re
 
     from supercluster.estimate import default_network

@@ -575,6 +575,12 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     activations = Lh * per_tok * T * in_flight
     # A recomputed layer needs its full activations once more during its backward.
     activations = activations + np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0)
+    if fw.cp_rotate == "allgather":
+        # PyTorch's ring attention holds, during one layer's backward, the all-gathered K/V (16-bit),
+        # fp32 accumulators for the Q, K and V gradients and two fp32 K/V-gradient buffers in flight.
+        kv_el = T * (a / tp if fw.cp_kv_repeated else kv_local) * (dq + dv)
+        ring = kv_el * 2.0 * cp + 4.0 * (T * (a / tp) * dq + kv_el) + 2.0 * 4.0 * kv_el
+        activations = activations + np.where(cp > 1, ring, 0.0)
     logits = 2.0 * 4.0 * T * model.vocab_size / tp
     total = weights + grads + optimizer + activations + logits + FRAMEWORK_RESERVE_BYTES
     return {
