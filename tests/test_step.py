@@ -444,3 +444,21 @@ def test_torchtitan_fsdp_under_pipeline_keeps_the_stage_gathered(h100):
     assert keep.memory["mem_weights_bytes"] == pytest.approx(2.0 * local, rel=1e-9)
     assert 4.5 * local < gained < 5.5 * local  # whole weights replace the shard plus two gathered layers
     assert keep.ledger["exposed_dp_comm"] <= per_mb.ledger["exposed_dp_comm"]
+
+
+def test_torchtitan_eager_cross_entropy_holds_twelve_bytes_per_logit(h100):
+    # cross_entropy(pred.float()) run eagerly: log_softmax's saved fp32 output plus the fp32 gradient
+    # coming in and the one going out of its backward; Megatron's fused loss holds 8 bytes.
+    from dataclasses import replace
+
+    from supercluster.framework import get_framework
+    from supercluster.models import load_model
+
+    model = load_model("llama3.1-8b")
+    lay = Layout(tp=2, pp=1, dp=4, micro_batch=1, global_batch=8, seq_len=8192, recompute="full", zero_stage=3)
+    fw = get_framework("torchtitan")
+    assert fw.loss_bytes_per_logit == 12 and get_framework("megatron").loss_bytes_per_logit == 8
+    eager = estimate(model, gpu=h100, num_gpus=8, layout=lay, framework=fw)
+    fused = estimate(model, gpu=h100, num_gpus=8, layout=lay, framework=replace(fw, loss_bytes_per_logit=8.0))
+    logits = 8192 * model.vocab_size / 2  # tokens x vocabulary shard
+    assert eager.memory_per_gpu_bytes - fused.memory_per_gpu_bytes == pytest.approx(4.0 * logits, rel=1e-9)

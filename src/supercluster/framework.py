@@ -69,6 +69,8 @@ class Framework:
     #: where a run does not state its micro-batch size, the framework splits each DP rank's batch into
     #: this many micro-batches per pipeline stage it runs (pp x vpp in all); 0 = micro-batch 1
     pp_microbatches_per_stage: int = 0
+    #: peak bytes per logit the loss holds (default: fp32 logits and their fp32 gradient)
+    loss_bytes_per_logit: float = 8.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,7 +87,7 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementw
                 "until_year", "pp_split_counts_head",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
                 "zero3_gather_copy_bytes", "fsdp_pp_unsharded",
-                "pp_microbatches_per_stage"}
+                "pp_microbatches_per_stage", "loss_bytes_per_logit"}
 
 
 @cache

@@ -581,7 +581,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
         kv_el = T * (a / tp if fw.cp_kv_repeated else kv_local) * (dq + dv)
         ring = kv_el * 2.0 * cp + 4.0 * (T * (a / tp) * dq + kv_el) + 2.0 * 4.0 * kv_el
         activations = activations + np.where(cp > 1, ring, 0.0)
-    logits = 2.0 * 4.0 * T * model.vocab_size / tp
+    logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp
     total = weights + grads + optimizer + activations + logits + FRAMEWORK_RESERVE_BYTES
     return {
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optimizer,
