@@ -171,3 +171,16 @@ def test_blank_micro_batch_follows_the_framework_default():
     assert row_setup({**row, "vpp": "2"})[1].micro_batch == 2
     assert row_setup({**row, "framework": "megatron"})[1].micro_batch == 1
     assert row_setup({**row, "pp": "1", "dp": "64"})[1].micro_batch == 4  # no pipeline: the local batch
+
+
+def test_torchtitan_selective_layer_ac_is_every_other_block_recomputed():
+    from supercluster.validate import load_rows, parse_layer_ac, row_setup
+
+    assert parse_layer_ac("selective (layer)") == 2 and parse_layer_ac("selective (op)") is None
+    assert parse_layer_ac("selective layer, every 3 layers") == 3 and parse_layer_ac("full") is None
+    row = {r["id"]: r for r in load_rows("heldout")}["TT-A100-L3-8B-sellayer"]  # 32 blocks, no PP
+    _, layout, _, note = row_setup(row)
+    assert (layout.recompute, layout.recompute_layers) == ("full", 16) and "one block in 2" in note
+    _, layout, _, _ = row_setup({**row, "recompute": "selective (layer, every 1)"})
+    assert (layout.recompute, layout.recompute_layers) == ("full", 0)  # every block
+

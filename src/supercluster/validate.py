@@ -112,6 +112,17 @@ def parse_recompute_layers(text: str) -> int:
     return int(m.group(1)) if m and "full" in t else 0
 
 
+def parse_layer_ac(text: str) -> int | None:
+    """torchtitan's selective *layer* AC ("selective (layer)"): every N-th transformer block fully
+    recomputed, N = selective_ac_option, 2 by default (torchtitan config: "2 = checkpoint every other
+    layer"); None for any other policy."""
+    t = text.lower()
+    if "selective" not in t or "layer" not in t:
+        return None
+    m = re.search(r"every\s+(\d+)", t) or re.search(r"selective_ac_option\s*=\s*(\d+)", t)
+    return max(1, int(m.group(1))) if m else 2
+
+
 def parse_zero(text: str, fw: Framework) -> int:
     t = text.lower()
     if "zero-3" in t or "zero3" in t or "fsdp" in t or "fully sharded" in t or "hsdp" in t or "hybrid shard" in t:
@@ -174,19 +185,26 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     local = max(1, _int(row, "global_batch") // max(dp, 1))
     n_mb = fw.pp_microbatches_per_stage * pp * (_int(row, "vpp", 1) or 1)
     mb_default = local if pp == 1 else (local // n_mb if n_mb and local % n_mb == 0 else 1)
+    recompute, rc_layers, layer_note = parse_recompute(row.get("recompute", ""), fw), \
+        parse_recompute_layers(row.get("recompute", "")), []
+    if every := parse_layer_ac(row.get("recompute", "")):
+        # the same count of fully recomputed blocks per pipeline chunk (which ones does not change the price)
+        chunk = -(-model.num_layers // (pp * (_int(row, "vpp", 1) or 1)))
+        recompute, rc_layers = "full", (-(-chunk // every) if every > 1 else 0)
+        layer_note = [f"selective layer AC read as full recompute of one block in {every}"]
     layout = Layout(
         tp=_int(row, "tp", 1) or 1, pp=pp, dp=dp, cp=_int(row, "cp", 1) or 1,
         ep=_int(row, "ep", 1) or 1, vpp=_int(row, "vpp", 1) or 1, micro_batch=_int(row, "micro_batch", mb_default),
         global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
         precision=parse_precision(row.get("precision", "")),
-        recompute=parse_recompute(row.get("recompute", ""), fw),
-        recompute_layers=parse_recompute_layers(row.get("recompute", "")),
+        recompute=recompute,
+        recompute_layers=rc_layers,
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
         expert_tp=_fold(row),
     )
     layout.check_gpus(_int(row, "num_gpus"))
     folded = ["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"] if layout.expert_tp == 1 else []
-    note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded] if x) or None
+    note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
     return model, layout, fw, note
 
 
