@@ -356,8 +356,9 @@ def test_pytorch_ring_attention_overlap_and_merge_traffic_by_hand():
             return np.where(np.asarray(group_size) > 1, 5.0 if kind == "all_gather" else 1.0, 0.0)
 
     one = np.array([1.0])
-    comm_f, exp_f, comm_b, exp_b, mem_f, mem_b = _allgather_ring_attention(
+    comm_f, exp_f, comm_b, exp_b, mem_f, mem_b, held = _allgather_ring_attention(
         Stub(), 2.0 * one, one, 20.0 * one, 10.0 * one, 1.0, 1.0, 2.0 * one, 8.0 * one, 20.0 * one, 1.0)
+    assert held[0] == 20 * 2 * 2 + 4 * (10 + 20) + 2 * 4 * 20  # gathered K/V, fp32 accumulators, 2 sends
     assert (comm_f[0], exp_f[0]) == (5.0, 1.0)  # the first of 2 blocks is 4 s of forward attention
     assert (comm_b[0], exp_b[0]) == (7.0, 1.0)  # gather + 2 sends; only the last send shows
     # 10 output elements, 20 K/V elements, 2-byte activations:

@@ -43,7 +43,7 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     fw = get_framework(framework) if isinstance(framework, str) else framework
     layout.check_gpus(num_gpus)
-    layout.check_model(m, extra_pp_layers=2 if fw.pp_split_counts_head else 0)
+    layout.check_model(m, extra_pp_layers=fw.extra_pp_layers)
     require(layout.cp == 1 or fw.context_parallel, "cp",
             f"framework {fw.key} has no context parallelism; cp must be 1, got {layout.cp}")
     g.peak(layout.precision)

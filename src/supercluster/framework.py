@@ -72,6 +72,11 @@ class Framework:
     #: peak bytes per logit the loss holds (default: fp32 logits and their fp32 gradient)
     loss_bytes_per_logit: float = 8.0
 
+    @property
+    def extra_pp_layers(self) -> int:
+        """Pipeline slots the framework fills with the embedding and the loss (0 or 2)."""
+        return 2 if self.pp_split_counts_head else 0
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionEfficiency:

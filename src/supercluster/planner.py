@@ -206,7 +206,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     cols = candidate_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
                              precisions=precisions, gpu_counts=counts,
                              max_cp=MAX_CP if framework.context_parallel else 1,
-                             extra_pp_layers=2 if framework.pp_split_counts_head else 0)
+                             extra_pp_layers=framework.extra_pp_layers)
     out = step_columns(model, gpu, network or default_network(gpu, num_gpus=num_gpus), framework, cols)
     system = get_system(gpu.system)
     price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)

@@ -198,7 +198,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     kv_el = T * (a / tp if fw.cp_kv_repeated else kv_local) * (dq + dv)  # this rank's K and V
     if fw.cp_rotate == "allgather":
-        cp_f, cp_fx, cp_b, cp_bx, cp_mem_f, cp_mem_b = _allgather_ring_attention(
+        cp_f, cp_fx, cp_b, cp_bx, cp_mem_f, cp_mem_b, ring_bytes = _allgather_ring_attention(
             net, cp, s_cp, kv_el, T * (a / tp), dq, dv, el, t_attn_f, t_attn_b, mem_bw)
         t_fwd, t_bwd = t_fwd + cp_mem_f, t_bwd + cp_mem_b
         t_rc = t_rc + np.where(rc == 2, frc * cp_mem_f, 0.0)
@@ -207,7 +207,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         cp_f = (cp - 1.0) * ring_step
         cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
         cp_fx, cp_bx = np.maximum(cp_f - t_attn_f, 0.0), np.maximum(cp_b - t_attn_b, 0.0)
-        cp_mem_f = cp_mem_b = np.zeros_like(tp)
+        cp_mem_f = cp_mem_b = ring_bytes = np.zeros_like(tp)
     cp_x = cp_fx * (1.0 + frc) + cp_bx
 
     if model.is_moe:
@@ -351,7 +351,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                         np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
     out.update(_memory(model, fw, tp, etp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, frc, lowp, fp32, dense_params,
-                       expert_params, dpg, edpg, Lh_first, low_el, kv_local, f_act,
+                       expert_params, dpg, edpg, Lh_first, low_el, kv_local, f_act, ring_bytes,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp)))
     out.update(
@@ -486,8 +486,10 @@ def _unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop
 def _allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv_el: np.ndarray, hq: np.ndarray,
                               dq: float, dv: float, el: np.ndarray, t_attn_f: np.ndarray, t_attn_b: np.ndarray,
                               mem_bw: float) -> tuple[np.ndarray, ...]:
-    """PyTorch's ring attention with the all-gather rotater, per layer and micro-batch (seconds):
-    (forward comm, forward exposed, backward comm, backward exposed, forward merges, backward merges).
+    """PyTorch's ring attention with the all-gather rotater, per layer and micro-batch: seconds of
+    (forward comm, forward exposed, backward comm, backward exposed, forward merges, backward merges),
+    and the bytes it holds during a layer's backward (gathered 16-bit K/V, fp32 accumulators for the
+    Q, K and V gradients, two fp32 K/V-gradient buffers in flight).
 
     As written in ``torch.distributed.tensor.experimental._attention`` (Dec 2024, the torch of
     torchtitan's published CP runs): with load balancing each of a rank's ``cp`` blocks is 1/cp of
@@ -516,8 +518,10 @@ def _allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv
     acc = 0.75 * (8.0 + el) + 4.0
     merge_b = (cp * (acc * (q_el + kv_el) + 8.0 * kv_el) + (cp - 1.0) * 2.0 * el * kv_el
                + (8.0 + el) * (q_el + kv_el))
+    held = kv_el * el * cp + 4.0 * (q_el + kv_el) + 2.0 * 4.0 * kv_el
     zero = np.zeros_like(cp)
-    return tuple(np.where(ring, x, zero) for x in (comm_f, exp_f, comm_b, exp_b, merge_f / mem_bw, merge_b / mem_bw))
+    return tuple(np.where(ring, x, zero)
+                 for x in (comm_f, exp_f, comm_b, exp_b, merge_f / mem_bw, merge_b / mem_bw, held))
 
 
 def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp: np.ndarray, cp: np.ndarray,
@@ -526,7 +530,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
             rc: np.ndarray, frc: np.ndarray, lowp: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray,
             expert_params: np.ndarray,
             dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, low_el: np.ndarray, kv_local: np.ndarray,
-            f_act: float, score_tok: np.ndarray) -> dict[str, np.ndarray]:
+            f_act: float, ring_bytes: np.ndarray, score_tok: np.ndarray) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded (first) pipeline stage."""
     h, a = float(model.d_model), float(model.num_heads)
     dq, dv = float(model.qk_dim), float(model.v_dim)
@@ -575,12 +579,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     activations = Lh * per_tok * T * in_flight
     # A recomputed layer needs its full activations once more during its backward.
     activations = activations + np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0)
-    if fw.cp_rotate == "allgather":
-        # PyTorch's ring attention holds, during one layer's backward, the all-gathered K/V (16-bit),
-        # fp32 accumulators for the Q, K and V gradients and two fp32 K/V-gradient buffers in flight.
-        kv_el = T * (a / tp if fw.cp_kv_repeated else kv_local) * (dq + dv)
-        ring = kv_el * 2.0 * cp + 4.0 * (T * (a / tp) * dq + kv_el) + 2.0 * 4.0 * kv_el
-        activations = activations + np.where(cp > 1, ring, 0.0)
+    activations = activations + ring_bytes  # PyTorch ring attention's working set (0 otherwise)
     logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp
     total = weights + grads + optimizer + activations + logits + FRAMEWORK_RESERVE_BYTES
     return {
@@ -652,7 +651,7 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
 def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
                    rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
     """Price one layout (already validated against model and GPU count)."""
-    layout.check_model(model, extra_pp_layers=2 if fw.pp_split_counts_head else 0)
+    layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
     out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order)
     first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     mem_keys = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",

@@ -179,22 +179,22 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         name += "+compile"
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
-    pp, dp = _int(row, "pp", 1) or 1, _int(row, "dp")
+    pp, dp, vpp = _int(row, "pp", 1) or 1, _int(row, "dp"), _int(row, "vpp", 1) or 1
     # A blank micro-batch means the whole local batch without pipelining; under pipelining 1, or the
     # local batch split into the framework's default number of micro-batches (torchtitan: one per stage).
     local = max(1, _int(row, "global_batch") // max(dp, 1))
-    n_mb = fw.pp_microbatches_per_stage * pp * (_int(row, "vpp", 1) or 1)
+    n_mb = fw.pp_microbatches_per_stage * pp * vpp
     mb_default = local if pp == 1 else (local // n_mb if n_mb and local % n_mb == 0 else 1)
     recompute, rc_layers, layer_note = parse_recompute(row.get("recompute", ""), fw), \
         parse_recompute_layers(row.get("recompute", "")), []
     if every := parse_layer_ac(row.get("recompute", "")):
         # the same count of fully recomputed blocks per pipeline chunk (which ones does not change the price)
-        chunk = -(-model.num_layers // (pp * (_int(row, "vpp", 1) or 1)))
+        chunk = -(-model.num_layers // (pp * vpp))
         recompute, rc_layers = "full", (-(-chunk // every) if every > 1 else 0)
         layer_note = [f"selective layer AC read as full recompute of one block in {every}"]
     layout = Layout(
         tp=_int(row, "tp", 1) or 1, pp=pp, dp=dp, cp=_int(row, "cp", 1) or 1,
-        ep=_int(row, "ep", 1) or 1, vpp=_int(row, "vpp", 1) or 1, micro_batch=_int(row, "micro_batch", mb_default),
+        ep=_int(row, "ep", 1) or 1, vpp=vpp, micro_batch=_int(row, "micro_batch", mb_default),
         global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
         precision=parse_precision(row.get("precision", "")),
         recompute=recompute,
