@@ -463,3 +463,18 @@ def test_torchtitan_eager_cross_entropy_holds_twelve_bytes_per_logit(h100):
     fused = estimate(model, gpu=h100, num_gpus=8, layout=lay, framework=replace(fw, loss_bytes_per_logit=8.0))
     logits = 8192 * model.vocab_size / 2  # tokens x vocabulary shard
     assert eager.memory_per_gpu_bytes - fused.memory_per_gpu_bytes == pytest.approx(4.0 * logits, rel=1e-9)
+
+
+def test_fp8_saves_the_experts_input_in_fp8():
+    """Transformer Engine saves a linear's input for its weight gradient in the GEMM precision; the
+    grouped expert FC1 too. So fp8 cuts each MoE layer's activations by at least top_k x h bytes per
+    token against bf16 (the experts' input alone); the combined expert outputs stay 16-bit."""
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+
+    m, gb200 = load_model("qwen3-30b-a3b"), get_gpu("gb200")
+    lay = dict(dp=8, ep=8, micro_batch=1, global_batch=8, seq_len=4096)
+    act = {p: estimate(m, gpu=gb200, num_gpus=8, layout=Layout(**lay, precision=p),
+                       framework="nemo-megatron").memory["mem_activations_bytes"] for p in ("bf16", "fp8")}
+    tokens = 4096
+    assert act["bf16"] - act["fp8"] >= m.num_moe_layers * tokens * m.top_k * m.d_model * 1.0

@@ -562,9 +562,10 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     per_tok = np.where(sp, h_sp * h / tp, h_sp * h) + 2.0 * (
         (a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv + (mlp_tensors - 1.0) * f_act / tp
     ) + low_el * f_act / tp + np.where(low, low_el * (a / tp) * dv, 0.0) + (
-        model.num_moe_layers / model.num_layers) * 2.0 * model.top_k * h * (
-        np.where(sp, 1.0 / tp, 1.0)  # the permuted local tokens
-        + np.where(etp > 1, etp / tp, np.where(sp, 1.0 / tp, 1.0)))  # the experts' input, gathered over expert TP
+        model.num_moe_layers / model.num_layers) * model.top_k * h * (
+        2.0 * np.where(sp, 1.0 / tp, 1.0)  # the combined expert outputs (16-bit), for the gate-weight gradient
+        # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
+        + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, np.where(sp, 1.0 / tp, 1.0)))
     none_tok = per_tok + score_tok  # what a layer keeps without recompute
     per_tok = np.where(rc == 1, per_tok, none_tok)  # selective recompute drops the scores (Korthikanti)
     if fw.selective_recompute == "op":
