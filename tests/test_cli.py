@@ -78,6 +78,8 @@ def test_catalog_frameworks_names_the_era_profiles():
       "--ep", "32", "--global-batch", "2048", "--seq-len", "4096"], "ep"),
     (["estimate", "--expert-tp", "3"], "expert_tp"),
     (["estimate", "--framework", "megatron+overlap"], "framework"),
+    (["estimate", "--recompute", "selective", "--recompute-modules", "mla_up_proj"], "recompute_modules"),
+    (["estimate", "--recompute-modules", "mlp"], "recompute_modules"),
 ])
 def test_bad_input_is_one_line_exit_2(args, field):
     r = run(*args)
@@ -138,3 +140,14 @@ def test_scale_reports_sizes_too_small_to_hold_the_model():
     rows = json.loads(r.output)
     assert [x["fits"] for x in rows] == [False, False, True]
     assert "no layout" in rows[0]["reason"] and rows[2]["step_time_s"] > 0
+
+
+def test_estimate_takes_megatron_recompute_modules():
+    args = ["estimate", "--model", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--tp", "1", "--pp", "1",
+            "--vpp", "1", "--ep", "8", "--micro-batch", "4", "--global-batch", "512", "--seq-len", "4096",
+            "--precision", "fp8", "--framework", "nemo-megatron", "--json"]
+    plain = json.loads(runner.invoke(app, args).output)
+    r = runner.invoke(app, [*args, "--recompute", "selective", "--recompute-modules", "layernorm,moe_act"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["memory_per_gpu_bytes"] < plain["memory_per_gpu_bytes"] and d["ledger"]["recompute"] > 0

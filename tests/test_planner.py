@@ -180,3 +180,18 @@ def test_expert_tp_round_trips_and_the_planner_searches_it(tmp_path):
     cols = candidate_columns(qwen, get_gpu("h100-sxm"), 256, global_batch=2048, seq_len=4096)
     folded = (cols["etp"] == 1) & (cols["tp"] > 1)
     assert folded.any() and ((cols["dp"] * cols["cp"]) % cols["ep"] != 0)[folded].any()
+
+
+def test_megatron_recompute_modules_round_trip_and_stay_megatron(tmp_path):
+    from supercluster import launchers
+    from supercluster.errors import InputError
+    from supercluster.models import load_model
+
+    qwen = load_model("qwen3-30b-a3b")
+    lay = Layout(dp=8, ep=8, global_batch=512, seq_len=4096, recompute="selective",
+                 recompute_modules=("moe_act", "layernorm"), sequence_parallel=False)
+    text, back = _megatron_round_trip(tmp_path, lay, qwen)
+    assert "--recompute-granularity selective --recompute-modules layernorm moe_act" in text
+    assert back == lay and back.recompute_modules == ("layernorm", "moe_act")
+    with pytest.raises(InputError, match="recompute_modules"):
+        launchers.export(lay, "torchtitan")

@@ -478,3 +478,50 @@ def test_fp8_saves_the_experts_input_in_fp8():
                        framework="nemo-megatron").memory["mem_activations_bytes"] for p in ("bf16", "fp8")}
     tokens = 4096
     assert act["bf16"] - act["fp8"] >= m.num_moe_layers * tokens * m.top_k * m.d_model * 1.0
+
+
+def test_recompute_modules_drop_what_they_saved_and_run_again():
+    """Megatron-Core --recompute-modules, hand-counted on Qwen3 30B-A3B (48 MoE layers, top-8 experts of
+    width 768, bf16, one 4K-token micro-batch per GPU): moe_act drops each MoE layer's FC2 input
+    (8 x 768 x 2 bytes per token); recomputing the whole MoE layer drops more, costs more time and
+    repeats the dispatch and combine all-to-alls."""
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+
+    m, gb200 = load_model("qwen3-30b-a3b"), get_gpu("gb200")
+    base = dict(dp=8, ep=8, micro_batch=1, global_batch=8, seq_len=4096)
+
+    def run(rc: str = "none", mods: tuple[str, ...] = ()):
+        return estimate(m, gpu=gb200, num_gpus=8, layout=Layout(**base, recompute=rc, recompute_modules=mods),
+                        framework="nemo-megatron")
+
+    none, act, ln_act, moe = run(), run("selective", ("moe_act",)), run("selective", ("layernorm", "moe_act")), \
+        run("selective", ("moe",))
+    saved = none.memory["mem_activations_bytes"] - act.memory["mem_activations_bytes"]
+    assert saved == pytest.approx(48 * 4096 * 8 * 768 * 2.0, rel=1e-9)
+    assert ln_act.memory_per_gpu_bytes < act.memory_per_gpu_bytes < none.memory_per_gpu_bytes
+    assert moe.memory_per_gpu_bytes < ln_act.memory_per_gpu_bytes
+    assert none.ledger["recompute"] == 0 < act.ledger["recompute"] < ln_act.ledger["recompute"] < moe.ledger["recompute"]
+    assert moe.ledger["exposed_ep_comm"] > act.ledger["exposed_ep_comm"] and moe.hfu > moe.mfu > 0
+
+
+def test_dense_mlp_recompute_and_the_default_selective_policy(llama3_70b, h100):
+    """No modules = Megatron's default (core_attn); 'mlp' recomputes the MLP too: less memory, more
+    time and more hardware FLOPs. torchtitan has no modules: a clear error."""
+    from supercluster.errors import InputError
+
+    lay = dict(tp=8, pp=4, dp=2, micro_batch=1, global_batch=32, seq_len=8192, recompute="selective")
+    dflt = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay))
+    core = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay, recompute_modules=("core_attn",)))
+    mlp = estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay, recompute_modules=("core_attn", "mlp")))
+    assert core.step_time_s == dflt.step_time_s and core.memory_per_gpu_bytes == dflt.memory_per_gpu_bytes
+    assert mlp.memory_per_gpu_bytes < core.memory_per_gpu_bytes and mlp.step_time_s > core.step_time_s
+    assert mlp.hardware_flops > core.hardware_flops
+    with pytest.raises(InputError, match="recompute_modules"):
+        estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay, recompute_modules=("mlp",)),
+                 framework="torchtitan")
+    for bad, match in ((dict(recompute_modules=("mla_up_proj",)), "not priced"),
+                       (dict(recompute_modules=("attn",)), "allowed: core_attn"),
+                       (dict(recompute="full", recompute_modules=("mlp",)), "needs --recompute selective")):
+        with pytest.raises(InputError, match=match):
+            Layout(**{**lay, **bad})

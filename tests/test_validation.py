@@ -184,3 +184,16 @@ def test_torchtitan_selective_layer_ac_is_every_other_block_recomputed():
     _, layout, _, _ = row_setup({**row, "recompute": "selective (layer, every 1)"})
     assert (layout.recompute, layout.recompute_layers) == ("full", 0)  # every block
 
+
+
+def test_a_runs_csv_names_megatron_recompute_modules():
+    from supercluster.validate import load_rows, predict_row, row_setup
+
+    row = {r["id"]: r for r in load_rows("heldout")}["MB2602-GPTOSS-120B-GB200-bf16-64"]
+    named = {**row, "recompute": "selective (recompute_modules=layernorm,moe_act)"}
+    _, layout, _, _ = row_setup(named)
+    assert (layout.recompute, layout.recompute_modules) == ("selective", ("layernorm", "moe_act"))
+    plain, rc = predict_row(row), predict_row(named)
+    assert rc.supported and rc.predicted_step_time_s > plain.predicted_step_time_s and "layernorm" in rc.reason
+    # "layernorm" is not torchtitan's selective *layer* AC
+    assert row_setup({**named, "framework": "nemo-megatron"})[1].recompute_layers == 0

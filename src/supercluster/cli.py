@@ -130,6 +130,9 @@ def estimate(
     recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
     recompute_layers: Annotated[int, typer.Option(help="with --recompute full: only the first N layers of each "
                                                   "pipeline chunk (Megatron block method); 0 = all")] = 0,
+    recompute_modules: Annotated[str, typer.Option(help="with --recompute selective: Megatron-Core modules to "
+                                                   "recompute, comma-separated: core_attn, layernorm, moe_act, "
+                                                   "mlp, moe (empty = core_attn)")] = "",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")] = 1,
     framework: FrameworkOpt = "megatron",
     sequence_parallel: Annotated[bool | None, typer.Option(
@@ -164,7 +167,8 @@ def estimate(
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, global_batch=global_batch,
                     seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
                     sequence_parallel=sequence_parallel, recompute_layers=recompute_layers,
-                    expert_tp=expert_tp or None)
+                    expert_tp=expert_tp or None,
+                    recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()))
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order)
 

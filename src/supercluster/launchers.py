@@ -6,7 +6,7 @@ Formats (flag and key names from each project's documentation):
   ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
   ``--num-layers-per-virtual-pipeline-stage``, ``--context-parallel-size``,
   ``--expert-model-parallel-size``, ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
-  ``--bf16`` / ``--fp8-format hybrid``, ``--recompute-granularity``, ``--sequence-parallel``,
+  ``--bf16`` / ``--fp8-format hybrid``, ``--recompute-granularity``, ``--recompute-modules``, ``--sequence-parallel``,
   ``--use-distributed-optimizer``.
 * TorchTitan job TOML (``torchtitan/config/job_config.py``; FSDP2 has no ZeRO-1: stage 1 exports as 2,
   ``fsdp_reshard_after_forward = "never"``): ``[parallelism]`` degrees
@@ -61,7 +61,8 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
     elif layout.precision == "fp16":
         a[-1] = "--fp16"
     if layout.recompute == "selective":
-        a.append("--recompute-granularity selective")
+        a.append("--recompute-granularity selective" + (
+            f" --recompute-modules {' '.join(layout.recompute_modules)}" if layout.recompute_modules else ""))
     elif layout.recompute == "full" and layout.recompute_layers:
         a.append("--recompute-granularity full --recompute-method block "
                  f"--recompute-num-layers {layout.recompute_layers}")
@@ -148,6 +149,9 @@ def to_deepspeed_json(layout: Layout) -> str:
 
 def export(layout: Layout, fmt: str, model: ModelSpec | None = None) -> str:
     require(fmt in FORMATS, "format", f"unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
+    require(fmt == "megatron" or not layout.recompute_modules, "recompute_modules",
+            f"{', '.join(layout.recompute_modules)} are Megatron-Core recompute modules; {fmt} has no such setting "
+            "(export to megatron, or leave them out)")
     if fmt == "megatron":
         return to_megatron_args(layout, model) + "\n"
     if fmt == "torchtitan":
@@ -175,6 +179,13 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
         tok = tokens[i]
         if tok.startswith("--"):
             key = tok[2:].replace("_", "-")
+            if key == "recompute-modules":  # a list: every value up to the next flag
+                j = i + 1
+                while j < len(tokens) and not tokens[j].startswith("--"):
+                    j += 1
+                args[key] = tuple(tokens[i + 1:j])
+                i = j
+                continue
             if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
                 args[key] = tokens[i + 1]
                 i += 2
@@ -209,6 +220,7 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
                   seq_len=_as_int("seq-length", args.get("seq-length", 2048)), precision=precision,
                   recompute=str(rc), zero_stage=zero, sequence_parallel=bool(args.get("sequence-parallel", False)),
                   recompute_layers=rc_layers,
+                  recompute_modules=tuple(args.get("recompute-modules", ())) if rc == "selective" else (),
                   expert_tp=(_as_int("expert-tensor-parallel-size", args["expert-tensor-parallel-size"])
                              if "expert-tensor-parallel-size" in args else None))
 

@@ -15,6 +15,11 @@ from .errors import InputError, require
 from .models import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
+#: Megatron-Core ``--recompute-modules`` (selective granularity) the cost model prices; an empty
+#: tuple is the framework's own selective policy (Megatron: core_attn).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe")
+#: Megatron-Core modules it does not price (their saved tensors are not in the activation census).
+UNPRICED_MODULES = ("mla_up_proj", "shared_experts")
 PRECISION = ("bf16", "fp16", "fp8", "fp4", "fp32")  # fp32: CPU runs with a calibrated profile
 
 
@@ -40,6 +45,9 @@ class Layout:
     recompute_layers: int = 0
     #: expert tensor parallelism (Megatron --expert-tensor-parallel-size); None = tp
     expert_tp: int | None = None
+    #: with recompute "selective": Megatron-Core --recompute-modules (see RECOMPUTE_MODULES);
+    #: () = the framework's selective policy
+    recompute_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len"):
@@ -54,6 +62,19 @@ class Layout:
                 f"must be a non-negative integer (0 = every layer), got {self.recompute_layers!r}")
         require(self.recompute_layers == 0 or self.recompute == "full", "recompute_layers",
                 f"{self.recompute_layers} layers needs --recompute full, got {self.recompute!r}")
+        mods = self.recompute_modules
+        require(isinstance(mods, (tuple, list)) and all(isinstance(x, str) for x in mods), "recompute_modules",
+                f"must be a list of module names, got {mods!r}")
+        for x in mods:
+            require(x not in UNPRICED_MODULES, "recompute_modules",
+                    f"{x!r} is not priced (its saved tensors are not in the model); allowed: "
+                    f"{', '.join(RECOMPUTE_MODULES)}")
+            require(x in RECOMPUTE_MODULES, "recompute_modules",
+                    f"unknown {x!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
+        require(not mods or self.recompute == "selective", "recompute_modules",
+                f"{', '.join(mods)} needs --recompute selective, got {self.recompute!r}")
+        # one canonical order, no repeats (a frozen dataclass: set through object.__setattr__)
+        object.__setattr__(self, "recompute_modules", tuple(x for x in RECOMPUTE_MODULES if x in mods))
         require(self.zero_stage in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero_stage!r}")
         per_step = self.dp * self.micro_batch
         require(self.global_batch % per_step == 0, "global_batch",

@@ -44,6 +44,9 @@ from .network import Network
 from .units import GiB
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+#: ``rcm`` column: Megatron-Core ``--recompute-modules`` as bits; 0 = the framework's selective policy
+#: (Megatron: core_attn alone). Only read with ``recompute`` selective.
+RECOMPUTE_MODULE_BIT = {"core_attn": 1, "layernorm": 2, "moe_act": 4, "mlp": 8, "moe": 16}
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gbs", "seq", "zero", "recompute", "sp", "lowp")
 #: ``lowp`` column: the GEMM operand precision below 16 bits (0 = bf16/fp16, or fp32 on a CPU profile).
 LOWP_CODE = {"fp8": 1, "fp4": 2}
@@ -169,12 +172,33 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
     t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f
     t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b
+    # Megatron-Core selective recompute modules (0 = core_attn alone, Korthikanti et al. 2022)
+    rcm = _col(cols, "rcm").astype(np.int64) if "rcm" in cols else np.zeros(tp.shape, dtype=np.int64)
+    mods = np.where(rc == 1, np.where(rcm == 0, RECOMPUTE_MODULE_BIT["core_attn"], rcm), 0)
+    has = {name: (mods & bit) > 0 for name, bit in RECOMPUTE_MODULE_BIT.items()}
+    f_moew = model.num_moe_layers * (model.top_k + model.num_shared_experts) * model.moe_ffn_dim / L
+    f_routed = model.num_moe_layers * model.top_k * model.moe_ffn_dim / L
+    f_dense = f_act - f_moew
+    w_dense = model.num_dense_layers * model.dense_mlp_params / L
+    w_moe = model.num_moe_layers * model.moe_active_mlp_params / L
     if fw.selective_recompute == "op":
         # torchtitan per-op SAC: the outputs of every other matmul and of SDPA are saved; the other
         # matmuls and every non-matmul op (norms, activation, RoPE, adds) run again.
         t_sel = op_sac_recompute_frac(model) * t_gemm_f + t_mem_f
-    else:  # Megatron selective: the core attention runs again (Korthikanti et al. 2022)
-        t_sel = t_attn_f + t_score_f
+    else:
+        # Each recomputed module's forward runs again in the backward: core attention; the MoE
+        # layers' pre-MLP norm (Transformer Engine fuses the others into their linears, where
+        # Megatron-Core does not recompute them); the experts' activation; a dense MLP or a whole MoE
+        # layer (its GEMMs by their FLOP share of the layer's, activation, permutes; the all-to-alls
+        # are added below).
+        act_t = el * T * act_passes / tp / mem_bw
+        t_sel = (np.where(has["core_attn"], t_attn_f + t_score_f, 0.0)
+                 + np.where(has["layernorm"], f_moe * 2.0 * el * h * tok_sp / mem_bw, 0.0)
+                 + np.where(has["moe_act"] & ~has["moe"], act_t * f_routed, 0.0)
+                 + np.where(has["mlp"], t_gemm_f * w_dense / (w_attn + w_mlp) + act_t * f_dense
+                            + (1.0 - f_moe) * 2.0 * el * h * tok_sp / mem_bw, 0.0)
+                 + np.where(has["moe"], t_gemm_f * w_moe / (w_attn + w_mlp) + act_t * f_moew
+                            + el * f_moe * 4.0 * model.top_k * h * tok_sp / mem_bw, 0.0))
     chunk = np.ceil(model.num_layers / (pp * vpp))
     frc = np.where(rc == 2, np.where(rcl > 0, np.minimum(1.0, rcl / chunk), 1.0), 0.0)
     t_rc = np.where(rc == 2, frc * t_fwd, np.where(rc == 1, t_sel, 0.0))
@@ -194,7 +218,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         tp_bx = np.maximum(tp_b - 2.0 * t_gemm_f, tp_b / tp)
     else:
         tp_fx, tp_bx = tp_f, tp_b
-    tp_x = tp_fx + tp_bx + frc * tp_fx
+    # a recomputed dense MLP gathers its (SP) input and reduces its output again
+    tp_x = tp_fx + tp_bx + frc * tp_fx + np.where(has["mlp"], tp_fx * (1.0 - f_moe) / (2.0 - f_moe), 0.0)
 
     kv_el = T * (a / tp if fw.cp_kv_repeated else kv_local) * (dq + dv)  # this rank's K and V
     if fw.cp_rotate == "allgather":
@@ -220,7 +245,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, s_ep)
         tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * h * el, etp,
                                                             s_tp), 0.0)
-        ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * frc)
+        ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * frc + 2.0 * has["moe"])
         if fw.ep_overlap and fw.ep_overlap_bounded:
             # Megatron-Core overlap-moe-expert-parallel-comm: another micro-batch's compute runs under
             # the all-to-alls, so only what exceeds a layer's compute stays exposed
@@ -347,13 +372,17 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     model_flops = tokens * model.model_flops_per_token(seq, causal=False)
     fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - V * h) + tokens * \
         model.attention_flops_per_token(seq, causal=False)
-    rc_flops = np.where(rc == 2, frc * fwd_layers_flops,
-                        np.where(rc == 1, tokens * model.attention_flops_per_token(seq, causal=False), 0.0))
+    sel_flops = tokens * (np.where(has["core_attn"], model.attention_flops_per_token(seq, causal=False), 0.0)
+                          + 2.0 * L * (np.where(has["mlp"], w_dense, 0.0) + np.where(has["moe"], w_moe, 0.0)))
+    if fw.selective_recompute == "op":
+        sel_flops = tokens * model.attention_flops_per_token(seq, causal=False)
+    rc_flops = np.where(rc == 2, frc * fwd_layers_flops, np.where(rc == 1, sel_flops, 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
     out.update(_memory(model, fw, tp, etp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, frc, lowp, fp32, dense_params,
                        expert_params, dpg, edpg, Lh_first, low_el, kv_local, f_act, ring_bytes,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
-                       (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp)))
+                       (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
+                       has, el))
     out.update(
         step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
         hardware_flops=model_flops + rc_flops, peak_flops_per_s=peak, microbatches=m,
@@ -530,7 +559,8 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
             rc: np.ndarray, frc: np.ndarray, lowp: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray,
             expert_params: np.ndarray,
             dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, low_el: np.ndarray, kv_local: np.ndarray,
-            f_act: float, ring_bytes: np.ndarray, score_tok: np.ndarray) -> dict[str, np.ndarray]:
+            f_act: float, ring_bytes: np.ndarray, score_tok: np.ndarray, has: dict[str, np.ndarray],
+            el: np.ndarray) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded (first) pipeline stage."""
     h, a = float(model.d_model), float(model.num_heads)
     dq, dv = float(model.qk_dim), float(model.v_dim)
@@ -558,16 +588,33 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     # fp8 the QKV, FC1 and FC2 inputs shrink and the attention output is kept twice (16-bit for the
     # attention backward, quantised for the output projection).
     mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
-    h_sp = 4.0 + 2.0 * low_el + (2.0 if fw.dropout else 0.0)
-    per_tok = np.where(sp, h_sp * h / tp, h_sp * h) + 2.0 * (
-        (a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv + (mlp_tensors - 1.0) * f_act / tp
-    ) + low_el * f_act / tp + np.where(low, low_el * (a / tp) * dv, 0.0) + (
-        model.num_moe_layers / model.num_layers) * model.top_k * h * (
-        2.0 * np.where(sp, 1.0 / tp, 1.0)  # the combined expert outputs (16-bit), for the gate-weight gradient
+    L = model.num_layers
+    f_moe = model.num_moe_layers / L
+    f_moew = model.num_moe_layers * (model.top_k + model.num_shared_experts) * model.moe_ffn_dim / L
+    f_routed = model.num_moe_layers * model.top_k * model.moe_ffn_dim / L
+    shard = np.where(sp, 1.0 / tp, 1.0)
+    ln_in = (4.0 + (2.0 if fw.dropout else 0.0)) * h * shard  # the two norms' inputs (and dropout masks)
+    lin_in = low_el * h * shard  # the QKV input; likewise the FC1 input (an MoE layer's router / dispatch input)
+
+    def mlp_int(width: float) -> np.ndarray:  # FC1 output(s) in 16 bits, the FC2 input in the GEMM precision
+        return (2.0 * (mlp_tensors - 1.0) + low_el) * width / tp
+
+    attn = 2.0 * ((a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv) + np.where(low, low_el * (a / tp) * dv, 0.0)
+    moe_tok = f_moe * model.top_k * h * (
+        2.0 * shard  # the combined expert outputs (16-bit), for the gate-weight gradient
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
-        + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, np.where(sp, 1.0 / tp, 1.0)))
+        + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, shard))
+    per_tok = ln_in + 2.0 * lin_in + attn + mlp_int(f_act) + moe_tok
     none_tok = per_tok + score_tok  # what a layer keeps without recompute
-    per_tok = np.where(rc == 1, per_tok, none_tok)  # selective recompute drops the scores (Korthikanti)
+    # Selective recompute drops what the recomputed modules saved (Megatron-Core recompute_modules;
+    # its default, core_attn, drops the attention scores: Korthikanti et al. 2022): the MoE layers'
+    # pre-MLP norm output (layernorm, or the whole MoE layer), the experts' FC2 input (moe_act),
+    # a dense MLP's or an MoE layer's internals (mlp, moe).
+    save = (np.where(has["layernorm"] | has["moe"], f_moe * lin_in, 0.0)
+            + np.where(has["moe"], mlp_int(f_moew) + moe_tok,
+                       np.where(has["moe_act"], low_el * f_routed / tp, 0.0))
+            + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_act - f_moew), 0.0))
+    per_tok = np.where(rc == 1, per_tok - save + np.where(has["core_attn"], 0.0, score_tok), none_tok)
     if fw.selective_recompute == "op":
         # per-op SAC keeps the layer input, the saved matmul outputs (q, v, gate or fc1, down) and the
         # attention output; SP shards the h-wide ones.
@@ -645,7 +692,8 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
                 mb=layout.micro_batch, gbs=layout.global_batch, seq=layout.seq_len, zero=layout.zero_stage,
                 recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), lowp=LOWP_CODE.get(layout.precision, 0),
                 rcl=layout.recompute_layers, etp=layout.etp,
-                fp32=int(layout.precision == "fp32"))
+                fp32=int(layout.precision == "fp32"),
+                rcm=sum(RECOMPUTE_MODULE_BIT[x] for x in layout.recompute_modules))
     return {k: np.array([v]) for k, v in vals.items()}
 
 
@@ -653,6 +701,9 @@ def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Netwo
                    rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
     """Price one layout (already validated against model and GPU count)."""
     layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
+    require(not layout.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
+            f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
+            f"({fw.selective_recompute}); leave them out")
     out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order)
     first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     mem_keys = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",

@@ -112,12 +112,18 @@ def parse_recompute_layers(text: str) -> int:
     return int(m.group(1)) if m and "full" in t else 0
 
 
+def parse_recompute_modules(text: str) -> tuple[str, ...]:
+    """Megatron-Core selective modules, e.g. "selective (recompute_modules=layernorm,moe_act)"; else ()."""
+    m = re.search(r"recompute_modules\s*=\s*\[?([a-z_,\s'\"]+)", text.lower())
+    return tuple(x.strip(" '\"") for x in m.group(1).split(",") if x.strip(" '\"")) if m else ()
+
+
 def parse_layer_ac(text: str) -> int | None:
     """torchtitan's selective *layer* AC ("selective (layer)"): every N-th transformer block fully
     recomputed, N = selective_ac_option, 2 by default (torchtitan config: "2 = checkpoint every other
     layer"); None for any other policy."""
     t = text.lower()
-    if "selective" not in t or "layer" not in t:
+    if "selective" not in t or "layer" not in t or "recompute_modules" in t:
         return None
     m = re.search(r"every\s+(\d+)", t) or re.search(r"selective_ac_option\s*=\s*(\d+)", t)
     return max(1, int(m.group(1))) if m else 2
@@ -199,6 +205,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         precision=parse_precision(row.get("precision", "")),
         recompute=recompute,
         recompute_layers=rc_layers,
+        recompute_modules=parse_recompute_modules(row.get("recompute", "")) if recompute == "selective" else (),
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
         expert_tp=_fold(row),
     )
@@ -250,7 +257,8 @@ def predict_row(row: dict[str, str]) -> RowResult:
     except InputError as exc:
         return RowResult(rid, None, measured, None, False, str(exc), group)
     err = b.step_time_s / measured - 1.0 if measured else None
-    reason = "; ".join(x for x in (note, f"{fw.key}, {layout.recompute} recompute, zero {layout.zero_stage}") if x)
+    rc = layout.recompute + (f" ({', '.join(layout.recompute_modules)})" if layout.recompute_modules else "")
+    reason = "; ".join(x for x in (note, f"{fw.key}, {rc} recompute, zero {layout.zero_stage}") if x)
     return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short())
 
 
