@@ -501,7 +501,8 @@ def test_recompute_modules_drop_what_they_saved_and_run_again():
     assert saved == pytest.approx(48 * 4096 * 8 * 768 * 2.0, rel=1e-9)
     assert ln_act.memory_per_gpu_bytes < act.memory_per_gpu_bytes < none.memory_per_gpu_bytes
     assert moe.memory_per_gpu_bytes < ln_act.memory_per_gpu_bytes
-    assert none.ledger["recompute"] == 0 < act.ledger["recompute"] < ln_act.ledger["recompute"] < moe.ledger["recompute"]
+    rc = [x.ledger["recompute"] for x in (none, act, ln_act, moe)]
+    assert rc[0] == 0 < rc[1] < rc[2] < rc[3]
     assert moe.ledger["exposed_ep_comm"] > act.ledger["exposed_ep_comm"] and moe.hfu > moe.mfu > 0
 
 
