@@ -22,7 +22,7 @@ from .errors import InputError, require
 from .estimate import default_network
 from .framework import Framework, resolve_framework
 from .hardware import get_gpu
-from .layout import Layout
+from .layout import UNPRICED_MODULES, Layout
 from .models import ModelSpec, model_catalog
 from .step import step_breakdown
 
@@ -193,6 +193,12 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     mb_default = local if pp == 1 else (local // n_mb if n_mb and local % n_mb == 0 else 1)
     recompute, rc_layers, layer_note = parse_recompute(row.get("recompute", ""), fw), \
         parse_recompute_layers(row.get("recompute", "")), []
+    modules = parse_recompute_modules(row.get("recompute", "")) if recompute == "selective" else ()
+    if unpriced := [x for x in modules if x in UNPRICED_MODULES]:
+        modules = tuple(x for x in modules if x not in UNPRICED_MODULES)
+        recompute = recompute if modules else "none"
+        layer_note = [f"recompute module{'s' if len(unpriced) > 1 else ''} {', '.join(unpriced)} not priced "
+                      f"(left out{'' if modules else ': no recompute priced'})"]
     if every := parse_layer_ac(row.get("recompute", "")):
         # the same count of fully recomputed blocks per pipeline chunk (which ones does not change the price)
         chunk = -(-model.num_layers // (pp * vpp))
@@ -205,7 +211,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         precision=parse_precision(row.get("precision", "")),
         recompute=recompute,
         recompute_layers=rc_layers,
-        recompute_modules=parse_recompute_modules(row.get("recompute", "")) if recompute == "selective" else (),
+        recompute_modules=modules,
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
         expert_tp=_fold(row),
     )
