@@ -195,3 +195,18 @@ def test_megatron_recompute_modules_round_trip_and_stay_megatron(tmp_path):
     assert back == lay and back.recompute_modules == ("layernorm", "moe_act")
     with pytest.raises(InputError, match="recompute_modules"):
         launchers.export(lay, "torchtitan")
+
+
+def test_the_planner_tries_moe_recompute_modules_and_lists_each_layout_once(h100, megatron):
+    """For an MoE model under Megatron the search adds selective recompute of (layernorm, moe_act), the
+    pair the Megatron-Bridge MoE recipes use; expert-TP folding at tp = 1 is not a second copy."""
+    from supercluster.models import load_model
+
+    res = plan(load_model("gpt-oss-120b"), h100, 64, global_batch=1280, seq_len=4096, framework=megatron, top=50)
+    mods = {c.layout.recompute_modules for c in res.top} | {c.layout.recompute_modules for c in res.pareto}
+    assert ("layernorm", "moe_act") in mods
+    assert len({c.layout for c in res.top}) == len(res.top)
+    c = res.columns
+    assert ((c["rcm"] == 0) | (c["recompute"] == 1)).all()
+    pick = next(x for x in res.pareto if x.layout.recompute_modules)
+    assert res.rank_of(pick.layout) == pick.rank

@@ -27,7 +27,7 @@ from .hardware import GpuSpec, get_system
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import LEDGER, LOWP_CODE, RECOMPUTE_CODE, step_columns
+from .step import LEDGER, LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_MODULE_BIT, step_columns
 
 OBJECTIVES = ("time", "cost", "energy")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -35,6 +35,17 @@ VPP = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
 ZERO = (0, 1, 2, 3)
 MAX_CP = 32
 _RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
+#: Selective recompute modules searched for MoE models under Megatron-style frameworks: the default
+#: (core_attn) and the cheap pair the Megatron-Bridge MoE recipes use (layernorm, moe_act).
+MOE_MODULE_SETS = ((), ("layernorm", "moe_act"))
+
+
+def module_bits(modules: tuple[str, ...]) -> int:
+    return sum(RECOMPUTE_MODULE_BIT[x] for x in modules)
+
+
+def module_names(bits: int) -> tuple[str, ...]:
+    return tuple(name for name, bit in RECOMPUTE_MODULE_BIT.items() if bits & bit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +74,8 @@ class Candidate:
         return {
             "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
             "micro_batch": lay.micro_batch, "global_batch": lay.global_batch, "seq_len": lay.seq_len,
-            "precision": lay.precision, "recompute": lay.recompute, "zero_stage": lay.zero_stage,
+            "precision": lay.precision, "recompute": lay.recompute,
+            "recompute_modules": list(lay.recompute_modules), "zero_stage": lay.zero_stage,
             "sequence_parallel": bool(lay.sequence_parallel), "num_gpus": self.num_gpus,
             "step_time_s": self.step_time_s, "mfu": self.mfu, "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
             "cost_usd_per_mtok": self.cost_usd_per_mtok, "energy_j_per_token": self.energy_j_per_token,
@@ -90,8 +102,10 @@ class PlanResult:
         want = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
                 "vpp": layout.vpp, "mb": layout.micro_batch, "zero": layout.zero_stage,
                 "recompute": RECOMPUTE_CODE[layout.recompute], "lowp": LOWP_CODE.get(layout.precision, 0),
-                "etp": layout.etp}
+                "etp": layout.etp, "rcm": module_bits(layout.recompute_modules)}
         for k, v in want.items():
+            if k not in c:
+                continue
             hit &= c[k] == v
         if layout.tp > 1 and layout.sequence_parallel is not None:
             hit &= c["sp"] == int(layout.sequence_parallel)
@@ -127,9 +141,11 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
 def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
                       precisions: tuple[str, ...] = ("bf16",), gpu_counts: tuple[int, ...] | None = None,
                       max_tp: int | None = None, max_cp: int = MAX_CP,
-                      extra_pp_layers: int = 0) -> dict[str, np.ndarray]:
+                      extra_pp_layers: int = 0,
+                      module_sets: tuple[tuple[str, ...], ...] = ((),)) -> dict[str, np.ndarray]:
     """Every legal layout as integer columns (the :data:`~supercluster.step.COLUMNS` plus ``gpus``);
-    ``extra_pp_layers``: pipeline slots the framework fills with the embedding and the loss."""
+    ``extra_pp_layers``: pipeline slots the framework fills with the embedding and the loss;
+    ``module_sets``: the selective recompute module sets to try (``()`` = the framework's policy)."""
     counts = gpu_counts or (num_gpus,)
     tp_cap = max_tp or max(gpu.scaleup_domain, 8)
     rows: list[tuple[int, int, int, int]] = []
@@ -152,9 +168,10 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     cols = _cross(cols, "ep", eps)
     # expert TP = tp (EP within dp x cp) or, for MoE with tp > 1, 1 (MoE parallel folding: EP over TP too)
     cols = _cross(cols, "efold", [0, 1] if model.is_moe else [0])
+    # (folding with tp = 1 is the unfolded layout again: kept once)
+    cols = _keep(cols, (cols["efold"] == 0) | (cols["tp"] > 1))
     cols["etp"] = np.where(cols.pop("efold") > 0, 1, cols["tp"])
-    cols = _keep(cols, ((cols["etp"] == cols["tp"]) | (cols["tp"] > 1))
-                 & ((cols["tp"] * cols["dp"] * cols["cp"] // cols["etp"]) % cols["ep"] == 0)
+    cols = _keep(cols, ((cols["tp"] * cols["dp"] * cols["cp"] // cols["etp"]) % cols["ep"] == 0)
                  & ((cols["etp"] < cols["tp"]) | ((cols["dp"] * cols["cp"]) % cols["ep"] == 0)))
     cols = _cross(cols, "vpp", list(VPP))
     slots = model.num_layers + np.where(cols["pp"] > 1, extra_pp_layers, 0)
@@ -165,6 +182,9 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
             f"{global_batch} is not a multiple of dp x micro_batch for any layout on {counts} GPUs")
     cols = _cross(cols, "zero", list(ZERO))
     cols = _cross(cols, "recompute", [0, 1, 2])
+    if len(module_sets) > 1:
+        cols = _cross(cols, "rcm", sorted({module_bits(m) for m in module_sets}))
+        cols = _keep(cols, (cols["rcm"] == 0) | (cols["recompute"] == RECOMPUTE_CODE["selective"]))
     cols = _cross(cols, "sp", [0, 1])
     cols = _keep(cols, (cols["sp"] == 0) | (cols["tp"] > 1))
     cols = _cross(cols, "lowp", sorted({LOWP_CODE.get(p, 0) for p in precisions}))
@@ -206,7 +226,9 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     cols = candidate_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
                              precisions=precisions, gpu_counts=counts,
                              max_cp=MAX_CP if framework.context_parallel else 1,
-                             extra_pp_layers=framework.extra_pp_layers)
+                             extra_pp_layers=framework.extra_pp_layers,
+                             module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
+                             == "attention" else ((),))
     out = step_columns(model, gpu, network or default_network(gpu, num_gpus=num_gpus), framework, cols)
     system = get_system(gpu.system)
     price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)
@@ -238,7 +260,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
             precision=next((p for p in precisions if LOWP_CODE.get(p, 0) == cols["lowp"][i]), "bf16"),
             recompute=_RC_NAME[int(cols["recompute"][i])], zero_stage=int(cols["zero"][i]),
             sequence_parallel=bool(cols["sp"][i]),
-            expert_tp=None if cols["etp"][i] == cols["tp"][i] else int(cols["etp"][i]))
+            expert_tp=None if cols["etp"][i] == cols["tp"][i] else int(cols["etp"][i]),
+            recompute_modules=module_names(int(cols["rcm"][i])) if "rcm" in cols else ())
         return Candidate(layout=layout, num_gpus=int(cols["gpus"][i]), step_time_s=float(step[i]),
                          mfu=float(mfu[i]), memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
                          cost_usd_per_mtok=float(usd_per_mtok[i]), energy_j_per_token=float(j_per_tok[i]),
