@@ -63,8 +63,12 @@ def row_model(row: dict[str, str]) -> ModelSpec:
     with the same (layers, hidden, heads) when there is one, else from ffn = 4h (GELU) or not (SwiGLU)."""
     layers, hidden, heads = _int(row, "layers"), _int(row, "hidden"), _int(row, "heads")
     ffn = _int(row, "ffn_hidden", 4 * hidden)
-    preset = next((m for m in model_catalog().values()
-                   if (m.num_layers, m.d_model, m.num_heads) == (layers, hidden, heads)), None)
+    # the preset with the same shape; its MLP width (dense, or expert) must match too (Nemotron 8B and
+    # Llama 2 7B share 32 x 4096 x 32 but not their MLPs), then MoE-ness and vocabulary break ties
+    is_moe, vocab = _int(row, "moe_experts", 0) > 0, _int(row, "vocab", 0)
+    same = [m for m in model_catalog().values() if (m.num_layers, m.d_model, m.num_heads) == (layers, hidden, heads)
+            and ffn in (m.ffn_dim, m.moe_ffn_dim)]
+    preset = max(same, key=lambda m: (m.is_moe == is_moe, m.vocab_size == vocab), default=None)
     if preset is not None:
         mlp, head_dim, tied = preset.mlp, preset.head_dim, preset.tied_embeddings
     else:
