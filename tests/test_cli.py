@@ -80,6 +80,8 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["estimate", "--framework", "megatron+overlap"], "framework"),
     (["estimate", "--recompute", "selective", "--recompute-modules", "mla_up_proj"], "recompute_modules"),
     (["estimate", "--recompute-modules", "mlp"], "recompute_modules"),
+    (["simulate", "--layout", "tp4-pp4-dp4", "--jitter", "-1"], "jitter"),
+    (["simulate", "--layout", "tp4-pp4-dp4", "--trace", "/nonexistent/dir/t.json"], "trace"),
 ])
 def test_bad_input_is_one_line_exit_2(args, field):
     r = run(*args)

@@ -596,6 +596,47 @@ def _over(text: str | None) -> tuple[float, ...] | None:
 
 
 @app.command()
+def simulate(
+    model: ModelOpt = "llama3-70b",
+    gpu: GpuOpt = "h100-sxm",
+    gpus: GpusOpt = 64,
+    layout: LayoutOpt = None, recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
+    global_batch: GbsOpt = 128, seq_len: SeqOpt = 8192,
+    precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | fp4")] = "bf16",
+    framework: FrameworkOpt = "megatron",
+    jitter: Annotated[float, typer.Option(help="log-normal sigma of each operation's duration (0 = none)")] = 0.0,
+    seed: SeedOpt = 0,
+    trace: Annotated[str | None, typer.Option(help="write a Chrome / Perfetto trace JSON here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Lay one step out on the pipeline schedule: when each stage computes, sends and idles."""
+    from .estimate import default_network
+    from .framework import get_framework
+    from .planner import plan
+    from .simulate import simulate as run_sim
+
+    m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
+    lay = Layout.from_string(layout, global_batch=global_batch, seq_len=seq_len, recompute=recompute,
+                             precision=precision) if layout else \
+        plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=(precision,),
+             top=1).best.layout
+    lay.check_gpus(gpus)
+    tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed)
+    if trace:
+        try:
+            with open(trace, "w", encoding="utf-8") as f:
+                json.dump(tl.to_trace(), f)
+        except OSError as exc:
+            raise InputError("trace", f"cannot write {trace}: {exc.strerror}") from None
+    s = {**tl.summary(), "layout": lay.short(), "micro_batch": lay.micro_batch, "trace": trace}
+    if as_json:
+        _emit_json(s)
+        return
+    reports.print_timeline(_out(), s, f"{model} on {gpus:,} x {gpu}, {lay.short()} (mb {lay.micro_batch}): "
+                                      "one step on the pipeline schedule")
+
+
+@app.command()
 def fabric(
     gpus: GpusOpt = 16384,
     gpu: Annotated[str, typer.Option(help="GPU key (its default system sets node, NIC and host power)")] = "h100-sxm",

@@ -263,6 +263,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # and the cross-entropy all-reduces three fp32 statistics per token (max, sum of exp, target).
     tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, s_tp)
     t_layer = t_fwd + t_bwd + t_rc + tp_x + cp_x + ep_x
+    fwd_share = (t_fwd + tp_fx + cp_fx) / np.maximum(t_fwd + t_bwd + t_rc + tp_x + cp_x, 1e-30)
     # Heaviest stage: ceil(L / (pp vpp)) layers per virtual chunk, and the last stage also runs the
     # head. A framework that counts the embedding and the loss as one layer each in the split
     # (Megatron-Core account_for_*_in_pipeline_split) puts the head where a layer would be; it is
@@ -387,6 +388,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
         hardware_flops=model_flops + rc_flops, peak_flops_per_s=peak, microbatches=m,
         params_per_gpu=local,
+        # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
+        # timeline simulator lays out on the pipeline schedule
+        stage_time_s=t_stage, stage_forward_s=Lh * t_layer * fwd_share + t_head / 3.0 + tp_head / 2.0,
     )
     return out
 

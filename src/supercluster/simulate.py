@@ -1,0 +1,222 @@
+"""The step as a timeline: the cost model's per-stage work laid out, event by event, on the pipeline
+schedule the framework runs (1F1B, or Megatron's interleaved 1F1B with vpp model chunks per stage).
+
+One representative rank per pipeline stage (TP, CP and DP ranks of a stage do the same work). Each
+stage runs its operations in schedule order; an operation starts when its stage is free and its input
+has arrived: a forward needs the previous stage's forward of the same micro-batch (and chunk), a
+backward the next stage's backward, the last stage's first backward its own forward. Durations come
+from :func:`~supercluster.step.step_columns`, the function every other view prices through: each
+stage is priced as the heaviest one (as the ledger is), split into forward and backward, and each
+operation ends with its share of the exposed pipeline send/receive time. The exposed data-parallel
+sync, the optimizer step and the straggler wait follow the pipeline drain on every stage.
+
+With jitter off the timeline's makespan equals the ledger's step time (a test checks it), so the
+timeline explains where each stage idles rather than re-deriving the step time. With jitter on, every
+compute operation is scaled by an independent log-normal factor of mean 1 and the makespan shows
+what per-kernel variability costs a synchronous pipeline.
+
+The event engine is a heap of ``(time_s, priority, seq, callback)``: ``seq`` comes from a per-engine
+counter, so events at the same time run in priority, then insertion, order - deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import require
+from .framework import Framework
+from .hardware import GpuSpec
+from .layout import Layout
+from .models import ModelSpec
+from .network import Network
+from .step import layout_columns, step_columns
+
+
+class Engine:
+    """A minimal discrete-event engine: callbacks on a time-ordered heap."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+        self._heap: list[tuple[float, int, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def at(self, time_s: float, callback: Callable[[], None], priority: int = 0) -> None:
+        require(time_s >= self.now_s, "time_s", f"cannot schedule in the past ({time_s} < {self.now_s})")
+        heapq.heappush(self._heap, (time_s, priority, next(self._seq), callback))
+
+    def run(self) -> float:
+        while self._heap:
+            self.now_s, _, _, callback = heapq.heappop(self._heap)
+            callback()
+        return self.now_s
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One interval on one stage's stream: ``kind`` F / B (compute), send, dp_sync, optimizer, stragglers."""
+
+    stage: int
+    stream: str
+    kind: str
+    micro_batch: int
+    chunk: int
+    start_s: float
+    end_s: float
+
+
+Op = tuple[str, int, int]  # ("F" | "B", micro-batch, chunk)
+
+
+def schedule(stage: int, pp: int, vpp: int, m: int) -> list[Op]:
+    """The order in which ``stage`` runs its forwards and backwards: 1F1B (vpp = 1) or Megatron-Core's
+    interleaved 1F1B (warm-up of 2 (pp - stage - 1) + (vpp - 1) pp chunk forwards, then one forward
+    and one backward in turn, then the remaining backwards)."""
+    if pp == 1:
+        return [op for i in range(m) for op in (("F", i, 0), ("B", i, 0))]
+    total = m * vpp
+
+    def chunk_of(k: int, forward: bool) -> int:
+        c = (k % (pp * vpp)) // pp
+        return c if forward else vpp - 1 - c
+
+    def mb_of(k: int) -> int:
+        return (k // (pp * vpp)) * pp + k % pp
+
+    if vpp == 1:
+        warm = min(pp - stage - 1, m)
+    else:
+        warm = total if m == pp else min(2 * (pp - stage - 1) + (vpp - 1) * pp, total)
+    fwd = [("F", mb_of(k), chunk_of(k, True)) for k in range(total)]
+    bwd = [("B", mb_of(k), chunk_of(k, False)) for k in range(total)]
+    order = fwd[:warm]
+    for i in range(total - warm):
+        order += [fwd[warm + i], bwd[i]]
+    return order + bwd[total - warm:]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    tasks: tuple[Task, ...]
+    step_time_s: float
+    ledger_step_time_s: float
+    pp: int
+    vpp: int
+    micro_batches: int
+    jitter: float
+
+    def stages(self) -> list[dict[str, float]]:
+        """Per stage: compute, send, exposed DP/optimizer/straggler tail and idle (bubble) seconds."""
+        out = []
+        for s in range(self.pp):
+            mine = [t for t in self.tasks if t.stage == s]
+            comp = sum(t.end_s - t.start_s for t in mine if t.kind in ("F", "B"))
+            send = sum(t.end_s - t.start_s for t in mine if t.kind == "send")
+            tail = sum(t.end_s - t.start_s for t in mine if t.kind in ("dp_sync", "optimizer", "stragglers"))
+            first = min((t.start_s for t in mine if t.kind == "F"), default=0.0)
+            out.append({"stage": s, "compute_s": comp, "send_s": send, "tail_s": tail,
+                        "idle_s": self.step_time_s - comp - send - tail, "first_forward_s": first})
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"step_time_s": self.step_time_s, "ledger_step_time_s": self.ledger_step_time_s,
+                "pp": self.pp, "vpp": self.vpp, "micro_batches": self.micro_batches, "jitter": self.jitter,
+                "tasks": len(self.tasks), "stages": self.stages()}
+
+    def to_trace(self) -> dict[str, Any]:
+        """Chrome / Perfetto trace-event JSON (open in ui.perfetto.dev): one process per stage."""
+        tids = {"compute": 0, "p2p": 1, "dp": 2}
+        ev: list[dict[str, Any]] = []
+        for s in range(self.pp):
+            ev.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"pipeline stage {s}"}})
+            for name, tid in tids.items():
+                ev.append({"ph": "M", "name": "thread_name", "pid": s, "tid": tid, "args": {"name": name}})
+        for t in self.tasks:
+            label = f"{t.kind} mb{t.micro_batch}" + (f" c{t.chunk}" if self.vpp > 1 else "") \
+                if t.kind in ("F", "B", "send") else t.kind
+            ev.append({"ph": "X", "name": label, "pid": t.stage, "tid": tids[t.stream],
+                       "ts": t.start_s * 1e6, "dur": (t.end_s - t.start_s) * 1e6,
+                       "args": {"micro_batch": t.micro_batch, "chunk": t.chunk}})
+        return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+
+def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
+             jitter: float = 0.0, seed: int = 0) -> Timeline:
+    """Lay one training step of ``layout`` out on its pipeline schedule (see the module docstring)."""
+    require(jitter >= 0.0, "jitter", f"must be >= 0 (a log-normal sigma), got {jitter}")
+    layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
+    p, v = layout.pp, layout.vpp
+    m = layout.num_microbatches
+    require(v == 1 or m % p == 0, "micro_batch",
+            f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of pp = {p}")
+    out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(model, gpu, net, fw,
+                                                                           layout_columns(layout, fw)).items()}
+    t_f, t_b = out["stage_forward_s"] / v, (out["stage_time_s"] - out["stage_forward_s"]) / v
+    # the exposed pipeline send/receive time, one equal share at the end of every operation on the
+    # critical path (2 (m v + p - 1) of them)
+    delta = out["exposed_pp_comm"] / (2.0 * (m * v + p - 1)) if p > 1 else 0.0
+    rng = np.random.default_rng(seed)
+    orders = [schedule(s, p, v, m) for s in range(p)]
+    scale = {(s, op): (float(rng.lognormal(-jitter * jitter / 2.0, jitter)) if jitter > 0 else 1.0)
+             for s in range(p) for op in orders[s]}
+
+    eng = Engine()
+    done: dict[tuple[int, Op], float] = {}
+    nxt = [0] * p
+    busy = [False] * p
+    tasks: list[Task] = []
+
+    def dependency(s: int, op: Op) -> tuple[int, Op] | None:
+        kind, i, c = op
+        if kind == "F":
+            if s > 0:
+                return s - 1, ("F", i, c)
+            return (p - 1, ("F", i, c - 1)) if c > 0 else None
+        if s < p - 1:
+            return s + 1, ("B", i, c)
+        return (0, ("B", i, c + 1)) if c < v - 1 else (s, ("F", i, c))
+
+    def try_start(s: int) -> None:
+        if busy[s] or nxt[s] >= len(orders[s]):
+            return
+        op = orders[s][nxt[s]]
+        dep = dependency(s, op)
+        if dep is not None and dep not in done:
+            return  # woken when the dependency completes
+        busy[s] = True
+        nxt[s] += 1
+        start = eng.now_s
+        compute = (t_f if op[0] == "F" else t_b) * scale[(s, op)]
+        tasks.append(Task(s, "compute", op[0], op[1], op[2], start, start + compute))
+        if delta > 0:
+            tasks.append(Task(s, "p2p", "send", op[1], op[2], start + compute, start + compute + delta))
+
+        def finish() -> None:
+            done[(s, op)] = eng.now_s
+            busy[s] = False
+            try_start(s)
+            for other in (s - 1, s + 1, 0, p - 1):  # the stages that may wait on this one
+                if 0 <= other < p and other != s:
+                    try_start(other)
+
+        eng.at(start + compute + delta, finish)
+
+    for s in range(p):
+        eng.at(0.0, lambda s=s: try_start(s), priority=s)
+    drained = eng.run()
+    require(all(n == len(o) for n, o in zip(nxt, orders, strict=True)), "schedule",
+            "the pipeline schedule deadlocked (an internal error: please report the layout)")
+    t = drained
+    for kind, stream in (("dp_sync", "dp"), ("optimizer", "compute"), ("stragglers", "compute")):
+        dur = out["exposed_dp_comm" if kind == "dp_sync" else kind]
+        if dur > 0:
+            tasks += [Task(s, stream, kind, -1, -1, t, t + dur) for s in range(p)]
+            t += dur
+    tasks.sort(key=lambda x: (x.stage, x.start_s, x.stream))
+    return Timeline(tasks=tuple(tasks), step_time_s=t, ledger_step_time_s=out["step_time_s"], pp=p, vpp=v,
+                    micro_batches=m, jitter=jitter)

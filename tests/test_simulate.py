@@ -1,0 +1,94 @@
+"""The step timeline: the pipeline schedule laid out event by event from the cost model's numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from supercluster.cli import app
+from supercluster.errors import InputError
+from supercluster.estimate import default_network, estimate
+from supercluster.framework import get_framework
+from supercluster.layout import Layout
+from supercluster.models import load_model
+from supercluster.simulate import Engine, schedule, simulate
+
+CASES = [
+    ("llama3-8b", 8, Layout(dp=8, global_batch=64, seq_len=8192), "megatron"),  # no pipeline
+    ("llama3-70b", 64, Layout(tp=4, pp=4, dp=2, cp=2, global_batch=128, seq_len=8192), "megatron"),  # 1F1B
+    ("llama3-70b", 64, Layout(tp=4, pp=4, dp=2, cp=2, vpp=5, global_batch=128, seq_len=8192), "megatron"),
+    ("llama3-70b", 64, Layout(tp=4, pp=4, dp=2, cp=2, vpp=5, global_batch=128, seq_len=8192, precision="fp8"),
+     "nemo-megatron"),  # interleaved with overlapped sends
+    ("llama3-405b", 16384, Layout(tp=8, pp=16, dp=128, vpp=4, global_batch=2048, seq_len=8192, recompute="full",
+                                  sequence_parallel=True), "megatron"),  # micro-batches = pp: all forwards first
+    ("mixtral-8x7b", 64, Layout(tp=2, pp=4, dp=8, ep=8, global_batch=256, seq_len=4096), "nemo-megatron"),
+]
+
+
+@pytest.mark.parametrize("model, n, lay, fw", CASES)
+def test_without_jitter_the_timeline_is_the_ledgers_step(model, n, lay, fw, h100):
+    m, f = load_model(model), get_framework(fw)
+    tl = simulate(m, layout=lay, gpu=h100, net=default_network(h100, num_gpus=n), fw=f)
+    b = estimate(m, gpu=h100, num_gpus=n, layout=lay, framework=fw)
+    assert tl.step_time_s == pytest.approx(b.step_time_s, rel=1e-9)
+    for st in tl.stages():
+        assert st["idle_s"] >= -1e-9 * b.step_time_s
+        assert st["compute_s"] == pytest.approx(b.microbatches * (b.step_time_s - sum(
+            b.ledger[k] for k in ("exposed_pp_comm", "pipeline_bubble", "exposed_dp_comm", "optimizer",
+                                  "stragglers"))) / b.microbatches, rel=1e-9)
+    # later stages start later; the bubble is idle time, and more so on the last stages in 1F1B
+    starts = [st["first_forward_s"] for st in tl.stages()]
+    assert starts == sorted(starts)
+
+
+def test_schedules_run_every_forward_before_its_backward():
+    for pp, vpp, m in ((1, 1, 3), (4, 1, 6), (4, 1, 2), (4, 2, 8), (4, 3, 4)):
+        for s in range(pp):
+            order = schedule(s, pp, vpp, m)
+            assert len(order) == 2 * m * vpp and len(set(order)) == len(order)
+            seen = set()
+            for kind, i, c in order:
+                if kind == "B":
+                    assert ("F", i, c) in seen
+                seen.add((kind, i, c))
+    # 1F1B: stage s warms up with pp - s - 1 forwards, then alternates one forward and one backward
+    assert [next(k for k, op in enumerate(schedule(s, 4, 1, 8)) if op[0] == "B") for s in range(4)] == [4, 3, 2, 1]
+
+
+def test_engine_runs_ties_by_priority_then_insertion():
+    eng, seen = Engine(), []
+    for tag, pr in (("a", 1), ("b", 0), ("c", 1), ("d", 0)):
+        eng.at(2.0, lambda tag=tag: seen.append(tag), priority=pr)
+    eng.at(1.0, lambda: seen.append("first"))
+    assert eng.run() == 2.0 and seen == ["first", "b", "d", "a", "c"]
+    with pytest.raises(InputError, match="past"):
+        eng.at(1.0, lambda: None)
+
+
+def test_jitter_stretches_the_step_and_is_reproducible(h100):
+    m, f = load_model("llama3-70b"), get_framework("megatron")
+    lay = Layout(tp=4, pp=4, dp=2, cp=2, global_batch=128, seq_len=8192)
+    net = default_network(h100, num_gpus=64)
+    base = simulate(m, layout=lay, gpu=h100, net=net, fw=f).step_time_s
+    runs = [simulate(m, layout=lay, gpu=h100, net=net, fw=f, jitter=0.2, seed=s).step_time_s for s in range(4)]
+    assert sum(runs) / len(runs) > base  # a synchronous pipeline waits for its slowest operations
+    assert simulate(m, layout=lay, gpu=h100, net=net, fw=f, jitter=0.2, seed=1).step_time_s == runs[1]
+    with pytest.raises(InputError, match="jitter"):
+        simulate(m, layout=lay, gpu=h100, net=net, fw=f, jitter=-0.1)
+    with pytest.raises(InputError, match="micro_batch"):
+        simulate(m, layout=Layout(tp=4, pp=4, dp=4, vpp=5, global_batch=24, seq_len=8192), gpu=h100, net=net, fw=f)
+
+
+def test_simulate_cli_json_and_trace(tmp_path):
+    path = tmp_path / "step.json"
+    r = CliRunner().invoke(app, ["simulate", "--layout", "tp4-pp4-dp4-vpp5", "--global-batch", "64",
+                                 "--trace", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["step_time_s"] == pytest.approx(d["ledger_step_time_s"], rel=1e-9) and len(d["stages"]) == 4
+    trace = json.loads(path.read_text())
+    assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == d["tasks"]
+    r = CliRunner().invoke(app, ["simulate", "--layout", "tp4-pp4-dp4", "--jitter", "-1"])
+    assert isinstance(r.exception, InputError) and r.exception.field == "jitter"
