@@ -22,7 +22,10 @@ KNOWN_MISSES = {
     "NAR-T2-ZeRO3-530B-2240", "TT-H100-L31-8B-CP8-256K",
 }
 MAPE_BOUND = 0.072  # all rows, known misses included (the target is 0.10)
-MAPE_BOUND_REST = 0.062  # rows outside KNOWN_MISSES
+# rows outside KNOWN_MISSES (6.1 % until the ledger stopped charging the head on top of a full middle
+# stage under Megatron-Core's embedding/loss-aware pipeline split: the GB200 405B rows went -7.5 / -8.9 %
+# -> -11.0 / -12.3 %, 6.3 % since)
+MAPE_BOUND_REST = 0.063
 
 
 def test_every_scored_row_is_supported_and_within_bounds():

@@ -276,8 +276,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         bal = (pp > 1) & ((t_bal < t_stage) | (pp * vpp > L))
         Lh, t_stage = np.where(bal, Lh_bal, Lh), np.where(bal, t_bal, t_stage)
         Lh_first = np.where(bal, Lh_bal - 1.0, Lh)  # the first stage holds the embedding in a layer's place
+        # The ledger charges the heaviest stage's work: a middle stage's Lh layers, or the last
+        # stage's Lh - 1 layers and the head, whichever is longer (not Lh layers and the head).
+        middle = bal & (Lh_bal * t_layer >= (Lh_bal - 1.0) * t_layer + t_head + tp_head)
+        Lc, head_on = np.where(bal & ~middle, Lh_bal - 1.0, Lh), np.where(middle, 0.0, 1.0)
     else:
         Lh_first = Lh
+        Lc, head_on = Lh, np.ones_like(t_layer)
     bubble = (pp - 1.0) / vpp * t_stage
 
     # Megatron's scatter/gather optimisation (Narayanan et al. 2021, section 4.1): without sequence
@@ -351,14 +356,18 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     t_opt = (shard * ADAM_BYTES_PER_PARAM + np.where(zero >= 2, shard, local) * 2.0 * gb) / mem_bw
 
     # ---- the ledger -----------------------------------------------------------------------
-    ideal = m * (Lh * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + 3.0 * head_f / peak16)
-    gemm_ineff = m * (Lh * 3.0 * (t_gemm_f - gemm_f / peak) + 3.0 * (head_f / ceiling16 - head_f / peak16))
-    attn_ineff = m * Lh * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16)
-    mem_ops = m * (Lh * (3.0 * t_mem_f + t_score_f + t_score_b + cp_mem_f + cp_mem_b) + 5.0 * 4.0 * T * V / tp / mem_bw)
+    # (Lc layers and head_on heads: the heaviest stage's work per micro-batch, which sums to t_stage)
+    ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + head_on * 3.0 * head_f / peak16)
+    gemm_ineff = m * (Lc * 3.0 * (t_gemm_f - gemm_f / peak)
+                      + head_on * 3.0 * (head_f / ceiling16 - head_f / peak16))
+    attn_ineff = m * Lc * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16)
+    mem_ops = m * (Lc * (3.0 * t_mem_f + t_score_f + t_score_b + cp_mem_f + cp_mem_b)
+                   + head_on * 5.0 * 4.0 * T * V / tp / mem_bw)
     ledger = {
         "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
-        "memory_bound_ops": mem_ops, "recompute": m * Lh * t_rc, "exposed_tp_comm": m * (Lh * tp_x + tp_head),
-        "exposed_cp_comm": m * Lh * cp_x, "exposed_ep_comm": m * Lh * ep_x, "exposed_pp_comm": pp_x,
+        "memory_bound_ops": mem_ops, "recompute": m * Lc * t_rc,
+        "exposed_tp_comm": m * (Lc * tp_x + head_on * tp_head),
+        "exposed_cp_comm": m * Lc * cp_x, "exposed_ep_comm": m * Lc * ep_x, "exposed_pp_comm": pp_x,
         "pipeline_bubble": bubble, "exposed_dp_comm": dp_x, "optimizer": t_opt,
     }
     rest = sum(ledger[name] for name in LEDGER if name != "stragglers")
@@ -390,7 +399,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         params_per_gpu=local,
         # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
         # timeline simulator lays out on the pipeline schedule
-        stage_time_s=t_stage, stage_forward_s=Lh * t_layer * fwd_share + t_head / 3.0 + tp_head / 2.0,
+        stage_time_s=t_stage, stage_forward_s=Lc * t_layer * fwd_share + head_on * (t_head / 3.0 + tp_head / 2.0),
     )
     return out
 

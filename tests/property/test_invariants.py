@@ -135,3 +135,21 @@ def test_more_failures_never_raise_ettr(spec, factor):
     worse = RunSpec(**{**{k: getattr(spec, k) for k in RunSpec.__dataclass_fields__},
                        "rate_per_s": spec.rate_per_s * factor})
     assert expected_ettr(worse) <= expected_ettr(spec) + 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3]), st.integers(1, 4),
+       st.integers(0, 2), FRAMEWORKS)
+def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw):
+    """The simulated pipeline schedule reproduces the ledger's step for any legal 1F1B or interleaved
+    layout (micro-batches a multiple of pp when interleaved, as Megatron-Core requires)."""
+    from supercluster.layout import Layout
+    from supercluster.simulate import simulate
+
+    vpp = vpp if pp > 1 else 1
+    m = pp * accum if vpp > 1 else accum
+    lay = Layout(tp=2, pp=pp, dp=2, vpp=vpp, micro_batch=mb, global_batch=2 * mb * m, seq_len=2048,
+                 recompute=("none", "selective", "full")[rc])
+    tl = simulate(MODEL, layout=lay, gpu=GPU, net=NET, fw=fw)
+    assert np.isclose(tl.step_time_s, tl.ledger_step_time_s, rtol=1e-9)
+    assert all(s["idle_s"] >= -1e-9 * tl.step_time_s for s in tl.stages())
