@@ -205,6 +205,14 @@ def attention_efficiency(family: str, arch: str) -> AttentionEfficiency:
     return AttentionEfficiency(fwd_frac=float(t["fwd_frac"]), bwd_frac=float(t["bwd_frac"]), source=t["source"])
 
 
+def quantize_bytes_per_element(arch: str, precision: str) -> float:
+    """HBM bytes Transformer Engine's autocast moves per element it quantises to ``precision`` (fp8 /
+    fp4) for a GEMM (kernels.toml [quantize]); 0 for 16-bit GEMMs or where no figure applies."""
+    table = _kernels()["quantize"]  # type: ignore[index]
+    row = table.get(arch, {})  # type: ignore[union-attr]
+    return float(row.get(f"{precision}_bytes_per_element", 0.0)) if precision in ("fp8", "fp4") else 0.0
+
+
 def hbm_frac() -> float:
     """Achievable fraction of HBM bandwidth for memory-bound kernels."""
     return float(_kernels()["memory"]["hbm_frac"])  # type: ignore[index]

@@ -92,11 +92,13 @@ _SYSTEM_REQUIRED = {
 
 def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
     """Build and validate a :class:`GpuSpec` from one TOML table (human units)."""
-    check_keys(f"gpu {key}", t, _GPU_REQUIRED, set())
+    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac"})
     num = {k: float(v) for k, v in t.items() if isinstance(v, int | float) and k != "year"}
     for k, v in num.items():
         require(v >= 0, f"gpu {key}.{k}", f"must be >= 0, got {v}")
-    for k in ("gemm_bf16_frac", "gemm_fp8_frac", "sustained_clock_frac"):
+    for k in ("gemm_bf16_frac", "gemm_fp8_frac", "gemm_fp4_frac", "sustained_clock_frac"):
+        if k not in num:
+            continue
         require(num[k] <= 1, f"gpu {key}.{k}", f"must be a fraction in [0, 1], got {num[k]}")
     for k in ("bf16_tflops", "hbm_gib", "hbm_tb_per_s", "scaleup_gb_per_s", "mamf_bf16_tflops", "gemm_bf16_frac",
               "sustained_clock_frac"):
@@ -106,7 +108,8 @@ def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
         key=key, name=str(t["name"]), arch=str(t["arch"]), year=int(t["year"]),  # type: ignore[call-overload]
         peak_flops_per_s=peaks,
         mamf_flops_per_s={"bf16": num["mamf_bf16_tflops"] * TERA, "fp8": num["mamf_fp8_tflops"] * TERA},
-        gemm_frac={"bf16": num["gemm_bf16_frac"], "fp8": num["gemm_fp8_frac"]},
+        gemm_frac={"bf16": num["gemm_bf16_frac"], "fp8": num["gemm_fp8_frac"],
+                   **({"fp4": num["gemm_fp4_frac"]} if "gemm_fp4_frac" in num else {})},
         clock_frac=num["sustained_clock_frac"],
         hbm_bytes=num["hbm_gib"] * GiB, hbm_bytes_per_s=num["hbm_tb_per_s"] * TERA,
         scaleup_bytes_per_s=num["scaleup_gb_per_s"] * 1e9, scaleup_domain=int(num["scaleup_domain"]),

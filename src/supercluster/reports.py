@@ -15,7 +15,7 @@ from .units import GiB, fmt_bytes
 
 LEDGER_HELP = {
     "ideal_compute": "model FLOPs at dense peak",
-    "gemm_inefficiency": "GEMMs below peak",
+    "gemm_inefficiency": "GEMMs below peak (fp8/fp4: and their casts)",
     "attention_inefficiency": "attention kernels below peak",
     "memory_bound_ops": "norms, activations, adds, loss, CP merges",
     "recompute": "activation recomputation",

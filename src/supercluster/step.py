@@ -36,7 +36,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import require
-from .framework import AttentionEfficiency, Framework, attention_efficiency, hbm_frac, straggler_waste_frac
+from .framework import (
+    AttentionEfficiency,
+    Framework,
+    attention_efficiency,
+    hbm_frac,
+    quantize_bytes_per_element,
+    straggler_waste_frac,
+)
 from .hardware import GpuSpec
 from .layout import Layout
 from .models import GATED, ModelSpec
@@ -155,7 +162,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     attn_f = 2.0 * T * (a / tp) * (dq + dv) * model.mean_keys(seq, causal=True)  # causal (windowed) keys
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
     low_el = np.where(fp4, 0.5, np.where(fp8, 1.0, el))  # GEMM operand bytes
-    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, low_el, el, mem_bw, etp)
+    # fp8 / fp4 GEMMs also pay Transformer Engine's quantisation passes (HBM bytes per quantised element)
+    q_el = np.where(fp4, quantize_bytes_per_element(gpu.arch, "fp4"),
+                    np.where(fp8, quantize_bytes_per_element(gpu.arch, "fp8"), 0.0))
+    # (the weights are cast once per step: Transformer Engine caches them after the first micro-batch)
+    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, low_el, el, mem_bw, etp, q_el, q_el / (gbs / (dp * mb)))
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
         t_attn_f, t_attn_b, t_score_f, t_score_b = _unfused_attention(
@@ -450,15 +461,21 @@ def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
 
 
 def _gemm(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.ndarray, el_in: np.ndarray,
-          el_out: np.ndarray, mem_bw: float) -> np.ndarray:
+          el_out: np.ndarray, mem_bw: float, q_el: np.ndarray | float = 0.0,
+          q_w: np.ndarray | float = 0.0) -> np.ndarray:
     """One GEMM (M x K) @ (K x N) as a roofline kernel: its FLOPs at the measured GEMM rate, or its
     operands (inputs and weights in the GEMM precision, output in 16 bit) through HBM, whichever is
-    slower. Training shapes are compute bound; few tokens per GPU or per expert are not."""
-    return np.maximum(2.0 * M * K * N / rate, (el_in * (M * K + K * N) + el_out * M * N) / mem_bw)
+    slower. Training shapes are compute bound; few tokens per GPU or per expert are not. In fp8 / fp4
+    the quantisation of its input and (backward) output gradient, ``q_el`` HBM bytes per element over
+    forward and backward, and of its weight (``q_w`` per element, amortised over the step's
+    micro-batches) is added: a third of it to this forward time (the backward is priced as twice it)."""
+    return np.maximum(2.0 * M * K * N / rate, (el_in * (M * K + K * N) + el_out * M * N) / mem_bw) + \
+        (q_el * (M * K + M * N) + q_w * K * N) / (3.0 * mem_bw)
 
 
 def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
-                     el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None) -> np.ndarray:
+                     el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None,
+                     q_el: np.ndarray | float = 0.0, q_w: np.ndarray | float = 0.0) -> np.ndarray:
     """Forward GEMM seconds of one layer (mean over dense and MoE layers) for T tokens per GPU.
 
     Attention: the input projections (Q, K, V, or MLA's factors) as one GEMM and the output
@@ -469,13 +486,13 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
     """
     h = float(model.d_model)
     out_w = float(model.num_heads * model.v_dim)
-    attn = _gemm(T, h, (model.attn_params / h - out_w) / tp, rate, el_in, el_out, mem_bw) + _gemm(
-        T, out_w / tp, h, rate, el_in, el_out, mem_bw)
+    attn = _gemm(T, h, (model.attn_params / h - out_w) / tp, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
+        T, out_w / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w)
     up = model.mlp_mats - 1.0
 
     def mlp(tokens: np.ndarray, width: float, split: np.ndarray = tp) -> np.ndarray:
-        return _gemm(tokens, h, up * width / split, rate, el_in, el_out, mem_bw) + _gemm(
-            tokens, width / split, h, rate, el_in, el_out, mem_bw)
+        return _gemm(tokens, h, up * width / split, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
+            tokens, width / split, h, rate, el_in, el_out, mem_bw, q_el, q_w)
 
     total = model.num_layers * attn
     if model.num_dense_layers:
