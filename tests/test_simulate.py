@@ -92,3 +92,24 @@ def test_simulate_cli_json_and_trace(tmp_path):
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == d["tasks"]
     r = CliRunner().invoke(app, ["simulate", "--layout", "tp4-pp4-dp4", "--jitter", "-1"])
     assert isinstance(r.exception, InputError) and r.exception.field == "jitter"
+
+
+def test_exact_stages_give_each_stage_its_layers_and_never_exceed_the_ledger(h100):
+    """Each chunk its own layers, the head on the last: the pipeline is at most as slow as the ledger's
+    every-stage-the-heaviest pricing, equal without a pipeline; the last stage computes the most."""
+    from supercluster.simulate import chunk_layers
+
+    assert chunk_layers(126, 8, 8, True)[0][0] == 1 and chunk_layers(126, 8, 8, True)[-1][-1] == 1
+    assert sum(map(sum, chunk_layers(126, 8, 8, True))) == 126 == sum(map(sum, chunk_layers(126, 9, 7, False)))
+    assert chunk_layers(80, 3, 1, False) == [[27], [27], [26]]
+    for model, n, lay, fw in CASES:
+        m, f = load_model(model), get_framework(fw)
+        net = default_network(h100, num_gpus=n)
+        tl = simulate(m, layout=lay, gpu=h100, net=net, fw=f, exact_stages=True)
+        assert sum(map(sum, tl.layers)) == m.num_layers
+        assert tl.step_time_s <= tl.ledger_step_time_s * (1 + 1e-9)
+        if lay.pp == 1:
+            assert tl.step_time_s == pytest.approx(tl.ledger_step_time_s, rel=1e-9)
+        comp = [s["compute_s"] for s in tl.stages()]
+        if sum(tl.layers[-1]) == max(map(sum, tl.layers)):  # the head on top of a full stage
+            assert comp[-1] == max(comp)

@@ -606,6 +606,8 @@ def simulate(
     framework: FrameworkOpt = "megatron",
     jitter: Annotated[float, typer.Option(help="log-normal sigma of each operation's duration (0 = none)")] = 0.0,
     seed: SeedOpt = 0,
+    exact_stages: Annotated[bool, typer.Option("--exact-stages", help="each stage its own layers (and the last "
+                                               "the head) instead of the ledger's heaviest stage")] = False,
     trace: Annotated[str | None, typer.Option(help="write a Chrome / Perfetto trace JSON here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
@@ -621,7 +623,8 @@ def simulate(
         plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=(precision,),
              top=1).best.layout
     lay.check_gpus(gpus)
-    tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed)
+    tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed,
+                 exact_stages=exact_stages)
     if trace:
         try:
             with open(trace, "w", encoding="utf-8") as f:

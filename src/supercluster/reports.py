@@ -244,15 +244,20 @@ def frameworks_table(fws: dict[str, Framework]) -> Table:
 def print_timeline(console: Console, s: dict[str, Any], title: str) -> None:
     """Per stage: compute, send, tail and idle seconds of the simulated step."""
     t = Table(title=title)
-    for col in ("stage", "first forward s", "compute s", "send s", "DP/opt/wait s", "idle s", "idle %"):
+    layers = s.get("layers_per_chunk") or []
+    for col in ("stage", *(["layers"] if layers else []), "first forward s", "compute s", "send s", "DP/opt/wait s",
+                "idle s", "idle %"):
         t.add_column(col, justify="right")
     step = s["step_time_s"]
     for r in s["stages"]:
-        t.add_row(str(r["stage"]), f"{r['first_forward_s']:.3f}", f"{r['compute_s']:.3f}", f"{r['send_s']:.3f}",
-                  f"{r['tail_s']:.3f}", f"{r['idle_s']:.3f}", f"{100 * r['idle_s'] / step:.1f}")
+        lay = ["+".join(str(x) for x in layers[r["stage"]])] if layers else []
+        t.add_row(str(r["stage"]), *lay, f"{r['first_forward_s']:.3f}", f"{r['compute_s']:.3f}",
+                  f"{r['send_s']:.3f}", f"{r['tail_s']:.3f}", f"{r['idle_s']:.3f}", f"{100 * r['idle_s'] / step:.1f}")
     console.print(t)
     schedule = "1F1B" if s["vpp"] == 1 else f"interleaved 1F1B x {s['vpp']}"
-    note = "equals the ledger's" if s["jitter"] == 0 else f"jitter sigma {s['jitter']:g}; ledger"
+    note = "equals the ledger's" if s["jitter"] == 0 and not s.get("exact_stages") else \
+        ", ".join(x for x in (f"jitter sigma {s['jitter']:g}" if s["jitter"] else "",
+                              "each stage its own layers" if s.get("exact_stages") else "") if x) + "; ledger"
     console.print(f"{schedule}, {s['micro_batches']} micro-batches on {s['pp']} stage(s), {s['tasks']} tasks: step "
                   f"{step:.4f} s ({note} {s['ledger_step_time_s']:.4f} s)"
                   + (f"; trace written to {s['trace']} (open in ui.perfetto.dev)" if s.get("trace") else ""))

@@ -11,7 +11,11 @@ operation ends with its share of the exposed pipeline send/receive time. The exp
 sync, the optimizer step and the straggler wait follow the pipeline drain on every stage.
 
 With jitter off the timeline's makespan equals the ledger's step time (a test checks it), so the
-timeline explains where each stage idles rather than re-deriving the step time. With jitter on, every
+timeline explains where each stage idles rather than re-deriving the step time. With
+``exact_stages`` each chunk carries its own layers instead (L, or L + 2 slots where the framework
+counts the embedding and the loss as layers, spread evenly over the pp x vpp chunks in model order,
+the head on the last): the makespan then shows how much the ledger's heaviest-stage pricing
+overstates an unevenly split pipeline. With jitter on, every
 compute operation is scaled by an independent log-normal factor of mean 1 and the makespan shows
 what per-kernel variability costs a synchronous pipeline.
 
@@ -109,6 +113,8 @@ class Timeline:
     vpp: int
     micro_batches: int
     jitter: float
+    exact_stages: bool = False
+    layers: tuple[tuple[int, ...], ...] = ()  # per stage, per chunk (with exact_stages)
 
     def stages(self) -> list[dict[str, float]]:
         """Per stage: compute, send, exposed DP/optimizer/straggler tail and idle (bubble) seconds."""
@@ -126,6 +132,7 @@ class Timeline:
     def summary(self) -> dict[str, Any]:
         return {"step_time_s": self.step_time_s, "ledger_step_time_s": self.ledger_step_time_s,
                 "pp": self.pp, "vpp": self.vpp, "micro_batches": self.micro_batches, "jitter": self.jitter,
+                "exact_stages": self.exact_stages, "layers_per_chunk": [list(x) for x in self.layers],
                 "tasks": len(self.tasks), "stages": self.stages()}
 
     def to_trace(self) -> dict[str, Any]:
@@ -145,8 +152,23 @@ class Timeline:
         return {"traceEvents": ev, "displayTimeUnit": "ms"}
 
 
+def chunk_layers(num_layers: int, pp: int, vpp: int, counts_head: bool) -> list[list[int]]:
+    """Transformer layers on each (stage, chunk): the L (or L + 2, where the embedding and the loss
+    take a layer's slot each) slots spread evenly over the pp x vpp chunks in model order (chunk c
+    of stage s is virtual stage c pp + s), the earlier chunks taking the remainder."""
+    n = pp * vpp
+    slots = num_layers + (2 if counts_head else 0)
+    base, rem = divmod(slots, n)
+    per = [base + (1 if k < rem else 0) for k in range(n)]
+    if counts_head:
+        per[0] -= 1
+        per[-1] -= 1
+    require(min(per) >= 0, "pp", f"pp x vpp = {pp} x {vpp} leaves a chunk without a layer")
+    return [[per[c * pp + s] for c in range(vpp)] for s in range(pp)]
+
+
 def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
-             jitter: float = 0.0, seed: int = 0) -> Timeline:
+             jitter: float = 0.0, seed: int = 0, exact_stages: bool = False) -> Timeline:
     """Lay one training step of ``layout`` out on its pipeline schedule (see the module docstring)."""
     require(jitter >= 0.0, "jitter", f"must be >= 0 (a log-normal sigma), got {jitter}")
     layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
@@ -157,6 +179,18 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(model, gpu, net, fw,
                                                                            layout_columns(layout, fw)).items()}
     t_f, t_b = out["stage_forward_s"] / v, (out["stage_time_s"] - out["stage_forward_s"]) / v
+    layers = chunk_layers(model.num_layers, p, v, out["split_counts_head"] > 0) if exact_stages else []
+
+    def durations(s: int, c: int) -> tuple[float, float]:
+        """Forward and backward seconds of chunk c on stage s (without the send)."""
+        if not exact_stages:
+            return t_f, t_b
+        lay = layers[s][c] * out["layer_time_s"]
+        f = lay * out["layer_forward_frac"]
+        if s == p - 1 and c == v - 1:  # the head and the loss
+            return f + out["head_forward_s"], lay - f + out["head_time_s"] - out["head_forward_s"]
+        return f, lay - f
+
     # the exposed pipeline send/receive time, one equal share at the end of every operation on the
     # critical path (2 (m v + p - 1) of them)
     delta = out["exposed_pp_comm"] / (2.0 * (m * v + p - 1)) if p > 1 else 0.0
@@ -191,7 +225,7 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
         busy[s] = True
         nxt[s] += 1
         start = eng.now_s
-        compute = (t_f if op[0] == "F" else t_b) * scale[(s, op)]
+        compute = durations(s, op[2])[0 if op[0] == "F" else 1] * scale[(s, op)]
         tasks.append(Task(s, "compute", op[0], op[1], op[2], start, start + compute))
         if delta > 0:
             tasks.append(Task(s, "p2p", "send", op[1], op[2], start + compute, start + compute + delta))
@@ -212,11 +246,15 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     require(all(n == len(o) for n, o in zip(nxt, orders, strict=True)), "schedule",
             "the pipeline schedule deadlocked (an internal error: please report the layout)")
     t = drained
+    waste = out["stragglers"] / out["step_time_s"] if out["step_time_s"] > 0 else 0.0
     for kind, stream in (("dp_sync", "dp"), ("optimizer", "compute"), ("stragglers", "compute")):
         dur = out["exposed_dp_comm" if kind == "dp_sync" else kind]
+        if kind == "stragglers" and exact_stages:  # the same share of the (shorter) step
+            dur = t * waste / (1.0 - waste)
         if dur > 0:
             tasks += [Task(s, stream, kind, -1, -1, t, t + dur) for s in range(p)]
             t += dur
     tasks.sort(key=lambda x: (x.stage, x.start_s, x.stream))
     return Timeline(tasks=tuple(tasks), step_time_s=t, ledger_step_time_s=out["step_time_s"], pp=p, vpp=v,
-                    micro_batches=m, jitter=jitter)
+                    micro_batches=m, jitter=jitter, exact_stages=exact_stages,
+                    layers=tuple(tuple(x) for x in layers))

@@ -411,6 +411,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
         # timeline simulator lays out on the pipeline schedule
         stage_time_s=t_stage, stage_forward_s=Lc * t_layer * fwd_share + head_on * (t_head / 3.0 + tp_head / 2.0),
+        # the parts of a stage, for a timeline with each stage's own layers (simulate --exact-stages)
+        layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head + tp_head,
+        head_forward_s=t_head / 3.0 + tp_head / 2.0, split_counts_head=np.asarray(bal, dtype=float)
+        if fw.pp_split_counts_head else np.zeros_like(t_layer),
     )
     return out
 
