@@ -523,7 +523,7 @@ def test_dense_mlp_recompute_and_the_default_selective_policy(llama3_70b, h100):
     with pytest.raises(InputError, match="recompute_modules"):
         estimate(llama3_70b, gpu=h100, num_gpus=64, layout=Layout(**lay, recompute_modules=("mlp",)),
                  framework="torchtitan")
-    for bad, match in ((dict(recompute_modules=("mla_up_proj",)), "not priced"),
+    for bad, match in ((dict(recompute_modules=("shared_experts",)), "not priced"),
                        (dict(recompute_modules=("attn",)), "allowed: core_attn"),
                        (dict(recompute="full", recompute_modules=("mlp",)), "needs --recompute selective")):
         with pytest.raises(InputError, match=match):
@@ -569,3 +569,29 @@ def test_fp8_gemms_reproduce_the_te_guide_they_are_derived_from():
     assert layer_ms(4.8e12, 0.0) == pytest.approx(16.785, rel=0.01)
     casts = layer_ms(3.35e12, q) - layer_ms(3.35e12, 0.0)
     assert casts == pytest.approx((18.978 - 16.785) * 4.8 / 3.35, rel=0.02)
+
+
+def test_mla_up_projection_recompute_drops_q_k_v_and_runs_the_up_projections_again():
+    """DeepSeek-V3 (MLA, 128 heads, q/k head dim 192, v 128; q compressed): recomputing the up-
+    projections drops the q, k and v the attention saved, 2 x (128 x 192 + 128 x (192 + 128)) bytes per
+    token per layer in bf16, for the up-projection GEMMs run again; a model without MLA refuses it."""
+    from supercluster.errors import InputError
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+
+    m, h100 = load_model("deepseek-v3"), get_gpu("h100-sxm")
+    base = dict(tp=2, pp=16, dp=32, ep=64, expert_tp=1, micro_batch=1, global_batch=8192, seq_len=4096,
+                sequence_parallel=True)
+    none = estimate(m, gpu=h100, num_gpus=1024, layout=Layout(**base), framework="nemo-megatron")
+    up = estimate(m, gpu=h100, num_gpus=1024, layout=Layout(**base, recompute="selective",
+                                                           recompute_modules=("mla_up_proj",)),
+                  framework="nemo-megatron")
+    per_tok_layer = 2.0 * (64 * 192 + 64 * (192 + 128))  # 128 heads over tp 2
+    layers = -(-61 // 16) - 1  # the first stage: one slot to the embedding
+    in_flight = 16  # 1F1B keeps pp micro-batches on the first stage
+    saved = none.memory["mem_activations_bytes"] - up.memory["mem_activations_bytes"]
+    assert saved == pytest.approx(per_tok_layer * 4096 * layers * in_flight, rel=1e-9)
+    assert up.ledger["recompute"] > 0 and up.hardware_flops > none.hardware_flops
+    with pytest.raises(InputError, match="no MLA"):
+        estimate("llama3-70b", gpu=h100, num_gpus=64, layout=Layout(tp=8, pp=1, dp=8, global_batch=64,
+                 recompute="selective", recompute_modules=("mla_up_proj",)))

@@ -213,6 +213,8 @@ def test_an_unpriced_recompute_module_in_a_runs_csv_is_left_out_with_a_note():
     row = {r["id"]: r for r in load_rows("heldout")}["DGXC-DSV3-H100-bf16-1024"]
     assert "mla_up_proj" in row["recompute"]
     _, layout, _, note = row_setup(row)
-    assert (layout.recompute, layout.recompute_modules) == ("none", ()) and "mla_up_proj not priced" in note
-    _, layout, _, note = row_setup({**row, "recompute": "selective (recompute_modules=mla_up_proj,moe_act)"})
+    assert (layout.recompute, layout.recompute_modules) == ("selective", ("mla_up_proj",))
+    _, layout, _, note = row_setup({**row, "recompute": "selective (recompute_modules=shared_experts)"})
+    assert (layout.recompute, layout.recompute_modules) == ("none", ()) and "shared_experts not priced" in note
+    _, layout, _, note = row_setup({**row, "recompute": "selective (recompute_modules=shared_experts,moe_act)"})
     assert (layout.recompute, layout.recompute_modules) == ("selective", ("moe_act",)) and "left out" in note

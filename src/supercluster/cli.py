@@ -132,7 +132,7 @@ def estimate(
                                                   "pipeline chunk (Megatron block method); 0 = all")] = 0,
     recompute_modules: Annotated[str, typer.Option(help="with --recompute selective: Megatron-Core modules to "
                                                    "recompute, comma-separated: core_attn, layernorm, moe_act, "
-                                                   "mlp, moe (empty = core_attn)")] = "",
+                                                   "mlp, moe, mla_up_proj (empty = core_attn)")] = "",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")] = 1,
     framework: FrameworkOpt = "megatron",
     sequence_parallel: Annotated[bool | None, typer.Option(

@@ -17,9 +17,9 @@ from .models import ModelSpec
 RECOMPUTE = ("none", "selective", "full")
 #: Megatron-Core ``--recompute-modules`` (selective granularity) the cost model prices; an empty
 #: tuple is the framework's own selective policy (Megatron: core_attn).
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "mla_up_proj")
 #: Megatron-Core modules it does not price (their saved tensors are not in the activation census).
-UNPRICED_MODULES = ("mla_up_proj", "shared_experts")
+UNPRICED_MODULES = ("shared_experts",)
 PRECISION = ("bf16", "fp16", "fp8", "fp4", "fp32")  # fp32: CPU runs with a calibrated profile
 
 

@@ -53,7 +53,7 @@ from .units import GiB
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 #: ``rcm`` column: Megatron-Core ``--recompute-modules`` as bits; 0 = the framework's selective policy
 #: (Megatron: core_attn alone). Only read with ``recompute`` selective.
-RECOMPUTE_MODULE_BIT = {"core_attn": 1, "layernorm": 2, "moe_act": 4, "mlp": 8, "moe": 16}
+RECOMPUTE_MODULE_BIT = {"core_attn": 1, "layernorm": 2, "moe_act": 4, "mlp": 8, "moe": 16, "mla_up_proj": 32}
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gbs", "seq", "zero", "recompute", "sp", "lowp")
 #: ``lowp`` column: the GEMM operand precision below 16 bits (0 = bf16/fp16, or fp32 on a CPU profile).
 LOWP_CODE = {"fp8": 1, "fp4": 2}
@@ -192,6 +192,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     f_dense = f_act - f_moew
     w_dense = model.num_dense_layers * model.dense_mlp_params / L
     w_moe = model.num_moe_layers * model.moe_active_mlp_params / L
+    # MLA's up-projections (the low-rank latents to per-head q, and k / v without RoPE)
+    nope = model.qk_dim - model.qk_rope_head_dim
+    w_up = float(model.q_lora_rank * a * model.qk_dim + model.kv_lora_rank * a * (nope + model.v_dim)) \
+        if model.kv_lora_rank else 0.0
     if fw.selective_recompute == "op":
         # torchtitan per-op SAC: the outputs of every other matmul and of SDPA are saved; the other
         # matmuls and every non-matmul op (norms, activation, RoPE, adds) run again.
@@ -209,7 +213,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                  + np.where(has["mlp"], t_gemm_f * w_dense / (w_attn + w_mlp) + act_t * f_dense
                             + (1.0 - f_moe) * 2.0 * el * h * tok_sp / mem_bw, 0.0)
                  + np.where(has["moe"], t_gemm_f * w_moe / (w_attn + w_mlp) + act_t * f_moew
-                            + el * f_moe * 4.0 * model.top_k * h * tok_sp / mem_bw, 0.0))
+                            + el * f_moe * 4.0 * model.top_k * h * tok_sp / mem_bw, 0.0)
+                 + np.where(has["mla_up_proj"], t_gemm_f * w_up / (w_attn + w_mlp), 0.0))
     chunk = np.ceil(model.num_layers / (pp * vpp))
     frc = np.where(rc == 2, np.where(rcl > 0, np.minimum(1.0, rcl / chunk), 1.0), 0.0)
     t_rc = np.where(rc == 2, frc * t_fwd, np.where(rc == 1, t_sel, 0.0))
@@ -394,7 +399,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - V * h) + tokens * \
         model.attention_flops_per_token(seq, causal=False)
     sel_flops = tokens * (np.where(has["core_attn"], model.attention_flops_per_token(seq, causal=False), 0.0)
-                          + 2.0 * L * (np.where(has["mlp"], w_dense, 0.0) + np.where(has["moe"], w_moe, 0.0)))
+                          + 2.0 * L * (np.where(has["mlp"], w_dense, 0.0) + np.where(has["moe"], w_moe, 0.0)
+                                       + np.where(has["mla_up_proj"], w_up, 0.0)))
     if fw.selective_recompute == "op":
         sel_flops = tokens * model.attention_flops_per_token(seq, causal=False)
     rc_flops = np.where(rc == 2, frc * fwd_layers_flops, np.where(rc == 1, sel_flops, 0.0))
@@ -647,7 +653,10 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     save = (np.where(has["layernorm"] | has["moe"], f_moe * lin_in, 0.0)
             + np.where(has["moe"], mlp_int(f_moew) + moe_tok,
                        np.where(has["moe_act"], low_el * f_routed / tp, 0.0))
-            + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_act - f_moew), 0.0))
+            + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_act - f_moew), 0.0)
+            # MLA's up-projected q (when q is compressed), k and v, which the attention had saved
+            + np.where(has["mla_up_proj"], 2.0 * ((a / tp if model.q_lora_rank else 0.0) * dq
+                                                  + kv_local * (dq + dv)), 0.0))
     per_tok = np.where(rc == 1, per_tok - save + np.where(has["core_attn"], 0.0, score_tok), none_tok)
     if fw.selective_recompute == "op":
         # per-op SAC keeps the layer input, the saved matmul outputs (q, v, gate or fc1, down) and the
@@ -735,6 +744,8 @@ def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Netwo
                    rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
     """Price one layout (already validated against model and GPU count)."""
     layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
+    require("mla_up_proj" not in layout.recompute_modules or model.kv_lora_rank > 0, "recompute_modules",
+            f"mla_up_proj recomputes MLA's up-projections; {model.name} has no MLA (kv_lora_rank 0)")
     require(not layout.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
             f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
             f"({fw.selective_recompute}); leave them out")
