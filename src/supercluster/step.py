@@ -425,6 +425,16 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     return out
 
 
+def in_flight_microbatches(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Micro-batches whose activations the first pipeline stage holds at its peak: min(m, pp) under
+    1F1B, pp + (pp - 1) / vpp under Megatron-Core's interleaving (its warm-up runs 2 (pp - 1) +
+    (vpp - 1) pp chunk forwards), and m when m = pp, where the interleaved schedule runs every
+    forward first. The timeline's schedule is checked to hold exactly this many."""
+    pp, vpp, m = (np.asarray(x, dtype=float) for x in (pp, vpp, m))
+    inter = (vpp > 1) & (m > pp)
+    return np.where(pp > 1, np.minimum(m, pp) * (1.0 + np.where(inter, (pp - 1.0) / (pp * vpp), 0.0)), 1.0)
+
+
 def mean_mlp_width(model: ModelSpec) -> float:
     """Activated MLP width per token, averaged over the layers (MoE: top_k routed + shared experts)."""
     moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
@@ -666,7 +676,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
         per_tok = np.where(rc == 1, op_tok, per_tok)
     # full recompute keeps only each recomputed layer's input; the other layers keep everything
     per_tok = np.where(rc == 2, frc * np.where(sp, 2.0 * h / tp, 2.0 * h) + (1.0 - frc) * none_tok, per_tok)
-    in_flight = np.where(pp > 1, np.minimum(m, pp) * (1.0 + np.where(vpp > 1, (pp - 1.0) / (pp * vpp), 0.0)), 1.0)
+    in_flight = in_flight_microbatches(pp, vpp, m)
     activations = Lh * per_tok * T * in_flight
     # A recomputed layer needs its full activations once more during its backward.
     activations = activations + np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0)
