@@ -118,13 +118,15 @@ def test_exact_stages_give_each_stage_its_layers_and_never_exceed_the_ledger(h10
 def test_the_schedule_keeps_as_many_micro_batches_in_flight_as_the_memory_model_assumes():
     """The activation memory prices the micro-batches the first stage holds (1F1B: min(m, pp);
     interleaved: pp + (pp - 1) / vpp, or m = pp when every forward runs first); the schedule the
-    timeline runs holds exactly that many (counted in chunks, over vpp). Found: the m = pp case was
-    priced at pp + (pp - 1) / vpp."""
+    timeline runs holds exactly that many (counted in chunks, over vpp), on every stage (the last
+    one's count prices its share with the logits). Found: the m = pp case was priced at
+    pp + (pp - 1) / vpp."""
     from supercluster.step import in_flight_microbatches
 
     for pp, vpp, m in ((1, 1, 4), (4, 1, 8), (4, 1, 2), (8, 1, 32), (4, 2, 8), (4, 5, 16), (8, 4, 16), (8, 8, 8)):
-        live = peak = 0
-        for kind, _, _ in schedule(0, pp, vpp, m):
-            live += 1 if kind == "F" else -1
-            peak = max(peak, live)
-        assert peak / vpp == pytest.approx(float(in_flight_microbatches(pp, vpp, m))), (pp, vpp, m)
+        for stage in range(pp):
+            live = peak = 0
+            for kind, _, _ in schedule(stage, pp, vpp, m):
+                live += 1 if kind == "F" else -1
+                peak = max(peak, live)
+            assert peak / vpp == pytest.approx(float(in_flight_microbatches(pp, vpp, m, stage))), (pp, vpp, m, stage)

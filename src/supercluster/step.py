@@ -292,12 +292,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         bal = (pp > 1) & ((t_bal < t_stage) | (pp * vpp > L))
         Lh, t_stage = np.where(bal, Lh_bal, Lh), np.where(bal, t_bal, t_stage)
         Lh_first = np.where(bal, Lh_bal - 1.0, Lh)  # the first stage holds the embedding in a layer's place
+        Lh_last = Lh_first  # and the last one the loss
         # The ledger charges the heaviest stage's work: a middle stage's Lh layers, or the last
         # stage's Lh - 1 layers and the head, whichever is longer (not Lh layers and the head).
         middle = bal & (Lh_bal * t_layer >= (Lh_bal - 1.0) * t_layer + t_head + tp_head)
         Lc, head_on = np.where(bal & ~middle, Lh_bal - 1.0, Lh), np.where(middle, 0.0, 1.0)
     else:
-        Lh_first = Lh
+        Lh_first = Lh_last = Lh
         Lc, head_on = Lh, np.ones_like(t_layer)
     bubble = (pp - 1.0) / vpp * t_stage
 
@@ -406,7 +407,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     rc_flops = np.where(rc == 2, frc * fwd_layers_flops, np.where(rc == 1, sel_flops, 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
     out.update(_memory(model, fw, tp, etp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, frc, lowp, fp32, dense_params,
-                       expert_params, dpg, edpg, Lh_first, low_el, kv_local, f_act, ring_bytes,
+                       expert_params, dpg, edpg, Lh_first, Lh_last, low_el, kv_local, f_act, ring_bytes,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
                        has, el))
@@ -425,14 +426,16 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     return out
 
 
-def in_flight_microbatches(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Micro-batches whose activations the first pipeline stage holds at its peak: min(m, pp) under
-    1F1B, pp + (pp - 1) / vpp under Megatron-Core's interleaving (its warm-up runs 2 (pp - 1) +
-    (vpp - 1) pp chunk forwards), and m when m = pp, where the interleaved schedule runs every
-    forward first. The timeline's schedule is checked to hold exactly this many."""
-    pp, vpp, m = (np.asarray(x, dtype=float) for x in (pp, vpp, m))
-    inter = (vpp > 1) & (m > pp)
-    return np.where(pp > 1, np.minimum(m, pp) * (1.0 + np.where(inter, (pp - 1.0) / (pp * vpp), 0.0)), 1.0)
+def in_flight_microbatches(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray, stage: np.ndarray | int = 0
+                           ) -> np.ndarray:
+    """Micro-batches whose activations pipeline ``stage`` holds at its peak: min(m, pp - stage) under
+    1F1B; (2 (pp - stage - 1) + (vpp - 1) pp + 1) / vpp chunks' worth under Megatron-Core's
+    interleaving (its warm-up, plus the first steady forward), so pp + (pp - 1) / vpp on the first
+    stage; and m when m = pp, where the interleaved schedule runs every forward first. The
+    timeline's schedule is checked to hold exactly this many on every stage."""
+    pp, vpp, m, s = (np.asarray(x, dtype=float) for x in (pp, vpp, m, stage))
+    inter = np.where(m > pp, np.minimum(m, (2.0 * (pp - s - 1.0) + (vpp - 1.0) * pp + 1.0) / vpp), m)
+    return np.where(pp > 1, np.where(vpp > 1, inter, np.minimum(m, pp - s)), 1.0)
 
 
 def mean_mlp_width(model: ModelSpec) -> float:
@@ -608,10 +611,13 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
             vpp: np.ndarray, m: np.ndarray, T: np.ndarray, tok_sp: np.ndarray, sp: np.ndarray, zero: np.ndarray,
             rc: np.ndarray, frc: np.ndarray, lowp: np.ndarray, fp32: np.ndarray, dense_params: np.ndarray,
             expert_params: np.ndarray,
-            dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, low_el: np.ndarray, kv_local: np.ndarray,
+            dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, Lh_last: np.ndarray, low_el: np.ndarray,
+            kv_local: np.ndarray,
             f_act: float, ring_bytes: np.ndarray, score_tok: np.ndarray, has: dict[str, np.ndarray],
             el: np.ndarray) -> dict[str, np.ndarray]:
-    """Bytes per GPU on the most loaded (first) pipeline stage."""
+    """Bytes per GPU on the most loaded pipeline stage: the first (``Lh`` layers, the most
+    micro-batches in flight) or, under pipeline parallelism, the last (``Lh_last`` layers, fewer
+    micro-batches, and the logits), whichever holds more."""
     h, a = float(model.d_model), float(model.num_heads)
     dq, dv = float(model.qk_dim), float(model.v_dim)
     local = dense_params + expert_params
@@ -676,16 +682,17 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
         per_tok = np.where(rc == 1, op_tok, per_tok)
     # full recompute keeps only each recomputed layer's input; the other layers keep everything
     per_tok = np.where(rc == 2, frc * np.where(sp, 2.0 * h / tp, 2.0 * h) + (1.0 - frc) * none_tok, per_tok)
-    in_flight = in_flight_microbatches(pp, vpp, m)
-    activations = Lh * per_tok * T * in_flight
-    # A recomputed layer needs its full activations once more during its backward.
-    activations = activations + np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0)
-    activations = activations + ring_bytes  # PyTorch ring attention's working set (0 otherwise)
+    # A recomputed layer needs its full activations once more during its backward; PyTorch ring
+    # attention holds its working set (0 otherwise).
+    extra = np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0) + ring_bytes
     logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp
-    total = weights + grads + optimizer + activations + logits + FRAMEWORK_RESERVE_BYTES
+    first = Lh * per_tok * T * in_flight_microbatches(pp, vpp, m) + extra
+    last = Lh_last * per_tok * T * in_flight_microbatches(pp, vpp, m, pp - 1) + extra + logits
+    activations = np.where(pp > 1, np.maximum(first, last), first + logits)
+    total = weights + grads + optimizer + activations + FRAMEWORK_RESERVE_BYTES
     return {
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optimizer,
-        "mem_activations_bytes": activations + logits, "mem_other_bytes": FRAMEWORK_RESERVE_BYTES * np.ones_like(total),
+        "mem_activations_bytes": activations, "mem_other_bytes": FRAMEWORK_RESERVE_BYTES * np.ones_like(total),
         "memory_per_gpu_bytes": total,
     }
 
