@@ -81,6 +81,8 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["estimate", "--recompute", "selective", "--recompute-modules", "mla_up_proj"], "recompute_modules"),
     (["estimate", "--recompute-modules", "mlp"], "recompute_modules"),
     (["simulate", "--layout", "tp4-pp4-dp4", "--jitter", "-1"], "jitter"),
+    (["estimate", "--recompute", "selective", "--recompute-modules", "moe_act"], "recompute_modules"),
+    (["simulate", "--layout", "tp3-pp4-dp4", "--gpus", "48"], "tp"),
     (["simulate", "--layout", "tp4-pp4-dp4", "--trace", "/nonexistent/dir/t.json"], "trace"),
 ])
 def test_bad_input_is_one_line_exit_2(args, field):

@@ -763,6 +763,9 @@ def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Netwo
     layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
     require("mla_up_proj" not in layout.recompute_modules or model.kv_lora_rank > 0, "recompute_modules",
             f"mla_up_proj recomputes MLA's up-projections; {model.name} has no MLA (kv_lora_rank 0)")
+    moe_mods = [x for x in layout.recompute_modules if x in ("moe", "moe_act")]
+    require(not moe_mods or model.is_moe, "recompute_modules",
+            f"{', '.join(moe_mods)} recompute MoE layers; {model.name} is dense (use mlp, core_attn or layernorm)")
     require(not layout.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
             f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
             f"({fw.selective_recompute}); leave them out")
