@@ -170,7 +170,8 @@ def chunk_layers(num_layers: int, pp: int, vpp: int, counts_head: bool) -> list[
 def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
              jitter: float = 0.0, seed: int = 0, exact_stages: bool = False) -> Timeline:
     """Lay one training step of ``layout`` out on its pipeline schedule (see the module docstring)."""
-    require(jitter >= 0.0, "jitter", f"must be >= 0 (a log-normal sigma), got {jitter}")
+    # (a larger sigma makes the mean-1 factor a handful of rare huge values among many tiny ones)
+    require(0.0 <= jitter <= 1.0, "jitter", f"must be a log-normal sigma in [0, 1], got {jitter}")
     layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
     p, v = layout.pp, layout.vpp
     m = layout.num_microbatches
