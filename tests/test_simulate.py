@@ -130,3 +130,16 @@ def test_the_schedule_keeps_as_many_micro_batches_in_flight_as_the_memory_model_
                 live += 1 if kind == "F" else -1
                 peak = max(peak, live)
             assert peak / vpp == pytest.approx(float(in_flight_microbatches(pp, vpp, m, stage))), (pp, vpp, m, stage)
+
+
+def test_gantt_lines_show_the_fill_and_the_drain(h100):
+    m, f = load_model("llama3-70b"), get_framework("megatron")
+    lay = Layout(tp=4, pp=4, dp=4, global_batch=32, seq_len=8192)
+    g = simulate(m, layout=lay, gpu=h100, net=default_network(h100, num_gpus=64), fw=f).gantt(width=80)
+    assert len(g) == 4 and all(len(line) == 80 and set(line) <= set("FB-dow.") for line in g)
+    assert g[0][0] == "F" and g[3][0] == "."  # the last stage waits for the fill
+    assert g[0].rstrip("dow.").endswith("B")  # the first stage runs the last backward
+    tail = slice(50, 72)  # the drain, before the DP / optimizer / straggler tail
+    assert g[3][tail].count(".") > g[0][tail].count(".")  # where the last stage idles
+    with pytest.raises(InputError, match="width"):
+        simulate(m, layout=lay, gpu=h100, net=default_network(h100, num_gpus=64), fw=f).gantt(width=2)

@@ -631,7 +631,8 @@ def simulate(
                 json.dump(tl.to_trace(), f)
         except OSError as exc:
             raise InputError("trace", f"cannot write {trace}: {exc.strerror}") from None
-    s = {**tl.summary(), "layout": lay.short(), "micro_batch": lay.micro_batch, "trace": trace}
+    s = {**tl.summary(), "layout": lay.short(), "micro_batch": lay.micro_batch, "trace": trace,
+         "gantt": tl.gantt() if tl.pp <= 32 else []}
     if as_json:
         _emit_json(s)
         return

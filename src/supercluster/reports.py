@@ -254,6 +254,10 @@ def print_timeline(console: Console, s: dict[str, Any], title: str) -> None:
         t.add_row(str(r["stage"]), *lay, f"{r['first_forward_s']:.3f}", f"{r['compute_s']:.3f}",
                   f"{r['send_s']:.3f}", f"{r['tail_s']:.3f}", f"{r['idle_s']:.3f}", f"{100 * r['idle_s'] / step:.1f}")
     console.print(t)
+    if s.get("gantt"):
+        console.print("F forward, B backward, - send, d DP sync, o optimizer, w straggler wait, . idle", style="dim")
+        for i, line in enumerate(s["gantt"]):
+            console.print(f"stage {i:>3} |{line}|", markup=False, highlight=False)
     schedule = "1F1B" if s["vpp"] == 1 else f"interleaved 1F1B x {s['vpp']}"
     note = "equals the ledger's" if s["jitter"] == 0 and not s.get("exact_stages") else \
         ", ".join(x for x in (f"jitter sigma {s['jitter']:g}" if s["jitter"] else "",

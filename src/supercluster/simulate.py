@@ -129,6 +129,25 @@ class Timeline:
                         "idle_s": self.step_time_s - comp - send - tail, "first_forward_s": first})
         return out
 
+    def gantt(self, width: int = 96) -> list[str]:
+        """One line per stage, ``width`` columns over the step: F forward, B backward, - sending,
+        d DP sync, o optimizer, w straggler wait, . idle (a column shows what covers most of it)."""
+        require(width >= 8, "width", f"must be >= 8 columns, got {width}")
+        dt = self.step_time_s / width
+        mark = {"F": "F", "B": "B", "send": "-", "dp_sync": "d", "optimizer": "o", "stragglers": "w"}
+        lines = []
+        for st in range(self.pp):
+            cover = np.zeros((width, len(mark)))
+            keys = list(mark)
+            for t in self.tasks:
+                if t.stage != st:
+                    continue
+                a, b = t.start_s / dt, t.end_s / dt
+                for col in range(int(a), min(int(np.ceil(b)), width)):
+                    cover[col, keys.index(t.kind)] += min(b, col + 1) - max(a, col)
+            lines.append("".join(mark[keys[int(np.argmax(c))]] if c.max() > 0.5 else "." for c in cover))
+        return lines
+
     def summary(self) -> dict[str, Any]:
         return {"step_time_s": self.step_time_s, "ledger_step_time_s": self.ledger_step_time_s,
                 "pp": self.pp, "vpp": self.vpp, "micro_batches": self.micro_batches, "jitter": self.jitter,
