@@ -143,3 +143,19 @@ def test_gantt_lines_show_the_fill_and_the_drain(h100):
     assert g[3][tail].count(".") > g[0][tail].count(".")  # where the last stage idles
     with pytest.raises(InputError, match="width"):
         simulate(m, layout=lay, gpu=h100, net=default_network(h100, num_gpus=64), fw=f).gantt(width=2)
+
+
+def test_per_stage_memory_peaks_where_the_memory_model_says(h100):
+    """Each stage's peak memory from its own layers and the micro-batches its schedule holds (the last
+    with the logits): the highest equals the estimate's memory per GPU when the layers split evenly,
+    and earlier stages hold more (1F1B keeps pp - stage micro-batches in flight)."""
+    for model, n, lay, fw in CASES:
+        m, f = load_model(model), get_framework(fw)
+        tl = simulate(m, layout=lay, gpu=h100, net=default_network(h100, num_gpus=n), fw=f)
+        b = estimate(m, gpu=h100, num_gpus=n, layout=lay, framework=fw)
+        mem = tl.memory_bytes
+        assert len(mem) == lay.pp and max(mem) <= b.memory_per_gpu_bytes * (1 + 1e-9)
+        if m.num_layers % (lay.pp * lay.vpp) == 0:  # an even split: the memory model's stage is exact
+            assert max(mem) == pytest.approx(b.memory_per_gpu_bytes, rel=1e-9), model
+        if lay.pp > 1 and lay.vpp == 1:
+            assert list(mem[:-1]) == sorted(mem[:-1], reverse=True)

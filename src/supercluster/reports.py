@@ -246,13 +246,14 @@ def print_timeline(console: Console, s: dict[str, Any], title: str) -> None:
     t = Table(title=title)
     layers = s.get("layers_per_chunk") or []
     for col in ("stage", *(["layers"] if layers else []), "first forward s", "compute s", "send s", "DP/opt/wait s",
-                "idle s", "idle %"):
+                "idle s", "idle %", "peak GiB"):
         t.add_column(col, justify="right")
     step = s["step_time_s"]
     for r in s["stages"]:
         lay = ["+".join(str(x) for x in layers[r["stage"]])] if layers else []
         t.add_row(str(r["stage"]), *lay, f"{r['first_forward_s']:.3f}", f"{r['compute_s']:.3f}",
-                  f"{r['send_s']:.3f}", f"{r['tail_s']:.3f}", f"{r['idle_s']:.3f}", f"{100 * r['idle_s'] / step:.1f}")
+                  f"{r['send_s']:.3f}", f"{r['tail_s']:.3f}", f"{r['idle_s']:.3f}", f"{100 * r['idle_s'] / step:.1f}",
+                  f"{r.get('memory_bytes', 0.0) / GiB:.1f}")
     console.print(t)
     if s.get("gantt"):
         console.print("F forward, B backward, - send, d DP sync, o optimizer, w straggler wait, . idle", style="dim")

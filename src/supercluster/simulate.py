@@ -39,7 +39,7 @@ from .hardware import GpuSpec
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import layout_columns, step_columns
+from .step import in_flight_microbatches, layout_columns, step_columns
 
 
 class Engine:
@@ -115,6 +115,7 @@ class Timeline:
     jitter: float
     exact_stages: bool = False
     layers: tuple[tuple[int, ...], ...] = ()  # per stage, per chunk (with exact_stages)
+    memory_bytes: tuple[float, ...] = ()  # per stage: peak memory of its own layers and in-flight micro-batches
 
     def stages(self) -> list[dict[str, float]]:
         """Per stage: compute, send, exposed DP/optimizer/straggler tail and idle (bubble) seconds."""
@@ -126,7 +127,8 @@ class Timeline:
             tail = sum(t.end_s - t.start_s for t in mine if t.kind in ("dp_sync", "optimizer", "stragglers"))
             first = min((t.start_s for t in mine if t.kind == "F"), default=0.0)
             out.append({"stage": s, "compute_s": comp, "send_s": send, "tail_s": tail,
-                        "idle_s": self.step_time_s - comp - send - tail, "first_forward_s": first})
+                        "idle_s": self.step_time_s - comp - send - tail, "first_forward_s": first,
+                        **({"memory_bytes": self.memory_bytes[s]} if self.memory_bytes else {})})
         return out
 
     def gantt(self, width: int = 96) -> list[str]:
@@ -199,7 +201,15 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(model, gpu, net, fw,
                                                                            layout_columns(layout, fw)).items()}
     t_f, t_b = out["stage_forward_s"] / v, (out["stage_time_s"] - out["stage_forward_s"]) / v
-    layers = chunk_layers(model.num_layers, p, v, out["split_counts_head"] > 0) if exact_stages else []
+    split = chunk_layers(model.num_layers, p, v, out["split_counts_head"] > 0)
+    layers = split if exact_stages else []
+    # each stage's peak memory: its own layers' activations for the micro-batches its schedule holds
+    # (in_flight_microbatches, checked against this schedule), the last stage's logits, and the
+    # micro-batch-independent bytes of the memory model's heaviest stage
+    static = sum(out[k] for k in ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_other_bytes"))
+    memory = tuple(static + out["mem_extra_activation_bytes"]
+                   + sum(split[st]) * out["mem_layer_activation_bytes"] * float(in_flight_microbatches(p, v, m, st))
+                   + (out["mem_logits_bytes"] if st == p - 1 else 0.0) for st in range(p))
 
     def durations(s: int, c: int) -> tuple[float, float]:
         """Forward and backward seconds of chunk c on stage s (without the send)."""
@@ -277,4 +287,4 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     tasks.sort(key=lambda x: (x.stage, x.start_s, x.stream))
     return Timeline(tasks=tuple(tasks), step_time_s=t, ledger_step_time_s=out["step_time_s"], pp=p, vpp=v,
                     micro_batches=m, jitter=jitter, exact_stages=exact_stages,
-                    layers=tuple(tuple(x) for x in layers))
+                    layers=tuple(tuple(x) for x in layers), memory_bytes=memory)

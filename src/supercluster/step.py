@@ -694,6 +694,9 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optimizer,
         "mem_activations_bytes": activations, "mem_other_bytes": FRAMEWORK_RESERVE_BYTES * np.ones_like(total),
         "memory_per_gpu_bytes": total,
+        # the parts, for per-stage memory on the timeline (simulate): one layer's activations for one
+        # micro-batch, what every micro-batch-independent byte adds, and the last stage's logits
+        "mem_layer_activation_bytes": per_tok * T, "mem_extra_activation_bytes": extra, "mem_logits_bytes": logits,
     }
 
 
