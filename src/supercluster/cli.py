@@ -623,8 +623,15 @@ def simulate(
         plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=(precision,),
              top=1).best.layout
     lay.check_gpus(gpus)
-    tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed,
-                 exact_stages=exact_stages)
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    ops = 2 * lay.num_microbatches * lay.vpp * lay.pp
+    # a spinner for the big schedules (about 40,000 operations a second)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=_out(), transient=True,
+                  disable=as_json or ops < 20000) as bar:
+        bar.add_task(f"simulating {ops:,} operations on {lay.pp} stage(s)", total=None)
+        tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed,
+                     exact_stages=exact_stages)
     if trace:
         try:
             with open(trace, "w", encoding="utf-8") as f:
