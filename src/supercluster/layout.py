@@ -146,6 +146,12 @@ class Layout:
             fields[name] = int(m.group(2))
         return cls(**fields)  # type: ignore[arg-type]
 
+    @property
+    def recompute_label(self) -> str:
+        """'none', 'selective', 'selective(layernorm,moe_act)', 'full'."""
+        mods = ",".join(self.recompute_modules)
+        return f"{self.recompute}({mods})" if mods else self.recompute
+
     def short(self) -> str:
         s = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
         for name in ("cp", "ep", "vpp"):

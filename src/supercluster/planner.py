@@ -27,7 +27,7 @@ from .hardware import GpuSpec, get_system
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import LEDGER, LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_MODULE_BIT, step_columns
+from .step import LEDGER, LOWP_CODE, RECOMPUTE_CODE, module_bits, module_names, step_columns
 
 OBJECTIVES = ("time", "cost", "energy")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -38,14 +38,6 @@ _RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
 #: Selective recompute modules searched for MoE models under Megatron-style frameworks: the default
 #: (core_attn) and the cheap pair the Megatron-Bridge MoE recipes use (layernorm, moe_act).
 MOE_MODULE_SETS = ((), ("layernorm", "moe_act"))
-
-
-def module_bits(modules: tuple[str, ...]) -> int:
-    return sum(RECOMPUTE_MODULE_BIT[x] for x in modules)
-
-
-def module_names(bits: int) -> tuple[str, ...]:
-    return tuple(name for name, bit in RECOMPUTE_MODULE_BIT.items() if bits & bit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -133,12 +133,6 @@ def validation_table(result: dict[str, Any]) -> Table:
     return t
 
 
-def recompute_label(layout: Any) -> str:
-    """'selective', 'selective(layernorm,moe_act)', 'full'."""
-    mods = ",".join(layout.recompute_modules)
-    return f"{layout.recompute}({mods})" if mods else layout.recompute
-
-
 def plan_table(result: Any, title: str) -> Table:
     """Top-k layouts of a :class:`~supercluster.planner.PlanResult`."""
     t = Table(title=title)
@@ -148,7 +142,7 @@ def plan_table(result: Any, title: str) -> Table:
     for c in result.top:
         lay = c.layout
         t.add_row(str(c.rank), f"{c.num_gpus:,}", lay.short(), str(lay.micro_batch), str(lay.zero_stage),
-                  recompute_label(lay), "y" if lay.sequence_parallel else "n", lay.precision, f"{c.step_time_s:.3f}",
+                  lay.recompute_label, "y" if lay.sequence_parallel else "n", lay.precision, f"{c.step_time_s:.3f}",
                   f"{100 * c.mfu:.1f}%", f"{c.memory_per_gpu_bytes / GiB:.1f}", f"{c.cost_usd_per_mtok:.3f}",
                   f"{c.energy_j_per_token:.3f}")
     return t
@@ -166,7 +160,7 @@ def print_plan(console: Console, result: Any, title: str) -> None:
     if result.pareto:
         console.print(f"Pareto front ({result.objective} vs {'memory' if result.objective == 'time' else 'time'}): "
                       + ", ".join(f"{c.layout.short()}-mb{c.layout.micro_batch}-z{c.layout.zero_stage}"
-                                  f"-{recompute_label(c.layout)} ({c.step_time_s:.3f} s, "
+                                  f"-{c.layout.recompute_label} ({c.step_time_s:.3f} s, "
                                   f"{c.memory_per_gpu_bytes / GiB:.0f} GiB)" for c in result.pareto[:8]))
 
 

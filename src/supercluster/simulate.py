@@ -39,7 +39,7 @@ from .hardware import GpuSpec
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import in_flight_microbatches, layout_columns, step_columns
+from .step import layout_columns, stage_activation_bytes, step_columns
 
 
 class Engine:
@@ -203,13 +203,13 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     t_f, t_b = out["stage_forward_s"] / v, (out["stage_time_s"] - out["stage_forward_s"]) / v
     split = chunk_layers(model.num_layers, p, v, out["split_counts_head"] > 0)
     layers = split if exact_stages else []
-    # each stage's peak memory: its own layers' activations for the micro-batches its schedule holds
-    # (in_flight_microbatches, checked against this schedule), the last stage's logits, and the
-    # micro-batch-independent bytes of the memory model's heaviest stage
+    # each stage's peak memory: the memory model's stage activations (its own layers, the
+    # micro-batches this schedule holds, the last stage's logits) over the heaviest stage's weights,
+    # gradients and optimizer state
     static = sum(out[k] for k in ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_other_bytes"))
-    memory = tuple(static + out["mem_extra_activation_bytes"]
-                   + sum(split[st]) * out["mem_layer_activation_bytes"] * float(in_flight_microbatches(p, v, m, st))
-                   + (out["mem_logits_bytes"] if st == p - 1 else 0.0) for st in range(p))
+    memory = tuple(static + float(stage_activation_bytes(sum(split[st]), out["mem_layer_activation_bytes"],
+                                                         out["mem_extra_activation_bytes"], out["mem_logits_bytes"],
+                                                         p, v, m, st)) for st in range(p))
 
     def durations(s: int, c: int) -> tuple[float, float]:
         """Forward and backward seconds of chunk c on stage s (without the send)."""

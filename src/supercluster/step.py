@@ -54,6 +54,18 @@ RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 #: ``rcm`` column: Megatron-Core ``--recompute-modules`` as bits; 0 = the framework's selective policy
 #: (Megatron: core_attn alone). Only read with ``recompute`` selective.
 RECOMPUTE_MODULE_BIT = {"core_attn": 1, "layernorm": 2, "moe_act": 4, "mlp": 8, "moe": 16, "mla_up_proj": 32}
+
+
+def module_bits(modules: tuple[str, ...]) -> int:
+    """The ``rcm`` code of a set of recompute modules."""
+    return sum(RECOMPUTE_MODULE_BIT[x] for x in modules)
+
+
+def module_names(bits: int) -> tuple[str, ...]:
+    """The recompute modules of an ``rcm`` code."""
+    return tuple(name for name, bit in RECOMPUTE_MODULE_BIT.items() if bits & bit)
+
+
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gbs", "seq", "zero", "recompute", "sp", "lowp")
 #: ``lowp`` column: the GEMM operand precision below 16 bits (0 = bf16/fp16, or fp32 on a CPU profile).
 LOWP_CODE = {"fp8": 1, "fp4": 2}
@@ -187,9 +199,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     rcm = _col(cols, "rcm").astype(np.int64) if "rcm" in cols else np.zeros(tp.shape, dtype=np.int64)
     mods = np.where(rc == 1, np.where(rcm == 0, RECOMPUTE_MODULE_BIT["core_attn"], rcm), 0)
     has = {name: (mods & bit) > 0 for name, bit in RECOMPUTE_MODULE_BIT.items()}
-    f_moew = model.num_moe_layers * (model.top_k + model.num_shared_experts) * model.moe_ffn_dim / L
-    f_routed = model.num_moe_layers * model.top_k * model.moe_ffn_dim / L
-    f_dense = f_act - f_moew
+    f_dense, f_moew, f_routed = mlp_widths(model)
     w_dense = model.num_dense_layers * model.dense_mlp_params / L
     w_moe = model.num_moe_layers * model.moe_active_mlp_params / L
     # MLA's up-projections (the low-rank latents to per-head q, and k / v without RoPE)
@@ -438,10 +448,30 @@ def in_flight_microbatches(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray, stage
     return np.where(pp > 1, np.where(vpp > 1, inter, np.minimum(m, pp - s)), 1.0)
 
 
+def stage_activation_bytes(layers: np.ndarray | float, layer_bytes: np.ndarray, extra_bytes: np.ndarray,
+                           logits_bytes: np.ndarray, pp: np.ndarray, vpp: np.ndarray, m: np.ndarray,
+                           stage: np.ndarray | int) -> np.ndarray:
+    """Activation bytes pipeline ``stage`` holds at its peak: its ``layers`` layers' activations
+    (``layer_bytes`` per layer and micro-batch) for the micro-batches it holds in flight, the
+    micro-batch-independent ``extra_bytes``, and on the last stage the logits."""
+    last = np.asarray(stage) == np.asarray(pp) - 1
+    return (layers * layer_bytes * in_flight_microbatches(pp, vpp, m, stage) + extra_bytes
+            + np.where(last, logits_bytes, 0.0))
+
+
+def mlp_widths(model: ModelSpec) -> tuple[float, float, float]:
+    """Activated MLP width per token averaged over the layers, split as (dense layers' MLPs, MoE
+    layers' top_k routed + shared experts, the routed experts alone)."""
+    L = model.num_layers
+    return (model.num_dense_layers * model.ffn_dim / L,
+            model.num_moe_layers * (model.top_k + model.num_shared_experts) * model.moe_ffn_dim / L,
+            model.num_moe_layers * model.top_k * model.moe_ffn_dim / L)
+
+
 def mean_mlp_width(model: ModelSpec) -> float:
     """Activated MLP width per token, averaged over the layers (MoE: top_k routed + shared experts)."""
-    moe_width = (model.top_k + model.num_shared_experts) * model.moe_ffn_dim
-    return (model.num_dense_layers * model.ffn_dim + model.num_moe_layers * moe_width) / model.num_layers
+    dense, moe, _ = mlp_widths(model)
+    return dense + moe
 
 
 def _fused_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray, kv_local: np.ndarray,
@@ -644,22 +674,20 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     # fp8 the QKV, FC1 and FC2 inputs shrink and the attention output is kept twice (16-bit for the
     # attention backward, quantised for the output projection).
     mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
-    L = model.num_layers
-    f_moe = model.num_moe_layers / L
-    f_moew = model.num_moe_layers * (model.top_k + model.num_shared_experts) * model.moe_ffn_dim / L
-    f_routed = model.num_moe_layers * model.top_k * model.moe_ffn_dim / L
-    shard = np.where(sp, 1.0 / tp, 1.0)
-    ln_in = (4.0 + (2.0 if fw.dropout else 0.0)) * h * shard  # the two norms' inputs (and dropout masks)
-    lin_in = low_el * h * shard  # the QKV input; likewise the FC1 input (an MoE layer's router / dispatch input)
+    f_moe = model.num_moe_layers / model.num_layers
+    f_dense, f_moew, f_routed = mlp_widths(model)
+    sp_frac = np.where(sp, 1.0 / tp, 1.0)  # the share of an h-wide tensor a rank keeps (SP shards it)
+    ln_in = (4.0 + (2.0 if fw.dropout else 0.0)) * h * sp_frac  # the two norms' inputs (and dropout masks)
+    lin_in = low_el * h * sp_frac  # the QKV input; likewise the FC1 input (an MoE layer's router / dispatch input)
 
     def mlp_int(width: float) -> np.ndarray:  # FC1 output(s) in 16 bits, the FC2 input in the GEMM precision
         return (2.0 * (mlp_tensors - 1.0) + low_el) * width / tp
 
     attn = 2.0 * ((a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv) + np.where(low, low_el * (a / tp) * dv, 0.0)
     moe_tok = f_moe * model.top_k * h * (
-        2.0 * shard  # the combined expert outputs (16-bit), for the gate-weight gradient
+        2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
-        + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, shard))
+        + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))
     per_tok = ln_in + 2.0 * lin_in + attn + mlp_int(f_act) + moe_tok
     none_tok = per_tok + score_tok  # what a layer keeps without recompute
     # Selective recompute drops what the recomputed modules saved (Megatron-Core recompute_modules;
@@ -669,7 +697,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     save = (np.where(has["layernorm"] | has["moe"], f_moe * lin_in, 0.0)
             + np.where(has["moe"], mlp_int(f_moew) + moe_tok,
                        np.where(has["moe_act"], low_el * f_routed / tp, 0.0))
-            + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_act - f_moew), 0.0)
+            + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_dense), 0.0)
             # MLA's up-projected q (when q is compressed), k and v, which the attention had saved
             + np.where(has["mla_up_proj"], 2.0 * ((a / tp if model.q_lora_rank else 0.0) * dq
                                                   + kv_local * (dq + dv)), 0.0))
@@ -686,9 +714,8 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     # attention holds its working set (0 otherwise).
     extra = np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0) + ring_bytes
     logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp
-    first = Lh * per_tok * T * in_flight_microbatches(pp, vpp, m) + extra
-    last = Lh_last * per_tok * T * in_flight_microbatches(pp, vpp, m, pp - 1) + extra + logits
-    activations = np.where(pp > 1, np.maximum(first, last), first + logits)
+    activations = np.maximum(stage_activation_bytes(Lh, per_tok * T, extra, logits, pp, vpp, m, 0),
+                             stage_activation_bytes(Lh_last, per_tok * T, extra, logits, pp, vpp, m, pp - 1))
     total = weights + grads + optimizer + activations + FRAMEWORK_RESERVE_BYTES
     return {
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optimizer,
@@ -756,7 +783,7 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
                 recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), lowp=LOWP_CODE.get(layout.precision, 0),
                 rcl=layout.recompute_layers, etp=layout.etp,
                 fp32=int(layout.precision == "fp32"),
-                rcm=sum(RECOMPUTE_MODULE_BIT[x] for x in layout.recompute_modules))
+                rcm=module_bits(layout.recompute_modules))
     return {k: np.array([v]) for k, v in vals.items()}
 
 

@@ -267,8 +267,8 @@ def predict_row(row: dict[str, str]) -> RowResult:
     except InputError as exc:
         return RowResult(rid, None, measured, None, False, str(exc), group)
     err = b.step_time_s / measured - 1.0 if measured else None
-    rc = layout.recompute + (f" ({', '.join(layout.recompute_modules)})" if layout.recompute_modules else "")
-    reason = "; ".join(x for x in (note, f"{fw.key}, {rc} recompute, zero {layout.zero_stage}") if x)
+    reason = "; ".join(x for x in (note, f"{fw.key}, {layout.recompute_label} recompute, zero {layout.zero_stage}")
+                       if x)
     return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short())
 
 
