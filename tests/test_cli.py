@@ -47,6 +47,16 @@ def test_estimate_takes_a_config_json(tmp_path):
     assert json.loads(r.output)["fits"] is True
 
 
+def test_estimate_without_pipeline_does_not_interleave_by_default():
+    # vpp defaults to 4 only under pipeline parallelism; --pp 1 alone must not trip "vpp needs pp > 1"
+    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--gpus", "8", "--tp", "1", "--pp", "1",
+                            "--global-batch", "8", "--seq-len", "4096", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["layout"].startswith("tp1-pp1-dp8")
+    r4 = runner.invoke(app, ["estimate", "--json"])
+    assert "vpp4" in json.loads(r4.output)["layout"]
+
+
 @pytest.mark.parametrize("kind", ["gpus", "systems", "models", "frameworks"])
 def test_catalog(kind):
     r = runner.invoke(app, ["catalog", kind, "--json"])
@@ -67,6 +77,7 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["estimate", "--model", "gpt-9"], "model"),
     (["estimate", "--tp", "3", "--dp", "1", "--gpus", "48", "--pp", "16", "--model", "llama3-405b"], "tp"),
     (["estimate", "--gpus", "1000"], "dp"),
+    (["estimate", "--gpus", "-8"], "gpus"),
     (["estimate", "--dp", "64"], "gpus"),
     (["estimate", "--global-batch", "100"], "global_batch"),
     (["estimate", "--micro-batch", "-1"], "micro_batch"),

@@ -122,7 +122,8 @@ def estimate(
     ep: Annotated[int, typer.Option(help="expert parallel degree (carved out of dp x cp)")] = 1,
     expert_tp: Annotated[int, typer.Option(help="expert tensor parallel degree (0 = tp; 1 folds EP over TP, "
                                            "Megatron-Core MoE parallel folding)")] = 0,
-    vpp: Annotated[int, typer.Option(help="interleaved pipeline chunks per stage")] = 4,
+    vpp: Annotated[int | None, typer.Option(help="interleaved pipeline chunks per stage [default: 4 when pp > 1, "
+                                            "else 1]")] = None,
     micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
     global_batch: GbsOpt = 2048,
     seq_len: SeqOpt = 8192,
@@ -159,6 +160,10 @@ def estimate(
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
         _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order)
         return
+    if vpp is None:
+        vpp = 4 if pp > 1 else 1
+    if gpus <= 0:
+        raise InputError("gpus", f"must be a positive integer, got {gpus}")
     if dp == 0:
         denom = tp * pp * cp
         if denom <= 0 or gpus % denom:
