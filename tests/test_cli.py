@@ -34,6 +34,9 @@ def test_estimate_default_is_llama3_405b_on_16k_h100():
     r = runner.invoke(app, ["estimate"])
     assert r.exit_code == 0
     assert "Llama 3 405B" in r.output and "16,384" in r.output and "MFU" in r.output
+    # the main job on built-in defaults is a layout the model says fits (Megatron-Core recipe defaults)
+    d = json.loads(runner.invoke(app, ["estimate", "--json"]).output)
+    assert d["fits"] is True and "nemo-megatron" in r.output
 
 
 def test_estimate_takes_a_config_json(tmp_path):

@@ -47,6 +47,10 @@ GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
 FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | hai-llm | "
                                                   "megatron-legacy | deepspeed-legacy; +compile for torch.compile")]
+# The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
+# sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
+# bare argument defaults (no SP), with which the default Llama 3 405B layout needs ~87 GiB per 80 GiB H100.
+CLI_FRAMEWORK = "nemo-megatron"
 
 
 class CatalogKind(StrEnum):
@@ -135,7 +139,7 @@ def estimate(
                                                    "recompute, comma-separated: core_attn, layernorm, moe_act, "
                                                    "mlp, moe, mla_up_proj (empty = core_attn)")] = "",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")] = 1,
-    framework: FrameworkOpt = "megatron",
+    framework: FrameworkOpt = CLI_FRAMEWORK,
     sequence_parallel: Annotated[bool | None, typer.Option(
         "--sequence-parallel/--no-sequence-parallel",
         help="shard norms and dropout over TP ranks [default: the framework's]")] = None,
@@ -213,7 +217,7 @@ def plan(
     seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8)")] = "bf16",
     objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
-    framework: FrameworkOpt = "megatron",
+    framework: FrameworkOpt = CLI_FRAMEWORK,
     headroom: Annotated[float, typer.Option(help="fraction of HBM kept free (0-1)")] = 0.0,
     top: Annotated[int, typer.Option(help="rows in the table")] = 10,
     gpu_hour_usd: Annotated[float | None, typer.Option(help="price of a GPU-hour (default: ownership cost)")] = None,
@@ -341,7 +345,7 @@ def goodput(
     days: Annotated[float, typer.Option(help="wall-clock days of the run")] = 54.0,
     model: Annotated[str, typer.Option(help="model (sets checkpoint size and step)")] = "llama3-405b",
     layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
-    seq_len: SeqOpt = 8192, framework: FrameworkOpt = "megatron",
+    seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
     rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
@@ -364,7 +368,7 @@ def train(
     gpus: GpusOpt = 16384,
     tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter, Chinchilla)")] = None,
     layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
-    seq_len: SeqOpt = 8192, framework: FrameworkOpt = "megatron",
+    seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
     precision: Annotated[str, typer.Option(help="bf16 | fp8 (with --layout)")] = "bf16",
     deadline_days: Annotated[float | None, typer.Option(help="also: compute-optimal model for it")] = None,
     rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
@@ -398,7 +402,7 @@ def scale(
     gpu: GpuOpt = "gb200",
     max_gpus: Annotated[int, typer.Option(help="largest cluster (sizes are powers of 4 from 1)")] = 1048576,
     tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter)")] = 15e12,
-    seq_len: SeqOpt = 8192, framework: FrameworkOpt = "megatron",
+    seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
     rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
 ) -> None:
@@ -452,7 +456,7 @@ def sweep(
     seq_len: Annotated[str, typer.Option(help="sequence lengths")] = "8192",
     global_batch: Annotated[str, typer.Option(help="global batch sizes")] = "1024",
     precision: Annotated[str, typer.Option(help="precisions")] = "bf16",
-    framework: FrameworkOpt = "megatron",
+    framework: FrameworkOpt = CLI_FRAMEWORK,
     executor: Annotated[str, typer.Option(help="local (processes) | ray")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray)")] = None,
     workers: Annotated[int, typer.Option(help="local processes or Ray CPUs")] = 2,
@@ -608,7 +612,7 @@ def simulate(
     layout: LayoutOpt = None, recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
     global_batch: GbsOpt = 128, seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | fp4")] = "bf16",
-    framework: FrameworkOpt = "megatron",
+    framework: FrameworkOpt = CLI_FRAMEWORK,
     jitter: Annotated[float, typer.Option(help="log-normal sigma of each operation's duration (0 = none)")] = 0.0,
     seed: SeedOpt = 0,
     exact_stages: Annotated[bool, typer.Option("--exact-stages", help="each stage its own layers (and the last "
