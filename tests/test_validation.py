@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from supercluster.cli import app
@@ -62,6 +63,25 @@ def test_validate_json_contract_and_custom_csv(tmp_path):
     by_id = {x["id"]: x for x in json.loads(r.output)["rows"]}
     assert by_id["X-UNKNOWN-GPU"]["supported"] is False and "tpu-v9" in by_id["X-UNKNOWN-GPU"]["reason"]
     assert by_id["X-UNKNOWN-FW"]["supported"] is True and "assumed" in by_id["X-UNKNOWN-FW"]["reason"]
+    # --by: the groups partition the rows, an unsupported row counts as a 100 % miss in its group
+    g = {x["group"]: x for x in json.loads(runner.invoke(app, ["validate", "--runs", str(p), "--by", "gpu",
+                                                               "--json"]).output)["groups"]}
+    assert g["tpu-v9"] == {"group": "tpu-v9", "rows": 1, "unsupported": 1, "mape": 1.0, "min_error": None,
+                           "max_error": None}
+    assert g[row["gpu"]]["rows"] == 2 and g[row["gpu"]]["min_error"] <= g[row["gpu"]]["max_error"]
+
+
+def test_validation_groups_partition_the_rows_and_their_errors():
+    from supercluster.validate import by_group
+
+    res = validate()
+    for key in ("gpu", "framework", "kind"):
+        groups = by_group(res["rows"], key)
+        assert sum(x["rows"] for x in groups) == len(res["rows"])
+        # the row-weighted group MAPEs give back the overall MAPE
+        assert sum(x["mape"] * x["rows"] for x in groups) / len(res["rows"]) == pytest.approx(res["mape"])
+    kinds = {x["group"]: x for x in by_group(res["rows"], "kind")}
+    assert kinds["moe"]["rows"] == sum(r.id.startswith("DGXC-GROK1") for r in res["rows"])  # the public MoE rows
 
 
 # Published layouts that ran must be predicted to fit. Known exceptions, with what is not modelled:

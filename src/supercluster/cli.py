@@ -259,9 +259,13 @@ def validate(
                                                       "(other published runs, a check only)")] = None,
     ranks: Annotated[bool, typer.Option("--ranks", help="instead: where each published layout ranks among the "
                                                         "planner's feasible layouts")] = False,
+    by: Annotated[str | None, typer.Option(help="also summarise the rows by gpu | framework | kind (dense / moe): "
+                                                "count, MAPE, error range")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Predict every scored published run and report per-row error, MAPE and the worst row."""
+    if by is not None and by not in _validate.GROUP_KEYS:
+        raise InputError("by", f"unknown {by!r}; allowed: {', '.join(_validate.GROUP_KEYS)}")
     if ranks:
         from rich.table import Table
 
@@ -282,13 +286,28 @@ def validate(
                   f"{sm['top100']}; median percentile {sm['median_percentile']}, p90 {sm['p90_percentile']}")
         return
     res = _validate.validate(runs)
+    groups = _validate.by_group(res["rows"], by) if by else None  # type: ignore[arg-type]
     if as_json:
         out = dict(res)
         out["rows"] = [dataclasses.asdict(r) for r in res["rows"]]  # type: ignore[attr-defined]
+        if groups is not None:
+            out["groups"] = groups
         _emit_json(out)
         return
     con = _out()
     con.print(reports.validation_table(res))
+    if groups is not None:
+        from rich.table import Table
+
+        t = Table(title=f"by {by}")
+        for col in ("group", "rows", "MAPE", "error range"):
+            t.add_column(col, justify="left" if col == "group" else "right")
+        for g in groups:
+            rng = ("-" if g["min_error"] is None else
+                   f"{100 * g['min_error']:+.1f} .. {100 * g['max_error']:+.1f} %")  # type: ignore[operator]
+            t.add_row(str(g["group"]), f"{g['rows']}" + (f" ({g['unsupported']} unsupported)" if g["unsupported"]
+                                                          else ""), f"{100 * g['mape']:.1f} %", rng)  # type: ignore[operator]
+        con.print(t)
     con.print(f"MAPE {100 * res['mape']:.1f}% | worst {100 * res['worst_abs_error']:.1f}% ({res['worst_row']}) | "
               f"supported {100 * res['supported_fraction']:.0f}%")
     for g in res["ranking"]:  # type: ignore[attr-defined]

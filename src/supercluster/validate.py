@@ -41,6 +41,13 @@ class RowResult:
     reason: str
     group: str = ""
     layout: str = ""
+    gpu: str = ""
+    framework: str = ""
+    kind: str = ""  # dense | moe
+
+
+#: What ``by_group`` can summarise the rows by.
+GROUP_KEYS = ("gpu", "framework", "kind")
 
 
 def _int(row: dict[str, str], name: str, default: int | None = None) -> int:
@@ -259,17 +266,20 @@ def predict_row(row: dict[str, str]) -> RowResult:
     rid = row.get("id", "?")
     measured = float(row["step_time_s"]) if (row.get("step_time_s") or "").strip() else None
     group = f"{row.get('model_name', '')}|{row.get('gpu', '')}|{row.get('num_gpus', '')}|{row.get('precision', '')}"
+    gpu_key = (row.get("gpu") or "").strip()
     try:
         model, layout, fw, note = row_setup(row)
-        gpu = get_gpu((row.get("gpu") or "").strip())
+        gpu = get_gpu(gpu_key)
         gpu.peak(layout.precision)
         b = step_breakdown(model, layout=layout, gpu=gpu, net=default_network(gpu, num_gpus=layout.num_gpus), fw=fw)
     except InputError as exc:
-        return RowResult(rid, None, measured, None, False, str(exc), group)
+        return RowResult(rid, None, measured, None, False, str(exc), group, gpu=gpu_key,
+                         framework=(row.get("framework") or "").strip())
     err = b.step_time_s / measured - 1.0 if measured else None
     reason = "; ".join(x for x in (note, f"{fw.key}, {layout.recompute_label} recompute, zero {layout.zero_stage}")
                        if x)
-    return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short())
+    return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short(), gpu=gpu_key,
+                     framework=fw.key, kind="moe" if model.is_moe else "dense")
 
 
 #: Runs shipped in the package: ``public`` (../shared/validation/public-runs.csv, the default) and
@@ -315,6 +325,23 @@ def validate(path: str | Path | None = None) -> dict[str, object]:
         "worst_row": worst_row.id if worst_row else None,
         "supported_fraction": (n - len(miss)) / n if n else 1.0, "ranking": ranking(results),
     }
+
+
+def by_group(results: list[RowResult], key: str) -> list[dict[str, object]]:
+    """Rows summarised by ``key`` (gpu, framework or kind): count, MAPE and the error range of each
+    group, unsupported rows counted as misses of 100 % as in the overall MAPE; largest group first."""
+    require(key in GROUP_KEYS, "by", f"unknown {key!r}; allowed: {', '.join(GROUP_KEYS)}")
+    groups: dict[str, list[RowResult]] = {}
+    for r in results:
+        groups.setdefault(getattr(r, key) or "?", []).append(r)
+    out = []
+    for name, rs in groups.items():
+        errs = [r.error for r in rs if r.supported and r.error is not None]
+        misses = sum(not r.supported for r in rs)
+        out.append({"group": name, "rows": len(rs), "unsupported": misses,
+                    "mape": (sum(abs(e) for e in errs) + misses) / len(rs),
+                    "min_error": min(errs, default=None), "max_error": max(errs, default=None)})
+    return sorted(out, key=lambda g: (-int(g["rows"]), str(g["group"])))  # type: ignore[call-overload]
 
 
 def ranking(results: list[RowResult]) -> list[dict[str, object]]:
