@@ -210,3 +210,10 @@ def test_the_planner_tries_moe_recompute_modules_and_lists_each_layout_once(h100
     assert ((c["rcm"] == 0) | (c["recompute"] == 1)).all()
     pick = next(x for x in res.pareto if x.layout.recompute_modules)
     assert res.rank_of(pick.layout) == pick.rank
+
+
+def test_plan_labels_tell_apart_layouts_that_differ_only_off_the_parallel_degrees():
+    a = Layout(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, seq_len=4096, zero_stage=1, sequence_parallel=True)
+    b = Layout(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, seq_len=4096, zero_stage=2, sequence_parallel=True)
+    assert a.short() == b.short() and a.label() != b.label()
+    assert a.label() == "tp8-pp4-dp2-mb1-z1-none-sp"

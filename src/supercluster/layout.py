@@ -152,6 +152,11 @@ class Layout:
         mods = ",".join(self.recompute_modules)
         return f"{self.recompute}({mods})" if mods else self.recompute
 
+    def label(self) -> str:
+        """:meth:`short` plus what else the planner varies: micro-batch, ZeRO stage, recompute, SP."""
+        sp = "-sp" if self.sequence_parallel else ""
+        return f"{self.short()}-mb{self.micro_batch}-z{self.zero_stage}-{self.recompute_label}{sp}"
+
     def short(self) -> str:
         s = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
         for name in ("cp", "ep", "vpp"):

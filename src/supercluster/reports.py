@@ -153,14 +153,13 @@ def print_plan(console: Console, result: Any, title: str) -> None:
     console.print(f"evaluated {result.evaluated:,} layouts, {result.feasible:,} fit, in {result.seconds:.2f} s")
     if result.why:
         b, r = result.top[0], result.top[1]
-        console.print(f"why #1 ({b.layout.short()}) beats #2 ({r.layout.short()}): step "
+        console.print(f"why #1 ({b.layout.label()}) beats #2 ({r.layout.label()}): step "
                       f"{b.step_time_s:.4f} s vs {r.step_time_s:.4f} s; ledger lines that differ (s):")
         for name, d in result.why[:6]:
             console.print(f"  {name:24s} {d:+.4f}  ({LEDGER_HELP[name]})")
     if result.pareto:
         console.print(f"Pareto front ({result.objective} vs {'memory' if result.objective == 'time' else 'time'}): "
-                      + ", ".join(f"{c.layout.short()}-mb{c.layout.micro_batch}-z{c.layout.zero_stage}"
-                                  f"-{c.layout.recompute_label} ({c.step_time_s:.3f} s, "
+                      + ", ".join(f"{c.layout.label()} ({c.step_time_s:.3f} s, "
                                   f"{c.memory_per_gpu_bytes / GiB:.0f} GiB)" for c in result.pareto[:8]))
 
 
