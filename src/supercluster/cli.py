@@ -49,7 +49,7 @@ FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deep
                                                   "megatron-legacy | deepspeed-legacy; +compile for torch.compile")]
 # The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
 # sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
-# bare argument defaults (no SP), with which the default Llama 3 405B layout needs ~87 GiB per 80 GiB H100.
+# bare argument defaults (no SP), with which the default Llama 3 405B layout needs 199 GiB per 80 GiB H100.
 CLI_FRAMEWORK = "nemo-megatron"
 
 
