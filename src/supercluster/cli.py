@@ -264,8 +264,8 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Predict every scored published run and report per-row error, MAPE and the worst row."""
-    if by is not None and by not in _validate.GROUP_KEYS:
-        raise InputError("by", f"unknown {by!r}; allowed: {', '.join(_validate.GROUP_KEYS)}")
+    if by is not None:
+        _validate.check_group_key(by)  # before the (slower) predictions, and in --ranks mode too
     if ranks:
         from rich.table import Table
 
@@ -297,17 +297,7 @@ def validate(
     con = _out()
     con.print(reports.validation_table(res))
     if groups is not None:
-        from rich.table import Table
-
-        t = Table(title=f"by {by}")
-        for col in ("group", "rows", "MAPE", "error range"):
-            t.add_column(col, justify="left" if col == "group" else "right")
-        for g in groups:
-            rng = ("-" if g["min_error"] is None else
-                   f"{100 * g['min_error']:+.1f} .. {100 * g['max_error']:+.1f} %")  # type: ignore[operator]
-            t.add_row(str(g["group"]), f"{g['rows']}" + (f" ({g['unsupported']} unsupported)" if g["unsupported"]
-                                                          else ""), f"{100 * g['mape']:.1f} %", rng)  # type: ignore[operator]
-        con.print(t)
+        con.print(reports.groups_table(groups, f"by {by}"))
     con.print(f"MAPE {100 * res['mape']:.1f}% | worst {100 * res['worst_abs_error']:.1f}% ({res['worst_row']}) | "
               f"supported {100 * res['supported_fraction']:.0f}%")
     for g in res["ranking"]:  # type: ignore[attr-defined]

@@ -133,6 +133,18 @@ def validation_table(result: dict[str, Any]) -> Table:
     return t
 
 
+def groups_table(groups: list[dict[str, Any]], title: str) -> Table:
+    """Rows of :func:`~supercluster.validate.by_group`: count, MAPE, error range per group."""
+    t = Table(title=title)
+    for col in ("group", "rows", "MAPE", "error range"):
+        t.add_column(col, justify="left" if col == "group" else "right")
+    for g in groups:
+        rng = "-" if g["min_error"] is None else f"{100 * g['min_error']:+.1f} .. {100 * g['max_error']:+.1f} %"
+        rows = f"{g['rows']}" + (f" ({g['unsupported']} unsupported)" if g["unsupported"] else "")
+        t.add_row(str(g["group"]), rows, f"{100 * g['mape']:.1f} %", rng)
+    return t
+
+
 def plan_table(result: Any, title: str) -> Table:
     """Top-k layouts of a :class:`~supercluster.planner.PlanResult`."""
     t = Table(title=title)

@@ -327,10 +327,14 @@ def validate(path: str | Path | None = None) -> dict[str, object]:
     }
 
 
+def check_group_key(key: str) -> None:
+    require(key in GROUP_KEYS, "by", f"unknown {key!r}; allowed: {', '.join(GROUP_KEYS)}")
+
+
 def by_group(results: list[RowResult], key: str) -> list[dict[str, object]]:
     """Rows summarised by ``key`` (gpu, framework or kind): count, MAPE and the error range of each
     group, unsupported rows counted as misses of 100 % as in the overall MAPE; largest group first."""
-    require(key in GROUP_KEYS, "by", f"unknown {key!r}; allowed: {', '.join(GROUP_KEYS)}")
+    check_group_key(key)
     groups: dict[str, list[RowResult]] = {}
     for r in results:
         groups.setdefault(getattr(r, key) or "?", []).append(r)
