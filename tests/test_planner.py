@@ -217,3 +217,21 @@ def test_plan_labels_tell_apart_layouts_that_differ_only_off_the_parallel_degree
     b = Layout(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, seq_len=4096, zero_stage=2, sequence_parallel=True)
     assert a.short() == b.short() and a.label() != b.label()
     assert a.label() == "tp8-pp4-dp2-mb1-z1-none-sp"
+
+
+def test_a_data_parallel_only_framework_gets_data_parallel_layouts(llama3_70b, h100):
+    """Composer (MosaicML, FSDP / DDP) has no tensor, pipeline or context parallelism: the planner
+    searches none and an estimate asking for them is refused with the field named."""
+    from supercluster.framework import get_framework
+
+    composer = get_framework("composer")
+    r = plan(llama3_70b, h100, 64, global_batch=256, seq_len=4096, framework=composer, top=5)
+    assert r.feasible > 0 and all((c.layout.tp, c.layout.pp, c.layout.cp) == (1, 1, 1) for c in r.top)
+    assert r.best.layout.zero_stage >= 2  # 70B does not fit replicated on 80 GB
+    for field, layout in (("tp", Layout(tp=2, dp=32, global_batch=256, seq_len=4096)),
+                          ("pp", Layout(pp=2, dp=32, global_batch=256, seq_len=4096))):
+        with pytest.raises(InputError, match=f"^{field}: framework composer has no"):
+            estimate(llama3_70b, gpu=h100, num_gpus=64, layout=layout, framework=composer)
+    res = runner.invoke(app, ["estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "2", "--pp", "1",
+                              "--global-batch", "256", "--framework", "composer"])
+    assert res.exit_code != 0

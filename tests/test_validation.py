@@ -134,12 +134,21 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     host-side and per-layer fixed overheads are not modelled."""
     res = validate("heldout")
     rows = res["rows"]
-    assert len(rows) >= 55 and res["supported_fraction"] == 1.0
+    assert len(rows) >= 140 and res["supported_fraction"] == 1.0
     moe = [r for r in rows if any(k in r.id for k in ("QWEN3", "DSV3", "GPTOSS"))]
-    dense = [r for r in rows if r not in moe]
-    mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe))}
-    assert mape["dense"] <= 0.11 and max(abs(r.error) for r in dense) <= 0.30
+    mpt = [r for r in rows if r.id.startswith("MPT-")]
+    dense = [r for r in rows if r not in moe and r not in mpt]
+    mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe),
+                                                                            ("mpt", mpt))}
+    assert mape["dense"] <= 0.08 and max(abs(r.error) for r in dense) <= 0.30
     assert mape["moe"] <= 0.27
+    # MosaicML's MPT tables (2023, Composer + FSDP, 125M-70B on 8-128 A100 / H100): today 15.7 %, 47 rows,
+    # -37 .. +12 %; priced too fast at 32K-64K tokens (MPT's triton FlashAttention priced as FA2) and on
+    # H100 (2023 software on a then-new GPU: MPT's H100 MFU is 40 % where its A100 MFU is 55 %).
+    assert len(mpt) == 47 and mape["mpt"] <= 0.17 and max(abs(r.error) for r in mpt) <= 0.40
+    seq = {r.id: r.id.split("-")[-2] for r in mpt}  # "512", "2K" ... "64K"
+    a100 = [r for r in mpt if r.gpu.startswith("a100") and not (seq[r.id].endswith("K") and int(seq[r.id][:-1]) > 8)]
+    assert len(a100) >= 20 and sum(abs(r.error) for r in a100) / len(a100) <= 0.12
     # Megatron-Bridge's tables (the DGX Cloud README's 128-GB200 DeepSeek-V3 example is an early run at a
     # quarter of their per-GPU rate: -68 %, reported, not bounded here)
     large_nvl72 = [r for r in moe if r.id.startswith("MB") and ("GB200" in r.id or "GB300" in r.id)
@@ -158,6 +167,31 @@ def test_published_framework_names_select_a_profile():
     assert resolve_framework("PyTorch FSDP+compile", 2025)[0].key == "torchtitan+compile"
     fw, note = resolve_framework("maxtext", 2025)
     assert fw.key == "megatron" and "unknown" in note
+    assert resolve_framework("MosaicML llm-foundry")[0].key == "composer"
+    assert resolve_framework("PyTorch FSDP")[0].key == "torchtitan"
+
+
+def test_the_loss_implementation_decides_whether_a_published_mpt_batch_fits():
+    """MPT 760M at 512 tokens x 96 sequences per GPU (no recomputation) ran on 80 GB H100s. llm-foundry's
+    default loss (flash-attn's fused cross-entropy on the 16-bit logits: 4 bytes a logit with its
+    gradient) fits it; torchtitan's eager fp32 cross-entropy (12 bytes a logit) would need more than 80 GB."""
+    import dataclasses
+
+    from supercluster.estimate import default_network
+    from supercluster.hardware import get_gpu
+    from supercluster.step import step_breakdown
+    from supercluster.validate import load_rows, row_setup
+
+    row = {r["id"]: r for r in load_rows("heldout")}["MPT-H100-760m-512-8"]
+    model, layout, fw, _ = row_setup(row)
+    assert fw.key == "composer" and fw.loss_bytes_per_logit == 4 and layout.micro_batch == 96
+    gpu = get_gpu("h100-sxm")
+    net = default_network(gpu, num_gpus=8)
+    fused = step_breakdown(model, layout=layout, gpu=gpu, net=net, fw=fw)
+    eager = step_breakdown(model, layout=layout, gpu=gpu, net=net, fw=dataclasses.replace(fw, loss_bytes_per_logit=12))
+    assert fused.fits and not eager.fits
+    logits = 512 * 96 * 50368  # one micro-batch's logits
+    assert eager.memory_per_gpu_bytes - fused.memory_per_gpu_bytes == pytest.approx(8 * logits, rel=1e-6)
 
 
 def test_unknown_column_values_fall_back_with_a_note():

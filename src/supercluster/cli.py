@@ -45,8 +45,9 @@ GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")
 GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
-FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | hai-llm | "
-                                                  "megatron-legacy | deepspeed-legacy; +compile for torch.compile")]
+FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
+                                                  "hai-llm | megatron-legacy | deepspeed-legacy; +compile for "
+                                                  "torch.compile")]
 # The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
 # sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
 # bare argument defaults (no SP), with which the default Llama 3 405B layout needs 199 GiB per 80 GiB H100.

@@ -44,6 +44,10 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     fw = get_framework(framework) if isinstance(framework, str) else framework
     layout.check_gpus(num_gpus)
     layout.check_model(m, extra_pp_layers=fw.extra_pp_layers)
+    require(layout.tp == 1 or fw.tensor_parallel, "tp",
+            f"framework {fw.key} has no tensor parallelism; tp must be 1, got {layout.tp}")
+    require(layout.pp == 1 or fw.pipeline_parallel, "pp",
+            f"framework {fw.key} has no pipeline parallelism; pp must be 1, got {layout.pp}")
     require(layout.cp == 1 or fw.context_parallel, "cp",
             f"framework {fw.key} has no context parallelism; cp must be 1, got {layout.cp}")
     g.peak(layout.precision)

@@ -43,6 +43,10 @@ class Framework:
     selective_recompute: str = "attention"
     elementwise: str = "fused"
     context_parallel: bool = True
+    #: the framework can shard layers over GPUs (tensor parallelism) / split them into pipeline stages;
+    #: the planner searches TP / PP only then, and an estimate with tp or pp > 1 is refused otherwise
+    tensor_parallel: bool = True
+    pipeline_parallel: bool = True
     era_of: str = ""
     until_year: int = 0
     pp_split_counts_head: bool = False
@@ -91,7 +95,7 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
-                "zero3_gather_copy_bytes", "fsdp_pp_unsharded",
+                "zero3_gather_copy_bytes", "fsdp_pp_unsharded", "tensor_parallel", "pipeline_parallel",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit"}
 
 
@@ -186,10 +190,10 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
 
 #: Words in a published framework name and the profile they select, most specific first.
 #: GPT-NeoX runs Megatron's model code on DeepSpeed (its README); MosaicML llm-foundry / Composer
-#: train with PyTorch FSDP (their docs), as torchtitan does.
+#: have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP runs read as torchtitan.
 _MENTIONS = ((("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
-             (("titan", "fsdp", "foundry", "composer"), "torchtitan"), (("hai-llm", "dualpipe"), "hai-llm"),
-             (("megatron",), "megatron"))
+             (("foundry", "composer", "mosaic"), "composer"), (("titan", "fsdp"), "torchtitan"),
+             (("hai-llm", "dualpipe"), "hai-llm"), (("megatron",), "megatron"))
 
 
 @cache

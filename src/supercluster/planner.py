@@ -132,7 +132,7 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
 
 def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
                       precisions: tuple[str, ...] = ("bf16",), gpu_counts: tuple[int, ...] | None = None,
-                      max_tp: int | None = None, max_cp: int = MAX_CP,
+                      max_tp: int | None = None, max_cp: int = MAX_CP, max_pp: int | None = None,
                       extra_pp_layers: int = 0,
                       module_sets: tuple[tuple[str, ...], ...] = ((),)) -> dict[str, np.ndarray]:
     """Every legal layout as integer columns (the :data:`~supercluster.step.COLUMNS` plus ``gpus``);
@@ -146,7 +146,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
             if n % tp or model.num_heads % tp or not (model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0):
                 continue
             for pp in _divisors(n // tp):
-                if pp > model.num_layers:
+                if pp > model.num_layers or (max_pp is not None and pp > max_pp):
                     break
                 for cp in _pow2_upto(min(max_cp, n // (tp * pp))):
                     if (n // tp // pp) % cp or (cp > 1 and seq_len % (2 * cp)):
@@ -218,6 +218,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     cols = candidate_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
                              precisions=precisions, gpu_counts=counts,
                              max_cp=MAX_CP if framework.context_parallel else 1,
+                             max_tp=None if framework.tensor_parallel else 1,
+                             max_pp=None if framework.pipeline_parallel else 1,
                              extra_pp_layers=framework.extra_pp_layers,
                              module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
                              == "attention" else ((),))
