@@ -142,10 +142,11 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
                                                                             ("mpt", mpt))}
     assert mape["dense"] <= 0.08 and max(abs(r.error) for r in dense) <= 0.30
     assert mape["moe"] <= 0.27
-    # MosaicML's MPT tables (2023, Composer + FSDP, 125M-70B on 8-128 A100 / H100): today 15.7 %, 47 rows,
-    # -37 .. +12 %; priced too fast at 32K-64K tokens (MPT's triton FlashAttention priced as FA2) and on
-    # H100 (2023 software on a then-new GPU: MPT's H100 MFU is 40 % where its A100 MFU is 55 %).
-    assert len(mpt) == 47 and mape["mpt"] <= 0.17 and max(abs(r.error) for r in mpt) <= 0.40
+    # MosaicML's MPT tables (2023, Composer + FSDP, 125M-70B on 8-128 A100 / H100, BF16 and the H100 FP8
+    # table): today 17.7 %, 57 rows, -43 .. +12 %; priced too fast at 16K-64K tokens (MPT's triton
+    # FlashAttention priced as FA2) and on H100 (2023 software on a then-new GPU: MPT's H100 MFU is about
+    # 40 % where its A100 MFU is 55-64 %).
+    assert len(mpt) == 57 and mape["mpt"] <= 0.19 and max(abs(r.error) for r in mpt) <= 0.45
     seq = {r.id: r.id.split("-")[-2] for r in mpt}  # "512", "2K" ... "64K"
     a100 = [r for r in mpt if r.gpu.startswith("a100") and not (seq[r.id].endswith("K") and int(seq[r.id][:-1]) > 8)]
     assert len(a100) >= 20 and sum(abs(r.error) for r in a100) / len(a100) <= 0.12
