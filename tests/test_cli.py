@@ -92,6 +92,8 @@ def test_catalog_frameworks_names_the_era_profiles():
       "--ep", "32", "--global-batch", "2048", "--seq-len", "4096"], "ep"),
     (["estimate", "--expert-tp", "3"], "expert_tp"),
     (["estimate", "--framework", "megatron+overlap"], "framework"),
+    (["estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "2", "--pp", "1", "--global-batch", "256",
+      "--framework", "composer"], "tp"),
     (["estimate", "--recompute", "selective", "--recompute-modules", "mla_up_proj"], "recompute_modules"),
     (["estimate", "--recompute-modules", "mlp"], "recompute_modules"),
     (["simulate", "--layout", "tp4-pp4-dp4", "--jitter", "-1"], "jitter"),
