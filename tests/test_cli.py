@@ -99,6 +99,8 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["simulate", "--layout", "tp4-pp4-dp4", "--jitter", "-1"], "jitter"),
     (["estimate", "--recompute", "selective", "--recompute-modules", "moe_act"], "recompute_modules"),
     (["simulate", "--layout", "tp3-pp4-dp4", "--gpus", "48"], "tp"),
+    (["simulate", "--layout", "tp1-pp2-dp4", "--gpus", "8", "--model", "llama3-8b", "--global-batch", "16",
+      "--framework", "composer"], "pp"),
     (["simulate", "--layout", "tp4-pp4-dp4", "--trace", "/nonexistent/dir/t.json"], "trace"),
 ])
 def test_bad_input_is_one_line_exit_2(args, field):
@@ -160,6 +162,19 @@ def test_scale_reports_sizes_too_small_to_hold_the_model():
     rows = json.loads(r.output)
     assert [x["fits"] for x in rows] == [False, False, True]
     assert "no layout" in rows[0]["reason"] and rows[2]["step_time_s"] > 0
+
+
+def test_scale_reports_sizes_a_data_parallel_only_framework_cannot_lay_out():
+    # Composer has only data parallelism: past 1,024 GPUs the 1,024-sequence batch has no legal layout
+    r = runner.invoke(app, ["scale", "--model", "llama3-8b", "--gpu", "h100-sxm", "--framework", "composer",
+                            "--max-gpus", "4096", "--trials", "100", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {x["gpus"]: x for x in json.loads(r.output)}
+    assert rows[1024]["fits"] and rows[1024]["layout"] == "tp1-pp1-dp1024"
+    assert not rows[4096]["fits"] and rows[4096]["reason"].startswith("global_batch")
+    r = runner.invoke(app, ["scale", "--model", "llama3-8b", "--gpu", "h100-sxm", "--framework", "composer",
+                            "--max-gpus", "4096", "--trials", "100"])
+    assert r.exit_code == 0 and "no legal layout" in r.output
 
 
 def test_estimate_takes_megatron_recompute_modules():

@@ -442,7 +442,8 @@ def scale(
         t.add_column(col, justify="left" if col == "layout" else "right")
     for r in rows:
         if not r["fits"]:
-            t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", "no layout fits", *["-"] * 6)
+            why = "no legal layout" if str(r["reason"]).startswith("global_batch") else "no layout fits"
+            t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", why, *["-"] * 6)
             continue
         t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", str(r["layout"]), f"{r['step_time_s']:.2f}",
                   f"{100 * r['mfu']:.1f}%", f"{r['job_mtbf_h']:,.1f} h" if r["job_mtbf_h"] >= 1 else

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .errors import require
 from .framework import Framework, get_framework
 from .hardware import GpuSpec, SystemSpec, get_gpu, get_system
 from .layout import Layout
@@ -44,12 +43,7 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     fw = get_framework(framework) if isinstance(framework, str) else framework
     layout.check_gpus(num_gpus)
     layout.check_model(m, extra_pp_layers=fw.extra_pp_layers)
-    require(layout.tp == 1 or fw.tensor_parallel, "tp",
-            f"framework {fw.key} has no tensor parallelism; tp must be 1, got {layout.tp}")
-    require(layout.pp == 1 or fw.pipeline_parallel, "pp",
-            f"framework {fw.key} has no pipeline parallelism; pp must be 1, got {layout.pp}")
-    require(layout.cp == 1 or fw.context_parallel, "cp",
-            f"framework {fw.key} has no context parallelism; cp must be 1, got {layout.cp}")
+    fw.check_parallelism(layout.tp, layout.pp, layout.cp)
     g.peak(layout.precision)
     return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw,
                           rank_order=rank_order)

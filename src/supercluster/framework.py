@@ -81,6 +81,15 @@ class Framework:
         """Pipeline slots the framework fills with the embedding and the loss (0 or 2)."""
         return 2 if self.pp_split_counts_head else 0
 
+    def check_parallelism(self, tp: int, pp: int, cp: int) -> None:
+        """Refuse a parallel degree above 1 that the framework does not have, naming the field."""
+        for field, degree, has, what in (("tp", tp, self.tensor_parallel, "tensor"),
+                                         ("pp", pp, self.pipeline_parallel, "pipeline"),
+                                         ("cp", cp, self.context_parallel, "context")):
+            if degree > 1 and not has:
+                raise InputError(field, f"framework {self.key} has no {what} parallelism; {field} must be 1, "
+                                        f"got {degree}")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionEfficiency:

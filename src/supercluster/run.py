@@ -215,9 +215,10 @@ def scale_table(model: ModelSpec, gpu: GpuSpec, sizes: list[int], *, framework: 
             r = analyse_run(model, gpu, n, framework=framework, tokens=tokens, global_batch=gbs, seq_len=seq_len,
                             options=options)
         except InputError as exc:
-            if exc.field != "gpus":
+            if exc.field not in ("gpus", "global_batch"):
                 raise
-            # too few GPUs to hold the model: a row that says so, and the next size
+            # too few GPUs to hold the model, or no legal layout of this batch on this many (a
+            # data-parallel-only framework with more GPUs than sequences): a row that says so, and the next size
             rows.append({"gpus": n, "global_batch": gbs, "layout": None, "fits": False, "reason": str(exc)})
             continue
         s = r.summary()
