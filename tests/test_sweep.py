@@ -69,6 +69,19 @@ def test_invalid_scenarios_are_stored_with_the_reason(tmp_path):
     assert not ok and "divisible" in err
 
 
+def test_a_sweep_stores_parallelism_its_framework_lacks_as_invalid(tmp_path):
+    db = tmp_path / "c.duckdb"
+    grid = SweepGrid(model=("llama3-8b",), gpu=("h100-sxm",), gpus=(8,), tp=(1, 2), pp=(1,), recompute=("full",),
+                     global_batch=(64,), framework="composer")
+    res = run_sweep(grid, db, workers=1)
+    assert res["stored"] == 2
+    con = duckdb.connect(str(db), read_only=True)
+    rows = dict(con.execute("SELECT tp, ok FROM results").fetchall())
+    err = con.execute("SELECT error FROM results WHERE tp = 2").fetchone()[0]
+    con.close()
+    assert rows == {1: True, 2: False} and err.startswith("tp: framework composer has no tensor parallelism")
+
+
 def test_ray_executor_on_a_local_instance(tmp_path):
     pytest.importorskip("ray")
     db_ray, db_local = tmp_path / "r.duckdb", tmp_path / "l.duckdb"
