@@ -72,6 +72,58 @@ def test_hf_config_mixtral_and_deepseek():
     assert ds.num_params == load_model("deepseek-v3").num_params
 
 
+MAVERICK_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+                 "intermediate_size_mlp": 16384, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+                 "num_hidden_layers": 48, "num_local_experts": 128, "num_experts_per_tok": 1,
+                 "interleave_moe_layer_step": 2, "attention_chunk_size": 8192, "vocab_size": 202048,
+                 "hidden_act": "silu", "tie_word_embeddings": False}
+
+
+def test_hf_config_llama4_nested_interleaved_moe_shared_expert_and_chunked_attention():
+    # Llama 4 Maverick: 400 B parameters, 17 B active (Meta's model card); the language model sits in text_config
+    m = from_hf_config({"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+                        "text_config": MAVERICK_TEXT})
+    assert (m.num_moe_layers, m.ffn_dim, m.moe_ffn_dim, m.num_shared_experts, m.top_k) == (24, 16384, 8192, 1, 1)
+    assert m.num_params == pytest.approx(400e9, rel=0.01) and m.num_active_params == pytest.approx(17e9, rel=0.02)
+    # Scout: MoE in every layer, 16 experts: 109 B with its vision encoder, 17 B active
+    scout = from_hf_config({"model_type": "llama4", "text_config": {**MAVERICK_TEXT, "num_local_experts": 16,
+                                                                    "interleave_moe_layer_step": 1}})
+    assert scout.num_moe_layers == 48 and scout.num_active_params == pytest.approx(17e9, rel=0.02)
+    # chunked attention on the RoPE layers (3 in 4 by default), global on the others
+    assert (m.attention_chunk, m.window_layers) == (8192, 36)
+    assert float(m.mean_keys(8192, causal=True)) == 4096.0  # one chunk: plain causal
+    assert float(m.mean_keys(32768, causal=True)) == (12 * 16384 + 36 * 4096) / 48
+    one_and_a_half = (8192**2 + 4096**2) / 2 / 12288  # a full chunk and half of the next
+    assert float(m.mean_keys(12288, causal=True)) == pytest.approx((12 * 6144 + 36 * one_and_a_half) / 48)
+    explicit = from_hf_config({"model_type": "llama4", "text_config": {**MAVERICK_TEXT, "no_rope_layers": [1, 0] * 24}})
+    assert explicit.window_layers == 24
+    with pytest.raises(InputError, match="interleave_moe_layer_step"):
+        from_hf_config({"model_type": "llama4", "text_config": {**MAVERICK_TEXT, "interleave_moe_layer_step": 0}})
+    with pytest.raises(InputError, match="^config.json"):
+        from_hf_config({"model_type": "llama4", "text_config": {**MAVERICK_TEXT, "interleave_moe_layer_step": "x"}})
+
+
+def test_hf_config_qwen_moe_shared_expert_width_and_gpt_oss_top_k():
+    # Qwen1.5-MoE-A2.7B: 14.3 B parameters, 2.7 B active (its model card); one shared expert 4 experts wide
+    q = from_hf_config({"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
+                        "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+                        "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 24,
+                        "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936, "decoder_sparse_step": 1,
+                        "mlp_only_layers": []})
+    assert q.num_shared_experts == 4 and q.num_params == pytest.approx(14.3e9, rel=0.01)
+    assert q.num_active_params == pytest.approx(2.7e9, rel=0.01)
+    dense_first = from_hf_config({**{"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 2048,
+                                     "moe_intermediate_size": 1408, "num_attention_heads": 16, "num_hidden_layers": 24,
+                                     "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936},
+                                  "mlp_only_layers": [0, 1, 2, 3]})
+    assert dense_first.num_moe_layers == 20
+    oss = from_hf_config({"architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "num_hidden_layers": 36,
+                          "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+                          "intermediate_size": 2880, "num_local_experts": 128, "experts_per_token": 4,
+                          "vocab_size": 201088})
+    assert oss.top_k == 4
+
+
 @pytest.mark.parametrize("cfg", [{}, {"hidden_size": "big", "num_hidden_layers": 2, "num_attention_heads": 2,
                                       "vocab_size": 10}, {"hidden_size": 10, "num_hidden_layers": 2,
                                                           "num_attention_heads": 3, "vocab_size": 10}])

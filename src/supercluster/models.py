@@ -3,7 +3,8 @@
 Letter legend used in formulas: L layers, h width (d_model), F FFN width, a query heads,
 k KV heads, d head dim, V vocab, E experts, s sequence, b micro-batch.
 A model is a stack of identical attention blocks plus dense or MoE MLPs; its cost is the sum
-over layers (the first ``first_dense_layers`` are dense, the rest MoE when E > 0).
+over layers (``first_dense_layers`` of them are dense, the rest MoE when E > 0: the first ones in
+DeepSeek, interleaved in Llama 4 Maverick; only the count enters the cost).
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    #: sliding-window (local) attention: window in tokens and how many of the layers use it
+    #: local attention on ``window_layers`` of the layers: a sliding window of ``sliding_window`` tokens
+    #: (Mistral, Gemma, GPT-OSS), or ``attention_chunk``-token chunks (Llama 4: a query sees the keys
+    #: of its own chunk only)
     sliding_window: int = 0
     window_layers: int = 0
+    attention_chunk: int = 0
     seq_len: int = 2048
     source: str = ""
 
@@ -59,7 +63,7 @@ class ModelSpec:
             require(isinstance(v, int) and v > 0, f"model.{f}", f"must be a positive integer, got {v!r}")
         for f in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_dim", "first_dense_layers",
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
-                  "window_layers"):
+                  "window_layers", "attention_chunk"):
             v = getattr(self, f)
             require(isinstance(v, int) and v >= 0, f"model.{f}", f"must be an integer >= 0, got {v!r}")
         require(self.mlp in GATED, "model.mlp", f"unknown activation {self.mlp!r}; allowed: {sorted(GATED)}")
@@ -73,8 +77,10 @@ class ModelSpec:
                     f"must be < num_layers={self.num_layers}")
         require(self.window_layers <= self.num_layers, "model.window_layers",
                 f"must be <= num_layers={self.num_layers}, got {self.window_layers}")
-        require((self.sliding_window > 0) == (self.window_layers > 0), "model.sliding_window",
-                "sliding_window and window_layers go together (both 0, or both > 0)")
+        require(not (self.sliding_window and self.attention_chunk), "model.attention_chunk",
+                "local attention is a sliding window or chunks, not both")
+        require((self.sliding_window + self.attention_chunk > 0) == (self.window_layers > 0), "model.window_layers",
+                "window_layers goes with sliding_window or attention_chunk (all 0, or both > 0)")
 
     # ---- shape helpers -------------------------------------------------------------------
     @property
@@ -164,14 +170,20 @@ class ModelSpec:
 
         Full layers: s / 2 causal (s in the PaLM / Megatron non-causal convention). Sliding-window
         layers of window w: min(i, w) keys for the i-th token, on average w - w^2 / (2 s) for
-        s >= w (s / 2 below), or w non-causal.
+        s >= w (s / 2 below), or w non-causal. Chunked layers of chunk c: the keys of the query's own
+        chunk up to it, (n c^2 / 2 + r^2 / 2) / s for s = n c + r (its whole chunk non-causal).
         """
         s = np.asarray(seq_len, dtype=float)
         full = s / 2.0 if causal else s
         if not self.window_layers:
             return full
-        w = float(self.sliding_window)
-        local = np.where(s >= w, w - w * w / (2.0 * s), s / 2.0) if causal else np.minimum(s, w)
+        if self.attention_chunk:
+            c = float(self.attention_chunk)
+            n, r = np.floor(s / c), np.mod(s, c)
+            local = (n * c * c + r * r) / s * (0.5 if causal else 1.0)
+        else:
+            w = float(self.sliding_window)
+            local = np.where(s >= w, w - w * w / (2.0 * s), s / 2.0) if causal else np.minimum(s, w)
         return ((self.num_layers - self.window_layers) * full + self.window_layers * local) / self.num_layers
 
     def attention_flops_per_token(self, seq_len: Any, causal: bool) -> Any:
@@ -191,7 +203,7 @@ _REQUIRED = {"name", "num_layers", "d_model", "ffn_dim", "num_heads", "num_kv_he
              "vocab_size", "source"}
 _OPTIONAL = {"mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "moe_ffn_dim",
              "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "seq_len",
-             "sliding_window", "window_layers"}
+             "sliding_window", "window_layers", "attention_chunk"}
 
 
 @cache
@@ -205,12 +217,30 @@ def model_catalog() -> dict[str, ModelSpec]:
 
 
 def from_hf_config(cfg: dict[str, Any], key: str = "hf-config") -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict (see :func:`_from_hf_config`);
+    a field of the wrong type or value is an :class:`InputError` naming config.json."""
+    try:
+        return _from_hf_config(cfg, key)
+    except InputError:
+        raise
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:
+        raise InputError("config.json", f"malformed field: {exc}") from exc
+
+
+def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict.
 
     Handles Llama/Mistral/Qwen-style dense and GQA models, explicit ``head_dim``, Mixtral
-    (``num_local_experts``), DeepSeek-V2/V3 (MLA, routed + shared experts, dense first layers)
-    and GPT-2/NeoX field names.
+    (``num_local_experts``), DeepSeek-V2/V3 (MLA, routed + shared experts, dense first layers),
+    Qwen-MoE (shared expert width, sparse step), GPT-OSS, Llama 4 (the language model's fields in
+    ``text_config``, MoE every ``interleave_moe_layer_step``-th layer with one shared expert, dense
+    layers ``intermediate_size_mlp`` wide, chunked attention on the RoPE layers) and GPT-2/NeoX names.
     """
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and not any(k in cfg for k in ("hidden_size", "n_embd", "d_model")):
+        # multimodal wrappers (Llama 4, Gemma 3, LLaVA): the language model's fields are in text_config
+        cfg = {**{k: v for k, v in cfg.items() if k != "text_config"}, **text}
+
     def get(*names: str, default: Any = None) -> Any:
         for n in names:
             if n in cfg and cfg[n] is not None:
@@ -268,14 +298,48 @@ def from_hf_config(cfg: dict[str, Any], key: str = "hf-config") -> ModelSpec:
             n_local = int(layers)
         if n_local:
             fields.update(sliding_window=window, window_layers=min(n_local, int(layers)))
+    chunk = int(get("attention_chunk_size", default=0) or 0)
+    if chunk and not window:
+        # Llama 4: the RoPE layers (no_rope_layers[i] = 1) attend within chunks, every
+        # no_rope_layer_interval-th layer (NoPE) globally
+        nope = get("no_rope_layers", default=None)
+        if isinstance(nope, list) and len(nope) == int(layers):
+            n_chunked = sum(1 for x in nope if x)
+        else:
+            n_chunked = int(layers) - int(layers) // int(get("no_rope_layer_interval", default=4) or 4)
+        if n_chunked:
+            fields.update(attention_chunk=chunk, window_layers=n_chunked)
     experts = int(get("num_local_experts", "n_routed_experts", "num_experts", default=0) or 0)
-    if experts:
+    L = int(layers)
+    if isinstance(get("moe_layers", default=None), list):
+        n_moe = len(get("moe_layers"))
+    elif get("interleave_moe_layer_step", default=None) is not None:
+        step = int(get("interleave_moe_layer_step"))
+        require(step >= 1, "config.json interleave_moe_layer_step", f"must be >= 1, got {step}")
+        n_moe = L // step
+    elif get("decoder_sparse_step", default=None) is not None or get("mlp_only_layers", default=None):
+        # Qwen-MoE: layer i is MoE unless listed in mlp_only_layers, and when (i + 1) % step == 0
+        step, only = int(get("decoder_sparse_step", default=1)), set(get("mlp_only_layers", default=[]) or [])
+        require(step >= 1, "config.json decoder_sparse_step", f"must be >= 1, got {step}")
+        n_moe = sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
+    else:
+        n_moe = L - int(get("first_k_dense_replace", default=0) or 0)
+    if experts and n_moe > 0:
+        moe_ffn = int(get("moe_intermediate_size", default=ffn))
+        shared = int(get("n_shared_experts", default=0) or 0)
+        shared_width = int(get("shared_expert_intermediate_size", default=0) or 0)
+        # (which layers are MoE, counted above: DeepSeek's dense first k, Llama 4's every step-th,
+        # Qwen-MoE's sparse step minus its mlp_only_layers, or an explicit moe_layers list)
+        if shared_width:  # Qwen-MoE: one shared expert this wide = that many expert widths
+            shared = max(1, round(shared_width / moe_ffn))
+        if "llama4" in arch:  # Llama4TextMoe always adds one shared expert of the expert width
+            shared = max(shared, 1)
         fields.update(
-            num_experts=experts, top_k=int(get("num_experts_per_tok", "moe_topk", default=2)),
-            num_shared_experts=int(get("n_shared_experts", default=0) or 0),
-            moe_ffn_dim=int(get("moe_intermediate_size", default=ffn)),
-            first_dense_layers=int(get("first_k_dense_replace", default=0) or 0),
+            num_experts=experts, top_k=int(get("num_experts_per_tok", "experts_per_token", "moe_topk", default=2)),
+            num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=L - n_moe,
         )
+        # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
+        ffn = get("intermediate_size_mlp", default=ffn)
     try:
         return ModelSpec(
             key=key, name=str(get("_name_or_path", default=key)), num_layers=int(layers), d_model=int(h),
