@@ -287,3 +287,12 @@ def test_an_unpriced_recompute_module_in_a_runs_csv_is_left_out_with_a_note():
     assert (layout.recompute, layout.recompute_modules) == ("none", ()) and "shared_experts not priced" in note
     _, layout, _, note = row_setup({**row, "recompute": "selective (recompute_modules=shared_experts,moe_act)"})
     assert (layout.recompute, layout.recompute_modules) == ("selective", ("moe_act",)) and "left out" in note
+
+
+def test_a_row_asking_for_parallelism_its_framework_lacks_is_unsupported_with_the_reason():
+    from supercluster.validate import load_rows, predict_row
+
+    row = {r["id"]: r for r in load_rows("heldout")}["MPT-A100-80-7b-2K-8"]
+    res = predict_row({**row, "tp": "2", "dp": "4"})
+    assert not res.supported and res.reason.startswith("tp: framework composer has no tensor parallelism")
+    assert predict_row(row).supported

@@ -310,33 +310,18 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if n_chunked:
             fields.update(attention_chunk=chunk, window_layers=n_chunked)
     experts = int(get("num_local_experts", "n_routed_experts", "num_experts", default=0) or 0)
-    L = int(layers)
-    if isinstance(get("moe_layers", default=None), list):
-        n_moe = len(get("moe_layers"))
-    elif get("interleave_moe_layer_step", default=None) is not None:
-        step = int(get("interleave_moe_layer_step"))
-        require(step >= 1, "config.json interleave_moe_layer_step", f"must be >= 1, got {step}")
-        n_moe = L // step
-    elif get("decoder_sparse_step", default=None) is not None or get("mlp_only_layers", default=None):
-        # Qwen-MoE: layer i is MoE unless listed in mlp_only_layers, and when (i + 1) % step == 0
-        step, only = int(get("decoder_sparse_step", default=1)), set(get("mlp_only_layers", default=[]) or [])
-        require(step >= 1, "config.json decoder_sparse_step", f"must be >= 1, got {step}")
-        n_moe = sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
-    else:
-        n_moe = L - int(get("first_k_dense_replace", default=0) or 0)
+    n_moe = _hf_moe_layers(get, int(layers))
     if experts and n_moe > 0:
         moe_ffn = int(get("moe_intermediate_size", default=ffn))
         shared = int(get("n_shared_experts", default=0) or 0)
         shared_width = int(get("shared_expert_intermediate_size", default=0) or 0)
-        # (which layers are MoE, counted above: DeepSeek's dense first k, Llama 4's every step-th,
-        # Qwen-MoE's sparse step minus its mlp_only_layers, or an explicit moe_layers list)
         if shared_width:  # Qwen-MoE: one shared expert this wide = that many expert widths
             shared = max(1, round(shared_width / moe_ffn))
         if "llama4" in arch:  # Llama4TextMoe always adds one shared expert of the expert width
             shared = max(shared, 1)
         fields.update(
             num_experts=experts, top_k=int(get("num_experts_per_tok", "experts_per_token", "moe_topk", default=2)),
-            num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=L - n_moe,
+            num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=int(layers) - n_moe,
         )
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
         ffn = get("intermediate_size_mlp", default=ffn)
@@ -352,6 +337,24 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if isinstance(exc, InputError):
             raise
         raise InputError("config.json", f"malformed field: {exc}") from exc
+
+
+def _hf_moe_layers(get: Any, L: int) -> int:
+    """How many of a Hugging Face config's L layers are MoE (only the count enters the cost): an
+    explicit moe_layers list, Llama 4's every interleave_moe_layer_step-th layer, Qwen-MoE's layers
+    that are not in mlp_only_layers and fall on its decoder_sparse_step, or all but DeepSeek's
+    first_k_dense_replace."""
+    if isinstance(get("moe_layers"), list):
+        return len(get("moe_layers"))
+    if get("interleave_moe_layer_step") is not None:
+        step = int(get("interleave_moe_layer_step"))
+        require(step >= 1, "config.json interleave_moe_layer_step", f"must be >= 1, got {step}")
+        return L // step
+    if get("decoder_sparse_step") is not None or get("mlp_only_layers"):
+        step, only = int(get("decoder_sparse_step", default=1)), set(get("mlp_only_layers", default=[]) or [])
+        require(step >= 1, "config.json decoder_sparse_step", f"must be >= 1, got {step}")
+        return sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
+    return L - int(get("first_k_dense_replace", default=0) or 0)
 
 
 def load_model(ref: str) -> ModelSpec:

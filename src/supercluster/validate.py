@@ -227,6 +227,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         expert_tp=_fold(row),
     )
     layout.check_gpus(_int(row, "num_gpus"))
+    fw.check_parallelism(layout.tp, layout.pp, layout.cp)
     folded = ["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"] if layout.expert_tp == 1 else []
     note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
     return model, layout, fw, note
