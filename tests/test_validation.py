@@ -181,6 +181,35 @@ def test_deepseek_v3_report_run_is_priced_from_its_published_layout():
     assert -0.10 <= res.error <= 0.0, res.error
 
 
+def test_bloom_run_is_priced_with_its_documented_pipeline_split():
+    """BigScience's BLOOM 176B (tr11 README and slurm script): TP 4 PP 12 DP 8 on 384 A100, MBS 2,
+    GBS 2048, full recompute, 105 s per iteration. Its --pp-partition-method type:transformer|embedding
+    puts [embed | 5 blocks] on the first stage and [5 blocks | embed] on the last, 6 elsewhere: the
+    framework column names that option, which selects the embedding-aware split. Today -10.8 %
+    (the Jean Zay Omni-Path network, a quarter of the DGX rails it is priced on, and the script's
+    CUDA_LAUNCH_BLOCKING=1 are not priced); without the split the same row prices 108.5 s."""
+    import dataclasses
+
+    from supercluster.estimate import default_network
+    from supercluster.hardware import get_gpu
+    from supercluster.step import layout_columns, step_breakdown, step_columns
+    from supercluster.validate import load_rows, predict_row, row_setup
+
+    row = {r["id"]: r for r in load_rows("heldout")}["BLOOM-176B-384"]
+    model, layout, fw, note = row_setup(row)
+    assert fw.key == "deepspeed-legacy+embedding-split" and fw.pp_split_counts_head
+    assert (layout.tp, layout.pp, layout.dp, layout.micro_batch, layout.recompute) == (4, 12, 8, 2, "full")
+    gpu = get_gpu(row["gpu"])
+    net = default_network(gpu, num_gpus=384)
+    cols = step_columns(model, gpu, net, fw, layout_columns(layout, fw))
+    assert float(cols["split_counts_head"][0]) == 1.0  # 70 layers + embedding + head = 12 stages x 6
+    res = predict_row(row)
+    assert res.supported and -0.15 <= res.error <= -0.05, res.error
+    plain = step_breakdown(model, layout=layout, gpu=gpu, net=net,
+                           fw=dataclasses.replace(fw, pp_split_counts_head=False))
+    assert plain.step_time_s > res.predicted_step_time_s  # ceil(70 / 12) = 6 blocks and the head on the last stage
+
+
 def test_published_framework_names_select_a_profile():
     from supercluster.framework import resolve_framework
 
@@ -192,6 +221,15 @@ def test_published_framework_names_select_a_profile():
     assert fw.key == "megatron" and "unknown" in note
     assert resolve_framework("MosaicML llm-foundry")[0].key == "composer"
     assert resolve_framework("PyTorch FSDP")[0].key == "torchtitan"
+    # options named as suffixes survive the era profile a publication year selects
+    fw, note = resolve_framework("Megatron-DeepSpeed+embedding-split", 2022)
+    assert fw.key == "deepspeed-legacy+embedding-split" and fw.pp_split_counts_head and note is None
+    fw, note = resolve_framework("Megatron-DeepSpeed (BigScience fork)+embedding-split", 2022)
+    assert fw.key == "deepspeed-legacy+embedding-split"
+    assert note == "framework 'Megatron-DeepSpeed (BigScience fork)' read as deepspeed-legacy+embedding-split"
+    from supercluster.framework import get_framework
+
+    assert get_framework("nemo-megatron+embedding-split") == get_framework("nemo-megatron")  # already so
 
 
 def test_the_loss_implementation_decides_whether_a_published_mpt_batch_fits():

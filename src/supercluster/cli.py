@@ -47,7 +47,8 @@ GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
 FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
                                                   "hai-llm | megatron-legacy | deepspeed-legacy; +compile for "
-                                                  "torch.compile")]
+                                                  "torch.compile, +ep-overlap, +embedding-split (embedding and "
+                                                  "head take a layer's place in the pipeline split)")]
 # The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
 # sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
 # bare argument defaults (no SP), with which the default Llama 3 405B layout needs 199 GiB per 80 GiB H100.

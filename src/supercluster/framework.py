@@ -128,12 +128,18 @@ COMPILE_SUFFIX = "+compile"
 #: MoE README, v0.14: "batch-level overlapping to hide EP-A2A communication"): the EP all-to-all of
 #: one micro-batch runs under the compute of another.
 EP_OVERLAP_SUFFIX = "+ep-overlap"
+#: the pipeline split counts the embedding and the output head (with the loss) as one layer each, so
+#: the first and last stages hold one layer fewer: Megatron-Core --account-for-embedding-in-pipeline-split
+#: and --account-for-loss-in-pipeline-split, Megatron-DeepSpeed --pp-partition-method
+#: 'type:transformer|embedding' (BigScience tr11 README: "pp rank 0: [embed | 5 transformer blocks]")
+EMBED_SPLIT_SUFFIX = "+embedding-split"
+SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX)
 
 
 def _split_suffixes(name: str) -> tuple[str, list[str]]:
     """``"torchtitan+compile+ep-overlap"`` -> ``("torchtitan", [suffixes])``, in any order."""
     base, mods = name.strip().lower(), []
-    while found := next((x for x in (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX) if base.endswith(x)), None):
+    while found := next((x for x in SUFFIXES if base.endswith(x)), None):
         mods.append(found)
         base = base.removesuffix(found)
     return base, mods
@@ -143,19 +149,25 @@ def get_framework(name: str) -> Framework:
     """A framework profile by name or alias; :class:`InputError` lists the known ones.
 
     A ``+compile`` suffix (e.g. ``torchtitan+compile``) is the profile run under torch.compile:
-    Inductor fuses the elementwise ops, so they are priced as fused kernels.
+    Inductor fuses the elementwise ops, so they are priced as fused kernels; ``+ep-overlap`` and
+    ``+embedding-split`` switch on those options (see :data:`EP_OVERLAP_SUFFIX`, :data:`EMBED_SPLIT_SUFFIX`).
     """
     cat = framework_catalog()
     base, mods = _split_suffixes(name)
     key = ALIASES.get(base, base)
     if key not in cat:
         raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))} "
-                                      f"(each also as <name>{COMPILE_SUFFIX} and <name>{EP_OVERLAP_SUFFIX})")
-    fw = cat[key]
+                                      f"(each also as <name>{', <name>'.join(SUFFIXES)})")
+    return _with_suffixes(cat[key], mods)
+
+
+def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
     if COMPILE_SUFFIX in mods:
         fw = replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused")
     if EP_OVERLAP_SUFFIX in mods:
         fw = replace(fw, key=fw.key + EP_OVERLAP_SUFFIX, ep_overlap=True, ep_overlap_bounded=True)
+    if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
+        fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True)
     return fw
 
 
@@ -171,11 +183,11 @@ def framework_of_year(fw: Framework, year: int | None) -> Framework:
     unfused core attention every framework then ran."""
     if year is None:
         return fw
-    base = _split_suffixes(fw.key)[0]
+    base, mods = _split_suffixes(fw.key)
     eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year),
                   key=lambda f: f.until_year)
     if eras:
-        return eras[0]
+        return _with_suffixes(eras[0], mods)  # the options named on the framework still apply
     if year < FLASH_ATTENTION_YEAR and fw.attention != "unfused":
         return replace(fw, key=f"{fw.key}@{year}", attention="unfused")
     return fw
@@ -191,9 +203,11 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
         # whose name it mentions, else the default; the note says which was read.
         low, mods = _split_suffixes(name)
         key = next((k for words, k in _MENTIONS if any(w in low for w in words)), DEFAULT_FRAMEWORK)
-        fw = get_framework(key + "".join(mods))
-        note = (f"framework {name!r} read as {key}" if key != DEFAULT_FRAMEWORK or "megatron" in low
-                else f"framework {name!r} unknown: {DEFAULT_FRAMEWORK} assumed")
+        fw = framework_of_year(get_framework(key + "".join(mods)), year)
+        shown = name[:len(low)]  # as published, without the options appended to it
+        note = (f"framework {shown!r} read as {fw.key}" if key != DEFAULT_FRAMEWORK or "megatron" in low
+                else f"framework {shown!r} unknown: {fw.key} assumed")
+        return fw, note
     return framework_of_year(fw, year), note
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import InputError, require
 from .estimate import default_network
-from .framework import Framework, resolve_framework
+from .framework import EMBED_SPLIT_SUFFIX, Framework, resolve_framework
 from .hardware import get_gpu
 from .layout import UNPRICED_MODULES, Layout
 from .models import ModelSpec, model_catalog
@@ -29,6 +29,11 @@ from .step import step_breakdown
 REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
                     "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",
                     "step_time_s", "scored")
+
+#: a published framework column naming the option that counts the embedding and the head as pipeline
+#: layers (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding', Megatron-Core
+#: --account-for-embedding/loss-in-pipeline-split) selects the profile with that split
+EMBED_SPLIT_WORDS = ("transformer|embedding", "account-for-embedding", "account_for_embedding")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +199,8 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     name = row.get("framework") or ""
     if "compile" in (row.get("precision") or "").lower():  # e.g. "fp8 linears (Float8) + torch.compile"
         name += "+compile"
+    if any(w in name.lower() for w in EMBED_SPLIT_WORDS):
+        name += EMBED_SPLIT_SUFFIX
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
     pp, dp, vpp = _int(row, "pp", 1) or 1, _int(row, "dp"), _int(row, "vpp", 1) or 1
