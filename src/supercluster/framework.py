@@ -204,7 +204,7 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
         low, mods = _split_suffixes(name)
         key = next((k for words, k in _MENTIONS if any(w in low for w in words)), DEFAULT_FRAMEWORK)
         fw = framework_of_year(get_framework(key + "".join(mods)), year)
-        shown = name[:len(low)]  # as published, without the options appended to it
+        shown = name.strip()[:len(low)]  # as published, without the options appended to it
         note = (f"framework {shown!r} read as {fw.key}" if key != DEFAULT_FRAMEWORK or "megatron" in low
                 else f"framework {shown!r} unknown: {fw.key} assumed")
         return fw, note
