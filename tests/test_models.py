@@ -70,6 +70,25 @@ def test_hf_config_mixtral_and_deepseek():
                          "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
                          "qk_rope_head_dim": 64, "v_head_dim": 128})
     assert ds.num_params == load_model("deepseek-v3").num_params
+    # its published config.json carries one multi-token-prediction module (num_nextn_predict_layers)
+    mtp = from_hf_config({**DSV3_HF, "num_nextn_predict_layers": 1})
+    block = mtp.attn_params + 4 * 7168 + mtp.moe_mlp_params + 2 * 7168 * 7168  # embedding and head shared
+    assert mtp.mtp_layers == 1 and mtp.num_params - ds.num_params == block
+    assert 11.5e9 < block < 11.7e9  # the checkpoint's 14B MTP module less its own embedding and head copies
+    # each module: its block, its projection and the shared head once more per token (fwd + bwd = 6 x)
+    extra = mtp.model_flops_per_token(4096, causal=True) - ds.model_flops_per_token(4096, causal=True)
+    h, a_qkv = 7168, 128 * (192 + 128)
+    assert extra == pytest.approx(6 * (mtp.attn_params + mtp.moe_active_mlp_params + 2 * h * h + 129280 * h)
+                                  + 3 * 2 * a_qkv * 2048, rel=1e-9)
+    with pytest.raises(InputError, match="mtp_layers"):
+        from_hf_config({**DSV3_HF, "num_nextn_predict_layers": -1})
+
+
+DSV3_HF = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "num_hidden_layers": 61,
+           "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+           "moe_intermediate_size": 2048, "vocab_size": 129280, "n_routed_experts": 256, "n_shared_experts": 1,
+           "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
 
 
 MAVERICK_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,

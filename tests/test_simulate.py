@@ -159,3 +159,20 @@ def test_per_stage_memory_peaks_where_the_memory_model_says(h100):
             assert max(mem) == pytest.approx(b.memory_per_gpu_bytes, rel=1e-9), model
         if lay.pp > 1 and lay.vpp == 1:
             assert list(mem[:-1]) == sorted(mem[:-1], reverse=True)
+
+
+def test_a_multi_token_prediction_block_is_a_layer_of_the_last_chunk(h100):
+    """The timeline puts the MTP block on the last chunk, in a layer's slot under the embedding/loss-
+    aware split, and still reproduces the ledger's step without jitter."""
+    import dataclasses
+
+    m = dataclasses.replace(load_model("deepseek-v3"), mtp_layers=1)
+    lay = Layout(pp=4, vpp=4, dp=64, ep=64, global_batch=512, seq_len=4096, precision="fp8")
+    for fw in ("nemo-megatron", "megatron"):
+        f = get_framework(fw)
+        net = default_network(h100, num_gpus=256)
+        tl = simulate(m, layout=lay, gpu=h100, net=net, fw=f)
+        assert tl.step_time_s == pytest.approx(estimate(m, gpu=h100, num_gpus=256, layout=lay,
+                                                        framework=fw).step_time_s, rel=1e-9)
+        ex = simulate(m, layout=lay, gpu=h100, net=net, fw=f, exact_stages=True)
+        assert sum(map(sum, ex.layers)) == m.num_layers + 1 and ex.step_time_s <= tl.step_time_s * (1 + 1e-9)

@@ -595,3 +595,35 @@ def test_mla_up_projection_recompute_drops_q_k_v_and_runs_the_up_projections_aga
     with pytest.raises(InputError, match="no MLA"):
         estimate("llama3-70b", gpu=h100, num_gpus=64, layout=Layout(tp=8, pp=1, dp=8, global_batch=64,
                  recompute="selective", recompute_modules=("mla_up_proj",)))
+
+
+def test_multi_token_prediction_is_priced_on_the_last_pipeline_stage():
+    """DeepSeek-V3's MTP module: a block, its projection and the head once more on the last stage. With
+    Megatron-Core's embedding/loss-aware split (nemo-megatron) the block takes a layer's slot, as
+    Megatron-Bridge's layouts place it; without one it sits on top of the stage's layers. Either way
+    the ledger still sums to the step, the model FLOPs grow by the module's, and the last stage holds
+    a second set of logits."""
+    import dataclasses
+
+    from supercluster.models import load_model
+
+    ds = load_model("deepseek-v3")
+    mtp = dataclasses.replace(ds, mtp_layers=1)
+    lay = Layout(pp=16, dp=16, ep=8, global_batch=1024, seq_len=4096, precision="fp8")
+    for fw in ("nemo-megatron", "megatron"):
+        a = estimate(ds, gpu="b200", num_gpus=256, layout=lay, framework=fw)
+        b = estimate(mtp, gpu="b200", num_gpus=256, layout=lay, framework=fw)
+        assert sum(b.ledger.values()) == pytest.approx(b.step_time_s, rel=1e-12)
+        assert b.model_flops / a.model_flops == pytest.approx(
+            mtp.model_flops_per_token(4096) / ds.model_flops_per_token(4096), rel=1e-12)
+        assert b.step_time_s > a.step_time_s and b.memory_per_gpu_bytes > a.memory_per_gpu_bytes
+    # 61 layers + embedding + loss + MTP fill 16 stages x 4 slots: the last stage holds 2 layers and the
+    # block; on top of ceil(61 / 16) = 4 layers (megatron) it costs a whole layer and head more
+    slot = estimate(mtp, gpu="b200", num_gpus=256, layout=lay, framework="nemo-megatron")
+    top = estimate(mtp, gpu="b200", num_gpus=256, layout=lay, framework="megatron")
+    base = estimate(ds, gpu="b200", num_gpus=256, layout=lay, framework="megatron")
+    assert slot.step_time_s < top.step_time_s
+    assert top.step_time_s / base.step_time_s > slot.step_time_s / estimate(
+        ds, gpu="b200", num_gpus=256, layout=lay, framework="nemo-megatron").step_time_s
+    with pytest.raises(Exception, match="mtp_layers"):
+        dataclasses.replace(ds, mtp_layers=-1)

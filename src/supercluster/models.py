@@ -53,6 +53,11 @@ class ModelSpec:
     sliding_window: int = 0
     window_layers: int = 0
     attention_chunk: int = 0
+    #: multi-token prediction (DeepSeek-V3, arXiv:2412.19437 sec. 2.2): ``mtp_layers`` sequential
+    #: modules after the last layer, each two RMSNorms, a 2h -> h projection, one transformer block
+    #: like the model's last and the shared output head with its own loss, on the last pipeline
+    #: stage (Megatron-Core ``--mtp-num-layers``; Hugging Face ``num_nextn_predict_layers``)
+    mtp_layers: int = 0
     seq_len: int = 2048
     source: str = ""
 
@@ -63,7 +68,7 @@ class ModelSpec:
             require(isinstance(v, int) and v > 0, f"model.{f}", f"must be a positive integer, got {v!r}")
         for f in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_dim", "first_dense_layers",
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
-                  "window_layers", "attention_chunk"):
+                  "window_layers", "attention_chunk", "mtp_layers"):
             v = getattr(self, f)
             require(isinstance(v, int) and v >= 0, f"model.{f}", f"must be an integer >= 0, got {v!r}")
         require(self.mlp in GATED, "model.mlp", f"unknown activation {self.mlp!r}; allowed: {sorted(GATED)}")
@@ -142,6 +147,21 @@ class ModelSpec:
         return (self.top_k + self.num_shared_experts) * self.expert_params + self.d_model * self.num_experts
 
     @property
+    def mtp_block_params(self) -> int:
+        """One MTP module's own weights: a block like the last layer (all its experts), its
+        2h -> h projection and two norms (the embedding and the output head are the model's, shared)."""
+        h = self.d_model
+        mlp = self.moe_mlp_params if self.is_moe else self.dense_mlp_params
+        return self.attn_params + 4 * h + mlp + 2 * h * h
+
+    @property
+    def mtp_active_params(self) -> int:
+        """One MTP module's weights a token touches (MoE: top-k plus shared experts)."""
+        h = self.d_model
+        mlp = self.moe_active_mlp_params if self.is_moe else self.dense_mlp_params
+        return self.attn_params + 4 * h + mlp + 2 * h * h
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.d_model * (1 if self.tied_embeddings else 2)
 
@@ -150,20 +170,25 @@ class ModelSpec:
         """All parameters (norm weights included, biases ignored)."""
         per_layer = self.attn_params + 2 * self.d_model
         mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_mlp_params
-        return self.num_layers * per_layer + mlp + self.embedding_params + self.d_model
+        return (self.num_layers * per_layer + mlp + self.embedding_params + self.d_model
+                + self.mtp_layers * self.mtp_block_params)
 
     @property
     def num_active_params(self) -> int:
-        """Parameters used per token (MoE: top-k plus shared experts)."""
+        """Parameters used per token (MoE: top-k plus shared experts; MTP modules included)."""
         per_layer = self.attn_params + 2 * self.d_model
         mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_active_mlp_params
-        return self.num_layers * per_layer + mlp + self.embedding_params + self.d_model
+        return (self.num_layers * per_layer + mlp + self.embedding_params + self.d_model
+                + self.mtp_layers * self.mtp_active_params)
 
     # ---- FLOPs ---------------------------------------------------------------------------
     def matmul_params_per_token(self) -> int:
-        """Weights in matmuls per token: all layers' active weights plus the logit layer."""
+        """Weights in matmuls per token: all layers' active weights plus the logit layer; each MTP
+        module adds its block, its projection and the shared logit layer once more."""
         mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_active_mlp_params
-        return self.num_layers * self.attn_params + mlp + self.vocab_size * self.d_model
+        h = self.d_model
+        mtp = self.mtp_layers * (self.mtp_active_params - 4 * h + self.vocab_size * h)
+        return self.num_layers * self.attn_params + mlp + self.vocab_size * h + mtp
 
     def mean_keys(self, seq_len: Any, causal: bool) -> Any:
         """Keys a query attends to, averaged over tokens and layers (numpy arrays welcome).
@@ -187,8 +212,11 @@ class ModelSpec:
         return ((self.num_layers - self.window_layers) * full + self.window_layers * local) / self.num_layers
 
     def attention_flops_per_token(self, seq_len: Any, causal: bool) -> Any:
-        """Forward QK^T and A.V FLOPs per token over all layers (PaLM: 2 x 2 x L x a x d x s)."""
-        return 2.0 * self.num_layers * self.num_heads * (self.qk_dim + self.v_dim) * self.mean_keys(seq_len, causal)
+        """Forward QK^T and A.V FLOPs per token over all layers (PaLM: 2 x 2 x L x a x d x s); an
+        MTP block attends over the whole sequence."""
+        s = np.asarray(seq_len, dtype=float)
+        keys = self.num_layers * self.mean_keys(seq_len, causal) + self.mtp_layers * (s / 2.0 if causal else s)
+        return 2.0 * self.num_heads * (self.qk_dim + self.v_dim) * keys
 
     def model_flops_per_token(self, seq_len: int | float, causal: bool = False) -> float:
         """Training (fwd + bwd = 3 x fwd) model FLOPs per token, no recompute.
@@ -203,7 +231,7 @@ _REQUIRED = {"name", "num_layers", "d_model", "ffn_dim", "num_heads", "num_kv_he
              "vocab_size", "source"}
 _OPTIONAL = {"mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "moe_ffn_dim",
              "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "seq_len",
-             "sliding_window", "window_layers", "attention_chunk"}
+             "sliding_window", "window_layers", "attention_chunk", "mtp_layers"}
 
 
 @cache
@@ -325,6 +353,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         )
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
         ffn = get("intermediate_size_mlp", default=ffn)
+    fields["mtp_layers"] = int(get("num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
     try:
         return ModelSpec(
             key=key, name=str(get("_name_or_path", default=key)), num_layers=int(layers), d_model=int(h),

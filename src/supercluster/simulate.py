@@ -202,7 +202,12 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(model, gpu, net, fw,
                                                                            layout_columns(layout, fw)).items()}
     t_f, t_b = out["stage_forward_s"] / v, (out["stage_time_s"] - out["stage_forward_s"]) / v
-    split = chunk_layers(model.num_layers, p, v, out["split_counts_head"] > 0)
+    # MTP blocks are layer-like blocks on the last chunk: in the split's slots where the framework
+    # counts the embedding and the loss (as the cost model prices them), after its layers otherwise
+    counts_head = out["split_counts_head"] > 0
+    split = chunk_layers(model.num_layers + (model.mtp_layers if counts_head else 0), p, v, counts_head)
+    if not counts_head:
+        split[-1][-1] += model.mtp_layers
     layers = split if exact_stages else []
     # each stage's peak memory: the memory model's stage activations (its own layers, the
     # micro-batches this schedule holds, the last stage's logits) over the heaviest stage's weights,

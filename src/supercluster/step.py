@@ -289,28 +289,40 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # and the cross-entropy all-reduces three fp32 statistics per token (max, sum of exp, target).
     tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, s_tp)
     t_layer = t_fwd + t_bwd + t_rc + tp_x + cp_x + ep_x
+    # Multi-token prediction on the last stage: per module a block (priced as an average layer), its
+    # 2h -> h projection (a GEMM, forward and backward) and the shared head and loss once more.
+    mtp = float(model.mtp_layers)
+    proj_f = 2.0 * T * 2.0 * h * h / tp
+    t_proj = 3.0 * proj_f / ceiling
+    t_mtp_extra = mtp * (t_proj + t_head + tp_head)  # what an MTP module costs beyond a layer
     fwd_share = (t_fwd + tp_fx + cp_fx) / np.maximum(t_fwd + t_bwd + t_rc + tp_x + cp_x, 1e-30)
     # Heaviest stage: ceil(L / (pp vpp)) layers per virtual chunk, and the last stage also runs the
-    # head. A framework that counts the embedding and the loss as one layer each in the split
-    # (Megatron-Core account_for_*_in_pipeline_split) puts the head where a layer would be; it is
-    # used where it makes the slowest stage faster, and allows pp x vpp up to L + 2.
+    # head (and any MTP modules). A framework that counts the embedding and the loss as one layer each
+    # in the split (Megatron-Core account_for_*_in_pipeline_split) puts the head where a layer would
+    # be, and each MTP module in a layer's slot too (as Megatron-Bridge's DeepSeek-V3 layouts place
+    # their "m", e.g. "Et|(tt|)*30mL"); it is used where it makes the slowest stage faster, and
+    # allows pp x vpp up to L + 2 + mtp.
     Lh = np.ceil(L / (pp * vpp)) * vpp
-    t_stage = Lh * t_layer + t_head + tp_head
+    t_stage = (Lh + mtp) * t_layer + t_head + tp_head + t_mtp_extra
+    last_layers = Lh + mtp  # layer-like blocks on the last stage: its layers and the MTP blocks
     if fw.pp_split_counts_head:
-        Lh_bal = np.ceil((L + 2.0) / (pp * vpp)) * vpp
-        t_bal = np.maximum(Lh_bal * t_layer, (Lh_bal - 1.0) * t_layer + t_head + tp_head)
+        Lh_bal = np.ceil((L + 2.0 + mtp) / (pp * vpp)) * vpp
+        t_last = (Lh_bal - 1.0) * t_layer + t_head + tp_head + t_mtp_extra
+        t_bal = np.maximum(Lh_bal * t_layer, t_last)
         bal = (pp > 1) & ((t_bal < t_stage) | (pp * vpp > L))
         Lh, t_stage = np.where(bal, Lh_bal, Lh), np.where(bal, t_bal, t_stage)
         Lh_first = np.where(bal, Lh_bal - 1.0, Lh)  # the first stage holds the embedding in a layer's place
-        Lh_last = Lh_first  # and the last one the loss
+        last_layers = np.where(bal, Lh_bal - 1.0, Lh + mtp)  # and the last one the loss
         # The ledger charges the heaviest stage's work: a middle stage's Lh layers, or the last
-        # stage's Lh - 1 layers and the head, whichever is longer (not Lh layers and the head).
-        middle = bal & (Lh_bal * t_layer >= (Lh_bal - 1.0) * t_layer + t_head + tp_head)
-        Lc, head_on = np.where(bal & ~middle, Lh_bal - 1.0, Lh), np.where(middle, 0.0, 1.0)
+        # stage's Lh - 1 layer slots and the head, whichever is longer (not Lh layers and the head).
+        middle = bal & (Lh_bal * t_layer >= t_last)
+        Lc, head_on = np.where(bal & ~middle, Lh_bal - 1.0, Lh + mtp), np.where(middle, 0.0, 1.0)
     else:
-        Lh_first = Lh_last = Lh
-        Lc, head_on = Lh, np.ones_like(t_layer)
+        Lh_first = Lh
+        Lc, head_on = Lh + mtp, np.ones_like(t_layer)
+    Lh_last = last_layers
     bubble = (pp - 1.0) / vpp * t_stage
+    heads = head_on * (1.0 + mtp)  # the head runs once more per MTP module where the last stage is heaviest
 
     # Megatron's scatter/gather optimisation (Narayanan et al. 2021, section 4.1): without sequence
     # parallelism each TP rank sends 1/tp of the activation over its own NIC and the receiving
@@ -324,8 +336,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # ---- data parallel and optimizer -----------------------------------------------------
     shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
         model.num_shared_experts * model.expert_params + model.d_model * model.num_experts)
-    dense_params = (L * (w_attn + 2 * h) + shared_mlp) / (tp * pp) + V * h / tp
-    expert_params = model.num_moe_layers * model.num_experts * model.expert_params / (pp * ep * etp)
+    # (MTP modules counted like layers: their blocks take layer slots in the split)
+    mtp_experts = mtp * model.num_experts * model.expert_params
+    dense_params = (L * (w_attn + 2 * h) + shared_mlp + mtp * model.mtp_block_params - mtp_experts) / (tp * pp) \
+        + V * h / tp
+    expert_params = (model.num_moe_layers * model.num_experts * model.expert_params + mtp_experts) / (pp * ep * etp)
     dpg = dp * cp
     edpg = tp * dpg / (ep * etp)  # expert data-parallel group: ETP x EP x EDP = TP x CP x DP
     s_edp = np.where(etp == tp, s_dpcp * ep, s_tp * ep * etp)
@@ -384,16 +399,18 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     # ---- the ledger -----------------------------------------------------------------------
     # (Lc layers and head_on heads: the heaviest stage's work per micro-batch, which sums to t_stage)
-    ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + head_on * 3.0 * head_f / peak16)
+    ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + heads * 3.0 * head_f / peak16
+                 + head_on * mtp * 3.0 * proj_f / peak)
     gemm_ineff = m * (Lc * 3.0 * (t_gemm_f - gemm_f / peak)
-                      + head_on * 3.0 * (head_f / ceiling16 - head_f / peak16))
+                      + heads * 3.0 * (head_f / ceiling16 - head_f / peak16)
+                      + head_on * mtp * (t_proj - 3.0 * proj_f / peak))
     attn_ineff = m * Lc * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16)
     mem_ops = m * (Lc * (3.0 * t_mem_f + t_score_f + t_score_b + cp_mem_f + cp_mem_b)
-                   + head_on * 5.0 * 4.0 * T * V / tp / mem_bw)
+                   + heads * 5.0 * 4.0 * T * V / tp / mem_bw)
     ledger = {
         "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
         "memory_bound_ops": mem_ops, "recompute": m * Lc * t_rc,
-        "exposed_tp_comm": m * (Lc * tp_x + head_on * tp_head),
+        "exposed_tp_comm": m * (Lc * tp_x + heads * tp_head),
         "exposed_cp_comm": m * Lc * cp_x, "exposed_ep_comm": m * Lc * ep_x, "exposed_pp_comm": pp_x,
         "pipeline_bubble": bubble, "exposed_dp_comm": dp_x, "optimizer": t_opt,
     }
@@ -407,7 +424,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     num_gpus = tp * pp * dp * cp
     tokens = gbs * seq
     model_flops = tokens * model.model_flops_per_token(seq, causal=False)
-    fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - V * h) + tokens * \
+    fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - (1.0 + mtp) * V * h) + tokens * \
         model.attention_flops_per_token(seq, causal=False)
     sel_flops = tokens * (np.where(has["core_attn"], model.attention_flops_per_token(seq, causal=False), 0.0)
                           + 2.0 * L * (np.where(has["mlp"], w_dense, 0.0) + np.where(has["moe"], w_moe, 0.0)
@@ -427,11 +444,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         params_per_gpu=local,
         # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
         # timeline simulator lays out on the pipeline schedule
-        stage_time_s=t_stage, stage_forward_s=Lc * t_layer * fwd_share + head_on * (t_head / 3.0 + tp_head / 2.0),
-        # the parts of a stage, for a timeline with each stage's own layers (simulate --exact-stages)
-        layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head + tp_head,
-        head_forward_s=t_head / 3.0 + tp_head / 2.0, split_counts_head=np.asarray(bal, dtype=float)
-        if fw.pp_split_counts_head else np.zeros_like(t_layer),
+        stage_time_s=t_stage, stage_forward_s=Lc * t_layer * fwd_share + heads * (t_head / 3.0 + tp_head / 2.0)
+        + head_on * mtp * t_proj / 3.0,
+        # the parts of a stage, for a timeline with each stage's own layers (simulate --exact-stages);
+        # the last stage's head includes what its MTP modules cost beyond a layer each
+        layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head + tp_head + t_mtp_extra,
+        head_forward_s=(1.0 + mtp) * (t_head / 3.0 + tp_head / 2.0) + mtp * t_proj / 3.0,
+        split_counts_head=np.asarray(bal, dtype=float) if fw.pp_split_counts_head else np.zeros_like(t_layer),
     )
     return out
 
@@ -713,7 +732,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     # A recomputed layer needs its full activations once more during its backward; PyTorch ring
     # attention holds its working set (0 otherwise).
     extra = np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0) + ring_bytes
-    logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp
+    logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp * (1.0 + model.mtp_layers)  # MTP: one more each
     activations = np.maximum(stage_activation_bytes(Lh, per_tok * T, extra, logits, pp, vpp, m, 0),
                              stage_activation_bytes(Lh_last, per_tok * T, extra, logits, pp, vpp, m, pp - 1))
     total = weights + grads + optimizer + activations + FRAMEWORK_RESERVE_BYTES

@@ -93,12 +93,13 @@ def row_model(row: dict[str, str]) -> ModelSpec:
         require(_int(row, "moe_topk", preset.top_k) == preset.top_k, "moe_topk",
                 f"{row.get('moe_topk')} differs from the {preset.name} preset's {preset.top_k}")
         return dataclasses.replace(preset, key=row.get("id", "row"), name=row.get("model_name", preset.name),
-                                   seq_len=_int(row, "seq_len"))
+                                   seq_len=_int(row, "seq_len"), mtp_layers=_int(row, "mtp_layers", 0))
     moe = {"num_experts": experts, "top_k": _int(row, "moe_topk", 2), "moe_ffn_dim": ffn} if experts else {}
+    # (mtp_layers: an optional column beyond the shared format, the multi-token-prediction modules a run trained)
     return ModelSpec(key=row.get("id", "row"), name=row.get("model_name", "row"), num_layers=layers,
                      d_model=hidden, ffn_dim=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads", heads),
                      head_dim=head_dim, vocab_size=_int(row, "vocab", 51200), mlp=mlp, tied_embeddings=tied,
-                     seq_len=_int(row, "seq_len"), **moe)
+                     seq_len=_int(row, "seq_len"), mtp_layers=_int(row, "mtp_layers", 0), **moe)
 
 
 def parse_precision(text: str) -> str:
