@@ -232,3 +232,15 @@ def test_a_data_parallel_only_framework_gets_data_parallel_layouts(llama3_70b, h
                           ("pp", Layout(pp=2, dp=32, global_batch=256, seq_len=4096))):
         with pytest.raises(InputError, match=f"^{field}: framework composer has no"):
             estimate(llama3_70b, gpu=h100, num_gpus=64, layout=layout, framework=composer)
+
+
+def test_megatron_export_names_the_mtp_modules(tmp_path):
+    import dataclasses
+
+    from supercluster.models import load_model
+
+    ds = load_model("deepseek-v3")
+    lay = Layout(pp=16, dp=16, ep=8, global_batch=1024, seq_len=4096, sequence_parallel=False)
+    text, back = _megatron_round_trip(tmp_path, lay, dataclasses.replace(ds, mtp_layers=1))
+    assert "--mtp-num-layers 1" in text and back == lay
+    assert "--mtp-num-layers" not in launchers.export(lay, "megatron", ds)

@@ -82,6 +82,8 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
             a.append(f"--group-query-attention --num-query-groups {model.num_kv_heads}")
         if model.is_moe:
             a.append(f"--num-experts {model.num_experts} --moe-router-topk {model.top_k}")
+        if model.mtp_layers:
+            a.append(f"--mtp-num-layers {model.mtp_layers}")
     return " \\\n  ".join(a)
 
 
