@@ -16,6 +16,8 @@ from supercluster.network import TwoLevelNetwork
 from supercluster.step import LEDGER, step_columns
 
 MODEL = load_model("llama3-70b")
+# the same with a multi-token-prediction module on its last stage (the pricing DeepSeek-V3 runs use)
+MODELS = st.sampled_from([MODEL, dataclasses.replace(MODEL, mtp_layers=1)])
 GPU = get_gpu("h100-sxm")
 # Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
 FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
@@ -40,9 +42,9 @@ def cols(d: dict[str, int]) -> dict[str, np.ndarray]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(layouts, FRAMEWORKS)
-def test_ledger_sums_exactly_and_parts_are_non_negative(d, fw):
-    out = step_columns(MODEL, GPU, NET, fw, cols(d))
+@given(layouts, FRAMEWORKS, MODELS)
+def test_ledger_sums_exactly_and_parts_are_non_negative(d, fw, model):
+    out = step_columns(model, GPU, NET, fw, cols(d))
     total = sum(out[name] for name in LEDGER)
     assert np.allclose(total, out["step_time_s"], rtol=1e-12)
     assert all(np.all(out[name] >= 0) for name in LEDGER)
@@ -50,12 +52,12 @@ def test_ledger_sums_exactly_and_parts_are_non_negative(d, fw):
 
 
 @settings(max_examples=100, deadline=None)
-@given(layouts, st.floats(1.0, 10.0), st.floats(1.0, 10.0), FRAMEWORKS)
-def test_more_bandwidth_is_never_slower(d, up, out_factor, fw):
+@given(layouts, st.floats(1.0, 10.0), st.floats(1.0, 10.0), FRAMEWORKS, MODELS)
+def test_more_bandwidth_is_never_slower(d, up, out_factor, fw, model):
     faster = TwoLevelNetwork(domain_size=NET.domain_size, scaleup_busbw_bytes_per_s=NET.scaleup_busbw_bytes_per_s * up,
                              scaleout_bytes_per_s=NET.scaleout_bytes_per_s * out_factor)
-    a = step_columns(MODEL, GPU, NET, fw, cols(d))["step_time_s"]
-    b = step_columns(MODEL, GPU, faster, fw, cols(d))["step_time_s"]
+    a = step_columns(model, GPU, NET, fw, cols(d))["step_time_s"]
+    b = step_columns(model, GPU, faster, fw, cols(d))["step_time_s"]
     assert np.all(b <= a * (1 + 1e-12))
 
 
@@ -70,13 +72,13 @@ def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm, fw):
 
 
 @settings(max_examples=100, deadline=None)
-@given(layouts, FRAMEWORKS)
-def test_memory_never_grows_with_tp_pp_or_zero(d, fw):
-    base = step_columns(MODEL, GPU, NET, fw, cols(d))["memory_per_gpu_bytes"]
+@given(layouts, FRAMEWORKS, MODELS)
+def test_memory_never_grows_with_tp_pp_or_zero(d, fw, model):
+    base = step_columns(model, GPU, NET, fw, cols(d))["memory_per_gpu_bytes"]
     for key, values in (("tp", [1, 2, 4, 8]), ("zero", [0, 1, 2, 3])):
         bigger = [v for v in values if v > d[key]]
         if bigger:
-            more = step_columns(MODEL, GPU, NET, fw, cols({**d, key: bigger[0]}))["memory_per_gpu_bytes"]
+            more = step_columns(model, GPU, NET, fw, cols({**d, key: bigger[0]}))["memory_per_gpu_bytes"]
             assert np.all(more <= base * (1 + 1e-12)), key
     # One documented exception: torchtitan keeps each stage's FSDP parameters gathered once PP is on
     # (reshard_after_forward off, gradients accumulated unsharded; its published 405B TP8 PP8 memory
