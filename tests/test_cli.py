@@ -30,6 +30,17 @@ def test_estimate_json_has_the_contract_keys():
     assert d["tokens_per_s"] == pytest.approx(128 * 8192 / d["step_time_s"])
 
 
+def test_estimate_prices_deepseek_v3_with_its_mtp_module():
+    args = ["estimate", "--gpu", "b200", "--gpus", "256", "--tp", "1", "--pp", "16", "--vpp", "1", "--ep", "8",
+            "--global-batch", "1024", "--seq-len", "4096", "--precision", "fp8", "--json"]
+    plain = json.loads(runner.invoke(app, [*args, "--model", "deepseek-v3"]).output)
+    r = runner.invoke(app, [*args, "--model", "deepseek-v3+mtp"])
+    assert r.exit_code == 0, r.output
+    mtp = json.loads(r.output)
+    assert mtp["step_time_s"] > plain["step_time_s"] and mtp["memory_per_gpu_bytes"] > plain["memory_per_gpu_bytes"]
+    assert sum(mtp["ledger"].values()) == pytest.approx(mtp["step_time_s"], rel=1e-9)
+
+
 def test_estimate_default_is_llama3_405b_on_16k_h100():
     r = runner.invoke(app, ["estimate"])
     assert r.exit_code == 0

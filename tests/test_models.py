@@ -194,3 +194,15 @@ def test_sliding_window_attention_counts_only_the_window(tmp_path):
             "sliding_window": 4096, "use_sliding_window": False}
     p.write_text(json.dumps(cfg2))
     assert load_model(str(p)).window_layers == 0
+
+
+def test_a_plus_mtp_suffix_adds_multi_token_prediction_modules(tmp_path):
+    ds = load_model("deepseek-v3")
+    one, two = load_model("deepseek-v3+mtp"), load_model("deepseek-v3+mtp2")
+    assert (one.mtp_layers, two.mtp_layers, ds.mtp_layers) == (1, 2, 0)
+    assert one.name == "DeepSeek-V3 671B + 1 MTP" and two.num_params - one.num_params == one.num_params - ds.num_params
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DSV3_HF))
+    assert load_model(f"{path}+mtp").mtp_layers == 1 and load_model(str(path)).mtp_layers == 0
+    with pytest.raises(InputError, match=r"unknown model 'nope'.*\+mtp"):
+        load_model("nope+mtp")

@@ -40,7 +40,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 # Options several commands share (each command sets its own default).
-ModelOpt = Annotated[str, typer.Option(help="preset key or path to a Hugging Face config.json")]
+ModelOpt = Annotated[str, typer.Option(help="preset key or path to a Hugging Face config.json; a +mtp / +mtpN "
+                                             "suffix adds N multi-token-prediction modules (deepseek-v3+mtp)")]
 GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")]
 GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]

@@ -9,7 +9,9 @@ DeepSeek, interleaved in Llama 4 Maverick; only the count enters the cost).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -386,8 +388,16 @@ def _hf_moe_layers(get: Any, L: int) -> int:
     return L - int(get("first_k_dense_replace", default=0) or 0)
 
 
+#: a model reference ending in ``+mtp`` or ``+mtpN`` trains N (1) multi-token-prediction modules
+MTP_SUFFIX = re.compile(r"\+mtp(\d*)$")
+
+
 def load_model(ref: str) -> ModelSpec:
-    """A preset key or a path to a Hugging Face ``config.json``."""
+    """A preset key or a path to a Hugging Face ``config.json``; a ``+mtp`` / ``+mtpN`` suffix sets
+    its multi-token-prediction modules (``deepseek-v3+mtp``: the way DeepSeek-V3 trains)."""
+    if m := MTP_SUFFIX.search(ref):
+        base, n = load_model(ref[:m.start()]), int(m.group(1) or 1)
+        return dataclasses.replace(base, key=ref, name=f"{base.name} + {n} MTP" if n else base.name, mtp_layers=n)
     cat = model_catalog()
     if ref in cat:
         return cat[ref]
@@ -400,4 +410,5 @@ def load_model(ref: str) -> ModelSpec:
             raise InputError("model", f"{ref} is not valid JSON ({exc})") from exc
         require(isinstance(cfg, dict), "model", f"{ref} must hold a JSON object")
         return from_hf_config(cfg, key=path.stem)
-    raise InputError("model", f"unknown model {ref!r}; presets: {', '.join(sorted(cat))}; or a config.json path")
+    raise InputError("model", f"unknown model {ref!r}; presets: {', '.join(sorted(cat))}; or a config.json path "
+                              "(either may end in +mtp or +mtpN: N multi-token-prediction modules)")
