@@ -93,7 +93,7 @@ KNOWN_MEMORY_MISSES = {"NAR-T2-ZeRO3-530B-640", "DGXC-N4-340B-bf16-128", "DGXC-N
 # Held-out MoE recipes predicted not to fit: they recompute modules or offload (Megatron-Core
 # recompute_modules, paged stash) and the published tables do not say which each container version
 # used (the GPT-OSS configs read name layernorm + moe_act for some). Listed so that a change that
-# makes more MoE runs "not fit" shows up; 27 of the 37 scored MoE rows fit. DeepSeek-V3's own run
+# makes more MoE runs "not fit" shows up; 29 of the 38 scored MoE rows fit. DeepSeek-V3's own run
 # (2,048 H800, PP16 EP64, micro-batch not published) is priced at about 106 GiB: its report lists
 # savings the model does not price (SwiGLU inputs cached in FP8 with the output recomputed, the
 # attention output cached once in E5M6, BF16 Adam moments; DualPipe's second parameter copy goes the
