@@ -148,20 +148,21 @@ class ModelSpec:
         """Weights one token touches in an MoE MLP."""
         return (self.top_k + self.num_shared_experts) * self.expert_params + self.d_model * self.num_experts
 
+    def _mtp_module_params(self, mlp: int) -> int:
+        """One MTP module with an MLP of ``mlp`` weights: its block's attention, its 2h -> h projection
+        and two norms (the embedding and the output head are the model's, shared)."""
+        h = self.d_model
+        return self.attn_params + 4 * h + mlp + 2 * h * h
+
     @property
     def mtp_block_params(self) -> int:
-        """One MTP module's own weights: a block like the last layer (all its experts), its
-        2h -> h projection and two norms (the embedding and the output head are the model's, shared)."""
-        h = self.d_model
-        mlp = self.moe_mlp_params if self.is_moe else self.dense_mlp_params
-        return self.attn_params + 4 * h + mlp + 2 * h * h
+        """One MTP module's own weights: a block like the last layer (all its experts)."""
+        return self._mtp_module_params(self.moe_mlp_params if self.is_moe else self.dense_mlp_params)
 
     @property
     def mtp_active_params(self) -> int:
         """One MTP module's weights a token touches (MoE: top-k plus shared experts)."""
-        h = self.d_model
-        mlp = self.moe_active_mlp_params if self.is_moe else self.dense_mlp_params
-        return self.attn_params + 4 * h + mlp + 2 * h * h
+        return self._mtp_module_params(self.moe_active_mlp_params if self.is_moe else self.dense_mlp_params)
 
     @property
     def embedding_params(self) -> int:

@@ -304,7 +304,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # allows pp x vpp up to L + 2 + mtp.
     Lh = np.ceil(L / (pp * vpp)) * vpp
     t_stage = (Lh + mtp) * t_layer + t_head + tp_head + t_mtp_extra
-    last_layers = Lh + mtp  # layer-like blocks on the last stage: its layers and the MTP blocks
+    # (Lh_last: layer-like blocks on the last stage, its layers and the MTP blocks)
     if fw.pp_split_counts_head:
         Lh_bal = np.ceil((L + 2.0 + mtp) / (pp * vpp)) * vpp
         t_last = (Lh_bal - 1.0) * t_layer + t_head + tp_head + t_mtp_extra
@@ -312,15 +312,14 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         bal = (pp > 1) & ((t_bal < t_stage) | (pp * vpp > L))
         Lh, t_stage = np.where(bal, Lh_bal, Lh), np.where(bal, t_bal, t_stage)
         Lh_first = np.where(bal, Lh_bal - 1.0, Lh)  # the first stage holds the embedding in a layer's place
-        last_layers = np.where(bal, Lh_bal - 1.0, Lh + mtp)  # and the last one the loss
+        Lh_last = np.where(bal, Lh_bal - 1.0, Lh + mtp)  # and the last one the loss
         # The ledger charges the heaviest stage's work: a middle stage's Lh layers, or the last
         # stage's Lh - 1 layer slots and the head, whichever is longer (not Lh layers and the head).
         middle = bal & (Lh_bal * t_layer >= t_last)
         Lc, head_on = np.where(bal & ~middle, Lh_bal - 1.0, Lh + mtp), np.where(middle, 0.0, 1.0)
     else:
-        Lh_first = Lh
+        Lh_first, Lh_last = Lh, Lh + mtp
         Lc, head_on = Lh + mtp, np.ones_like(t_layer)
-    Lh_last = last_layers
     bubble = (pp - 1.0) / vpp * t_stage
     heads = head_on * (1.0 + mtp)  # the head runs once more per MTP module where the last stage is heaviest
 

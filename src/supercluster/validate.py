@@ -78,6 +78,8 @@ def row_model(row: dict[str, str]) -> ModelSpec:
     # the preset with the same shape; its MLP width (dense, or expert) must match too (Nemotron 8B and
     # Llama 2 7B share 32 x 4096 x 32 but not their MLPs), then MoE-ness and vocabulary break ties
     is_moe, vocab = _int(row, "moe_experts", 0) > 0, _int(row, "vocab", 0)
+    # (mtp_layers: an optional column beyond the shared format, the multi-token-prediction modules a run trained)
+    mtp = _int(row, "mtp_layers", 0)
     same = [m for m in model_catalog().values() if (m.num_layers, m.d_model, m.num_heads) == (layers, hidden, heads)
             and ffn in (m.ffn_dim, m.moe_ffn_dim)]
     preset = max(same, key=lambda m: (m.is_moe == is_moe, m.vocab_size == vocab), default=None)
@@ -93,13 +95,12 @@ def row_model(row: dict[str, str]) -> ModelSpec:
         require(_int(row, "moe_topk", preset.top_k) == preset.top_k, "moe_topk",
                 f"{row.get('moe_topk')} differs from the {preset.name} preset's {preset.top_k}")
         return dataclasses.replace(preset, key=row.get("id", "row"), name=row.get("model_name", preset.name),
-                                   seq_len=_int(row, "seq_len"), mtp_layers=_int(row, "mtp_layers", 0))
+                                   seq_len=_int(row, "seq_len"), mtp_layers=mtp)
     moe = {"num_experts": experts, "top_k": _int(row, "moe_topk", 2), "moe_ffn_dim": ffn} if experts else {}
-    # (mtp_layers: an optional column beyond the shared format, the multi-token-prediction modules a run trained)
     return ModelSpec(key=row.get("id", "row"), name=row.get("model_name", "row"), num_layers=layers,
                      d_model=hidden, ffn_dim=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads", heads),
                      head_dim=head_dim, vocab_size=_int(row, "vocab", 51200), mlp=mlp, tied_embeddings=tied,
-                     seq_len=_int(row, "seq_len"), mtp_layers=_int(row, "mtp_layers", 0), **moe)
+                     seq_len=_int(row, "seq_len"), mtp_layers=mtp, **moe)
 
 
 def parse_precision(text: str) -> str:
