@@ -627,3 +627,30 @@ def test_multi_token_prediction_is_priced_on_the_last_pipeline_stage():
         ds, gpu="b200", num_gpus=256, layout=lay, framework="nemo-megatron").step_time_s
     with pytest.raises(Exception, match="mtp_layers"):
         dataclasses.replace(ds, mtp_layers=-1)
+
+
+def test_flashattention_in_triton_runs_at_the_fa2_papers_ratios_below_fa2():
+    """FA2 paper section 4.1: FA2 is 1.3-1.5x faster than FlashAttention in Triton forward, about 2x
+    backward. MPT's Composer runs (attn_impl 'triton') price attention from those ratios."""
+    from supercluster.framework import attention_efficiency, get_framework
+
+    assert get_framework("composer").attention == "triton"
+    for arch, fa2 in (("ampere", "sdpa"), ("hopper", "sdpa")):
+        tri, ref = attention_efficiency("triton", arch), attention_efficiency(fa2, arch)
+        assert tri.fwd_frac == pytest.approx(ref.fwd_frac / 1.4) and tri.bwd_frac == pytest.approx(ref.bwd_frac / 2)
+    # By hand, Llama 3 8B at 32K tokens on A100 (one micro-batch per GPU): causal attention forward is
+    # 2 T a (dq + dv) keys FLOPs per layer; forward at fwd_frac, backward (2.5x) at bwd_frac of the
+    # clocked peak; the ledger's ideal counts 3x forward at peak, the rest is attention inefficiency.
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+
+    model, gpu = load_model("llama3-8b"), get_gpu("a100-80gb")
+    lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, seq_len=32768, recompute="none", zero_stage=3)
+    r = estimate(model, gpu=gpu, num_gpus=8, layout=lay, framework="composer")
+    tri = attention_efficiency("triton", "ampere")
+    peak = gpu.peak("bf16")
+    attn_f = 2 * 32768 * 32 * 256 * model.mean_keys(32768, causal=True)
+    t = attn_f / (peak * gpu.clock_frac) * (1 / tri.fwd_frac + 2.5 / tri.bwd_frac)
+    assert r.ledger["attention_inefficiency"] == pytest.approx(32 * (t - 3 * attn_f / peak), rel=1e-9)
+    with pytest.raises(Exception, match="no efficiency for kernel 'nope'"):
+        attention_efficiency("nope", "ampere")

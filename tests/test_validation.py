@@ -150,13 +150,15 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     assert mape["dense"] <= 0.08 and max(abs(r.error) for r in dense) <= 0.30
     assert mape["moe"] <= 0.27
     # MosaicML's MPT tables (2023, Composer + FSDP, 125M-70B on 8-128 A100 / H100, BF16 and the H100 FP8
-    # table): today 17.7 %, 57 rows, -43 .. +12 %; priced too fast at 16K-64K tokens (MPT's triton
-    # FlashAttention priced as FA2) and on H100 (2023 software on a then-new GPU: MPT's H100 MFU is about
-    # 40 % where its A100 MFU is 55-64 %).
-    assert len(mpt) == 57 and mape["mpt"] <= 0.19 and max(abs(r.error) for r in mpt) <= 0.45
+    # table): today 8.2 %, 57 rows, -27 .. +15 %. Their attention is FlashAttention in Triton (the
+    # benchmark script's --attn_impl default), priced from the FA2 paper's FA2-vs-Triton ratios; priced as
+    # FA2 instead, the 16K-64K rows were 13-43 % too fast, growing with the share of attention.
+    assert len(mpt) == 57 and mape["mpt"] <= 0.09 and max(abs(r.error) for r in mpt) <= 0.30
     seq = {r["id"]: int(r["seq_len"]) for r in load_rows("heldout")}
     a100 = [r for r in mpt if r.gpu.startswith("a100") and seq[r.id] <= 8192]
-    assert len(a100) == 24 and sum(abs(r.error) for r in a100) / len(a100) <= 0.12
+    assert len(a100) == 24 and sum(abs(r.error) for r in a100) / len(a100) <= 0.08
+    long = [r for r in mpt if seq[r.id] > 8192]
+    assert len(long) == 11 and max(abs(r.error) for r in long) <= 0.16
     # Megatron-Bridge's tables (the DGX Cloud README's 128-GB200 DeepSeek-V3 example is an early run at a
     # quarter of their per-GPU rate: -68 %, reported, not bounded here)
     large_nvl72 = [r for r in moe if r.id.startswith("MB") and ("GB200" in r.id or "GB300" in r.id)
