@@ -113,6 +113,11 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["simulate", "--layout", "tp1-pp2-dp4", "--gpus", "8", "--model", "llama3-8b", "--global-batch", "16",
       "--framework", "composer"], "pp"),
     (["simulate", "--layout", "tp4-pp4-dp4", "--trace", "/nonexistent/dir/t.json"], "trace"),
+    # the real culprit is named before the data-parallel degree is derived from the defaults
+    (["estimate", "--gpus", "8", "--model", "nope"], "model"),
+    (["estimate", "--gpus", "8", "--seq-len", "-5"], "seq_len"),
+    (["estimate", "--gpus", "8", "--dp", "-1"], "dp"),
+    (["estimate", "--gpus", "8", "--tp", "3"], "dp: gpus 8 is not divisible by tp x pp x cp = 3 x 16 x 1 (defaults"),
 ])
 def test_bad_input_is_one_line_exit_2(args, field):
     r = run(*args)

@@ -169,12 +169,21 @@ def estimate(
         return
     if vpp is None:
         vpp = 4 if pp > 1 else 1
-    if gpus <= 0:
-        raise InputError("gpus", f"must be a positive integer, got {gpus}")
+    # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
+    load_model(model)
+    get_gpu(gpu)
+    for field, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("micro_batch", micro_batch),
+                         ("global_batch", global_batch), ("seq_len", seq_len)):
+        if value <= 0:
+            raise InputError(field, f"must be a positive integer, got {value}")
+    if dp < 0:
+        raise InputError("dp", f"must be >= 0 (0 = gpus / (tp pp cp)), got {dp}")
     if dp == 0:
         denom = tp * pp * cp
-        if denom <= 0 or gpus % denom:
-            raise InputError("dp", f"gpus {gpus} is not divisible by tp x pp x cp = {tp} x {pp} x {cp}; give --dp")
+        if gpus % denom:
+            raise InputError("dp", f"gpus {gpus} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} (defaults: "
+                             "tp 8, pp 16, the 16,384-GPU Llama 3 405B layout); give --tp / --pp / --cp that "
+                             "divide the GPU count, or --dp")
         dp = gpus // denom
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, global_batch=global_batch,
                     seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
