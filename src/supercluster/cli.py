@@ -239,14 +239,21 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
+    from rich.progress import Progress
+
     from .framework import get_framework
     from .launchers import export as export_layout
     from .planner import plan as run_plan
 
     m, g = load_model(model), get_gpu(gpu)
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
-    res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=get_framework(framework),
-                   objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd)
+    # a bar while the layouts are priced (MoE searches run to millions of layouts, several seconds);
+    # transient and on stderr, so --json and --export stay clean
+    with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("pricing layouts", total=None)
+        res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=get_framework(framework),
+                       objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,
+                       progress=lambda done, total: bar.update(task, completed=done, total=total))
     if export:
         typer.echo(export_layout(res.best.layout, export, m), nl=False)
         return
