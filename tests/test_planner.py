@@ -68,6 +68,17 @@ def test_pareto_mask_keeps_only_non_dominated():
     a = np.array([1.0, 2.0, 3.0, 2.0])
     b = np.array([3.0, 2.0, 1.0, 3.0])
     assert pareto_mask(a, b).tolist() == [True, True, True, False]
+    # by definition, on random points with ties: a kept row is dominated by no row; a dropped row is
+    # dominated by some row or repeats a kept one
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        n = int(rng.integers(1, 40))
+        a, b = rng.integers(0, 6, n).astype(float), rng.integers(0, 6, n).astype(float)
+        keep = pareto_mask(a, b)
+        for i in range(n):
+            dominated = any(a[j] <= a[i] and b[j] <= b[i] and (a[j] < a[i] or b[j] < b[i]) for j in range(n))
+            repeat = any(keep[j] and j != i and a[j] == a[i] and b[j] == b[i] for j in range(n))
+            assert keep[i] == (not dominated and not repeat)
 
 
 def test_cost_objective_may_use_fewer_gpus(llama3_70b, h100, megatron):
