@@ -654,3 +654,41 @@ def test_flashattention_in_triton_runs_at_the_fa2_papers_ratios_below_fa2():
     assert r.ledger["attention_inefficiency"] == pytest.approx(32 * (t - 3 * attn_f / peak), rel=1e-9)
     with pytest.raises(Exception, match="no efficiency for kernel 'nope'"):
         attention_efficiency("nope", "ampere")
+
+
+def test_torchtitan_splits_the_pipeline_with_lighter_first_and_last_stages():
+    """torchtitan's generate_split_points: first chunk floor(L / stages), middle chunks one more while
+    the remainder lasts, the last chunk the rest. Llama 3 405B (126 layers) on 8 stages: 15, 16 x 6,
+    15 + head, so the heaviest stage is a middle one of 16 layers, where the even split prices
+    ceil(126 / 8) = 16 layers and the head together."""
+    import dataclasses
+
+    from supercluster.framework import get_framework, resolve_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+    from supercluster.step import chunk_layers, step_breakdown
+
+    assert [sum(x) for x in chunk_layers(126, 8, 1, split="middle")] == [15, 16, 16, 16, 16, 16, 16, 15]
+    split = chunk_layers(126, 8, 2, split="middle")  # stage s holds chunks s and s + 8
+    assert split[0] == [7, 8] and split[-1] == [8, 7]
+    assert [sum(x) for x in chunk_layers(10, 4, 1, split="middle")] == [2, 3, 3, 2]
+    assert [sum(x) for x in chunk_layers(11, 2, 1, split="middle")] == [5, 6]  # no middle: the last takes the rest
+    tt = get_framework("torchtitan")
+    assert tt.pp_split == "middle" and get_framework("megatron").pp_split == "even"
+    # the embedding-split option replaces the split
+    assert resolve_framework("torchtitan+embedding-split", 2025)[0].pp_split == "even"
+
+    model, gpu = load_model("llama3-405b"), get_gpu("h100-sxm")
+    lay = Layout(tp=8, pp=8, dp=2, micro_batch=1, global_batch=16, seq_len=8192, recompute="full", zero_stage=1)
+    net = default_network(gpu, num_gpus=128)
+    mid = step_breakdown(model, layout=lay, gpu=gpu, net=net, fw=tt)
+    even = step_breakdown(model, layout=lay, gpu=gpu, net=net, fw=dataclasses.replace(tt, pp_split="even"))
+    assert mid.step_time_s < even.step_time_s
+    # the bubble is (pp - 1) slots of the heaviest stage: 16 layers under "middle", 16 and the head under "even"
+    assert 0.9 < mid.ledger["pipeline_bubble"] / even.ledger["pipeline_bubble"] < 1.0
+    assert sum(mid.ledger.values()) == pytest.approx(mid.step_time_s, rel=1e-12)
+    # the timeline simulator lays out the same chunks
+    from supercluster.simulate import simulate
+
+    tl = simulate(model, layout=dataclasses.replace(lay, vpp=2), gpu=gpu, net=net, fw=tt, exact_stages=True)
+    assert [list(x) for x in tl.layers] == chunk_layers(126, 8, 2, split="middle")

@@ -50,6 +50,11 @@ class Framework:
     era_of: str = ""
     until_year: int = 0
     pp_split_counts_head: bool = False
+    #: how the layers are cut into pipeline chunks: "even" = ceil(L / (pp vpp)) on the heaviest chunk
+    #: (Megatron: L divisible, or the remainder spread over the first chunks); "middle" = torchtitan's
+    #: generate_split_points: the first and the last chunk take floor(L / (pp vpp)) layers, the middle
+    #: chunks one more each until the remainder is used, the last chunk whatever is left
+    pp_split: str = "even"
     fp8_param_gather: bool = False
     #: EP overlap limited by the compute it runs under (Megatron-Core); False with ep_overlap = the
     #: framework's documentation says the all-to-all is fully hidden (DeepSeek's DualPipe)
@@ -102,7 +107,7 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
-                "until_year", "pp_split_counts_head",
+                "until_year", "pp_split_counts_head", "pp_split",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
                 "zero3_gather_copy_bytes", "fsdp_pp_unsharded", "tensor_parallel", "pipeline_parallel",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit"}
@@ -119,6 +124,10 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.elementwise", "must be 'fused' or 'eager'")
         if t.get("cp_rotate", "p2p") not in ("p2p", "allgather"):
             raise InputError(f"framework {key}.cp_rotate", "must be 'p2p' or 'allgather'")
+        if t.get("pp_split", "even") not in ("even", "middle"):
+            raise InputError(f"framework {key}.pp_split", "must be 'even' or 'middle'")
+        if t.get("pp_split", "even") == "middle" and t.get("pp_split_counts_head", False):
+            raise InputError(f"framework {key}.pp_split", "'middle' does not combine with pp_split_counts_head")
         out[key] = Framework(key=key, **t)
     return out
 
@@ -167,7 +176,7 @@ def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
     if EP_OVERLAP_SUFFIX in mods:
         fw = replace(fw, key=fw.key + EP_OVERLAP_SUFFIX, ep_overlap=True, ep_overlap_bounded=True)
     if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
-        fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True)
+        fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True, pp_split="even")
     return fw
 
 

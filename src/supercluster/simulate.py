@@ -39,7 +39,7 @@ from .hardware import GpuSpec
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import layout_columns, stage_activation_bytes, step_columns
+from .step import chunk_layers, layout_columns, stage_activation_bytes, step_columns
 
 
 class Engine:
@@ -173,21 +173,6 @@ class Timeline:
         return {"traceEvents": ev, "displayTimeUnit": "ms"}
 
 
-def chunk_layers(num_layers: int, pp: int, vpp: int, counts_head: bool) -> list[list[int]]:
-    """Transformer layers on each (stage, chunk): the L (or L + 2, where the embedding and the loss
-    take a layer's slot each) slots spread evenly over the pp x vpp chunks in model order (chunk c
-    of stage s is virtual stage c pp + s), the earlier chunks taking the remainder."""
-    n = pp * vpp
-    slots = num_layers + (2 if counts_head else 0)
-    base, rem = divmod(slots, n)
-    per = [base + (1 if k < rem else 0) for k in range(n)]
-    if counts_head:
-        per[0] -= 1
-        per[-1] -= 1
-    require(min(per) >= 0, "pp", f"pp x vpp = {pp} x {vpp} leaves a chunk without a layer")
-    return [[per[c * pp + s] for c in range(vpp)] for s in range(pp)]
-
-
 def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
              jitter: float = 0.0, seed: int = 0, exact_stages: bool = False) -> Timeline:
     """Lay one training step of ``layout`` out on its pipeline schedule (see the module docstring)."""
@@ -205,7 +190,8 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     # MTP blocks are layer-like blocks on the last chunk: in the split's slots where the framework
     # counts the embedding and the loss (as the cost model prices them), after its layers otherwise
     counts_head = out["split_counts_head"] > 0
-    split = chunk_layers(model.num_layers + (model.mtp_layers if counts_head else 0), p, v, counts_head)
+    split = chunk_layers(model.num_layers + (model.mtp_layers if counts_head else 0), p, v, counts_head,
+                         fw.pp_split)
     if not counts_head:
         split[-1][-1] += model.mtp_layers
     layers = split if exact_stages else []

@@ -112,6 +112,51 @@ def rank_strides(order: str, tp: np.ndarray, cp: np.ndarray, dp: np.ndarray,
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 
 
+def chunk_layers(num_layers: int, pp: int, vpp: int, counts_head: bool = False,
+                 split: str = "even") -> list[list[int]]:
+    """Transformer layers on each (stage, chunk); chunk c of stage s is virtual stage c pp + s.
+
+    ``split`` "even": the L (or L + 2, where the embedding and the loss take a layer's slot each)
+    slots spread evenly in model order, the earlier chunks taking the remainder. "middle"
+    (torchtitan's generate_split_points): the first chunk takes floor(L / (pp vpp)), each middle
+    chunk one more while the remainder lasts, the last chunk what is left."""
+    n = pp * vpp
+    if split == "middle":
+        base, extra = divmod(num_layers, n)
+        per = [base] * n
+        for k in range(1, n - 1):
+            if extra == 0:
+                break
+            per[k] += 1
+            extra -= 1
+        per[-1] += extra
+    else:
+        slots = num_layers + (2 if counts_head else 0)
+        base, rem = divmod(slots, n)
+        per = [base + (1 if k < rem else 0) for k in range(n)]
+        if counts_head:
+            per[0] -= 1
+            per[-1] -= 1
+    require(min(per) >= 0 and (split != "middle" or min(per) >= 1), "pp",
+            f"pp x vpp = {pp} x {vpp} leaves a chunk without a layer")
+    return [[per[c * pp + s] for c in range(vpp)] for s in range(pp)]
+
+
+def _middle_split_stages(num_layers: int, pp: np.ndarray, vpp: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, under the "middle" split: layers of the first stage, of the last stage and the most
+    any stage but the last holds (each summed over its chunks)."""
+    first, last, other = (np.zeros(pp.shape) for _ in range(3))
+    code = pp.astype(np.int64) * 4096 + vpp.astype(np.int64)
+    for c in np.unique(code):
+        p, v = int(c // 4096), int(c % 4096)
+        stages = [sum(x) for x in chunk_layers(num_layers, p, v, split="middle")] if p * v <= num_layers \
+            else [num_layers] * p  # (refused by Layout.check_model; kept finite here)
+        sel = code == c
+        first[sel], last[sel], other[sel] = stages[0], stages[-1], max(stages[:-1] or [0])
+    return first, last, other
+
+
 def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                  cols: dict[str, np.ndarray], rank_order: str = DEFAULT_RANK_ORDER) -> dict[str, np.ndarray]:
     """Price every layout row of ``cols``; returns columns (seconds, bytes, FLOPs).
@@ -317,6 +362,16 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # stage's Lh - 1 layer slots and the head, whichever is longer (not Lh layers and the head).
         middle = bal & (Lh_bal * t_layer >= t_last)
         Lc, head_on = np.where(bal & ~middle, Lh_bal - 1.0, Lh + mtp), np.where(middle, 0.0, 1.0)
+    elif fw.pp_split == "middle":
+        # torchtitan's split: the last stage holds its (fewer) layers and the head; the heaviest stage
+        # is whichever of it and the fullest middle stage takes longer
+        first, last, other = _middle_split_stages(L, pp, vpp)
+        t_last = (last + mtp) * t_layer + t_head + tp_head + t_mtp_extra
+        t_stage = np.maximum(other * t_layer, t_last)
+        middle = other * t_layer > t_last
+        Lh = np.where(middle, other, last)
+        Lh_first, Lh_last = first, last + mtp
+        Lc, head_on = np.where(middle, other, last + mtp), np.where(middle, 0.0, 1.0)
     else:
         Lh_first, Lh_last = Lh, Lh + mtp
         Lc, head_on = Lh + mtp, np.ones_like(t_layer)
