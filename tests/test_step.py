@@ -467,6 +467,25 @@ def test_torchtitan_eager_cross_entropy_holds_twelve_bytes_per_logit(h100):
     assert eager.memory_per_gpu_bytes - fused.memory_per_gpu_bytes == pytest.approx(4.0 * logits, rel=1e-9)
 
 
+def test_torch_compile_fuses_torchtitans_loss_from_2025_not_in_2024(h100):
+    # torchtitan 2025 compiles the loss with the model (components/loss.py): 16-bit logits in, a 16-bit
+    # gradient out, 4 bytes a logit; its December 2024 tables ran the loss eagerly under compile (12).
+    from supercluster.framework import resolve_framework
+    from supercluster.models import load_model
+
+    new, _ = resolve_framework("torchtitan+compile", 2025)
+    old, _ = resolve_framework("torchtitan+compile", 2024)
+    assert (new.loss_bytes_per_logit, new.elementwise) == (4.0, "fused")
+    assert (old.key, old.loss_bytes_per_logit, old.elementwise) == ("torchtitan-2024+compile", 12.0, "fused")
+    assert resolve_framework("torchtitan", 2025)[0].loss_bytes_per_logit == 12.0  # eager without compile
+    assert resolve_framework("torchtitan", 2022)[0].attention == "unfused"  # no era profile before flash
+    model = load_model("llama3.1-8b")
+    lay = Layout(tp=1, pp=1, dp=8, micro_batch=2, global_batch=16, seq_len=8192, recompute="selective", zero_stage=3)
+    a = estimate(model, gpu=h100, num_gpus=8, layout=lay, framework=old)
+    b = estimate(model, gpu=h100, num_gpus=8, layout=lay, framework=new)
+    assert a.memory_per_gpu_bytes - b.memory_per_gpu_bytes == pytest.approx(8.0 * 2 * 8192 * model.vocab_size, rel=1e-9)
+
+
 def test_fp8_saves_the_experts_input_in_fp8():
     """Transformer Engine saves a linear's input for its weight gradient in the GEMM precision; the
     grouped expert FC1 too. So fp8 cuts each MoE layer's activations by at least top_k x h bytes per

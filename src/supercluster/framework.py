@@ -80,6 +80,9 @@ class Framework:
     pp_microbatches_per_stage: int = 0
     #: peak bytes per logit the loss holds (default: fp32 logits and their fp32 gradient)
     loss_bytes_per_logit: float = 8.0
+    #: the same where the framework compiles its loss under torch.compile (the "+compile" option);
+    #: 0 = compiling leaves the loss as it is
+    compiled_loss_bytes_per_logit: float = 0.0
 
     @property
     def extra_pp_layers(self) -> int:
@@ -110,7 +113,7 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementw
                 "until_year", "pp_split_counts_head", "pp_split",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
                 "zero3_gather_copy_bytes", "fsdp_pp_unsharded", "tensor_parallel", "pipeline_parallel",
-                "pp_microbatches_per_stage", "loss_bytes_per_logit"}
+                "pp_microbatches_per_stage", "loss_bytes_per_logit", "compiled_loss_bytes_per_logit"}
 
 
 @cache
@@ -172,7 +175,8 @@ def get_framework(name: str) -> Framework:
 
 def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
     if COMPILE_SUFFIX in mods:
-        fw = replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused")
+        fw = replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused",
+                     loss_bytes_per_logit=fw.compiled_loss_bytes_per_logit or fw.loss_bytes_per_logit)
     if EP_OVERLAP_SUFFIX in mods:
         fw = replace(fw, key=fw.key + EP_OVERLAP_SUFFIX, ep_overlap=True, ep_overlap_bounded=True)
     if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
@@ -193,8 +197,9 @@ def framework_of_year(fw: Framework, year: int | None) -> Framework:
     if year is None:
         return fw
     base, mods = _split_suffixes(fw.key)
-    eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year),
-                  key=lambda f: f.until_year)
+    # (an era profile with flash attention does not describe a run from before FlashAttention)
+    eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year
+                   and (year >= FLASH_ATTENTION_YEAR or f.attention == "unfused")), key=lambda f: f.until_year)
     if eras:
         return _with_suffixes(eras[0], mods)  # the options named on the framework still apply
     if year < FLASH_ATTENTION_YEAR and fw.attention != "unfused":
