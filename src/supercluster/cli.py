@@ -47,7 +47,8 @@ GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
 FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
-                                                  "hai-llm | megatron-legacy | deepspeed-legacy; +compile for "
+                                                  "hai-llm | megatron-legacy | deepspeed-legacy | torchtitan-2024 "
+                                                  "(supercluster catalog frameworks); +compile for "
                                                   "torch.compile, +ep-overlap, +embedding-split (embedding and "
                                                   "head take a layer's place in the pipeline split)")]
 # The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
