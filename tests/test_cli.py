@@ -118,6 +118,9 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["estimate", "--gpus", "8", "--seq-len", "-5"], "seq_len"),
     (["estimate", "--gpus", "8", "--dp", "-1"], "dp"),
     (["estimate", "--gpus", "8", "--tp", "3"], "dp: gpus 8 is not divisible by tp x pp x cp = 3 x 16 x 1 (defaults"),
+    (["estimate", "--pp-layout", "Et*63|Xt"], "pp_layout: cannot read 'X'"),
+    (["estimate", "--pp-layout", "Et*63|t*63L"], "pp_layout: has 2 stages; pp x vpp = 16 x 1"),
+    (["simulate", "--pp-layout", "Et*40|t*40L"], "pp_layout: needs --layout"),
 ])
 def test_bad_input_is_one_line_exit_2(args, field):
     r = run(*args)

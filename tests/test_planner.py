@@ -255,3 +255,14 @@ def test_megatron_export_names_the_mtp_modules(tmp_path):
     text, back = _megatron_round_trip(tmp_path, lay, dataclasses.replace(ds, mtp_layers=1))
     assert "--mtp-num-layers 1" in text and back == lay
     assert "--mtp-num-layers" not in launchers.export(lay, "megatron", ds)
+
+
+def test_an_explicit_pipeline_layout_round_trips_through_megatron_arguments(tmp_path):
+    from supercluster.models import load_model
+
+    ds = load_model("deepseek-v3+mtp")
+    lay = Layout(pp=8, vpp=2, dp=32, ep=8, global_batch=1024, seq_len=4096, sequence_parallel=False,
+                 pp_layout="Et*4|(t*4|)*14,tmL")
+    text, back = _megatron_round_trip(tmp_path, lay, ds)
+    assert "--pipeline-model-parallel-layout 'Et*4|(t*4|)*14,tmL'" in text
+    assert "--num-layers-per-virtual-pipeline-stage" not in text and back == lay

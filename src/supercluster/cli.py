@@ -143,6 +143,10 @@ def estimate(
                                                    "recompute, comma-separated: core_attn, layernorm, moe_act, "
                                                    "mlp, moe, mla_up_proj (empty = core_attn)")] = "",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")] = 1,
+    pp_layout: Annotated[str | None, typer.Option(help="explicit pipeline layout, Megatron-Core notation: E "
+                                                  "embedding, t layer, m MTP module, L loss, '|' between virtual "
+                                                  "stages, x*n / (...)*n repeat, e.g. 'Et*4|(t*4|)*14,tmL' "
+                                                  "(sets vpp)")] = None,
     framework: FrameworkOpt = CLI_FRAMEWORK,
     sequence_parallel: Annotated[bool | None, typer.Option(
         "--sequence-parallel/--no-sequence-parallel",
@@ -168,6 +172,11 @@ def estimate(
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
         _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order)
         return
+    if vpp is None and pp_layout is not None:
+        from .pplayout import parse
+
+        stages = len(parse(pp_layout))
+        vpp = stages // pp if stages % pp == 0 and stages >= pp else 1
     if vpp is None:
         vpp = 4 if pp > 1 else 1
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
@@ -190,7 +199,8 @@ def estimate(
                     seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
                     sequence_parallel=sequence_parallel, recompute_layers=recompute_layers,
                     expert_tp=expert_tp or None,
-                    recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()))
+                    recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
+                    pp_layout=pp_layout)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order)
 
@@ -215,10 +225,12 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
                            rank_order=rank_order)
     if as_json:
         _emit_json(reports.breakdown_json(b, model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
+                                          **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}),
                                           framework=framework))
         return
-    reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}, {layout.precision}, "
-                                       f"{framework}")
+    reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}"
+                                       + (f" ({layout.pp_layout})" if layout.pp_layout else "")
+                                       + f", {layout.precision}, {framework}")
 
 
 @app.command()
@@ -648,6 +660,8 @@ def simulate(
     exact_stages: Annotated[bool, typer.Option("--exact-stages", help="each stage its own layers (and the last "
                                                "the head) instead of the ledger's heaviest stage")] = False,
     trace: Annotated[str | None, typer.Option(help="write a Chrome / Perfetto trace JSON here")] = None,
+    pp_layout: Annotated[str | None, typer.Option(help="explicit pipeline layout (as estimate --pp-layout; "
+                                                  "with --layout)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Lay one step out on the pipeline schedule: when each stage computes, sends and idles."""
@@ -657,8 +671,10 @@ def simulate(
     from .simulate import simulate as run_sim
 
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
+    if pp_layout is not None and not layout:
+        raise InputError("pp_layout", "needs --layout (the parallel degrees it splits)")
     lay = Layout.from_string(layout, global_batch=global_batch, seq_len=seq_len, recompute=recompute,
-                             precision=precision) if layout else \
+                             precision=precision, pp_layout=pp_layout) if layout else \
         plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=(precision,),
              top=1).best.layout
     lay.check_gpus(gpus)

@@ -49,7 +49,9 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
         f"--micro-batch-size {layout.micro_batch}", f"--global-batch-size {layout.global_batch}",
         f"--seq-length {layout.seq_len}",
     ]
-    if layout.vpp > 1:
+    if layout.pp_layout is not None:  # the layout string carries the virtual stages too
+        a.append(f"--pipeline-model-parallel-layout {shlex.quote(layout.pp_layout)}")
+    elif layout.vpp > 1:
         layers = model.num_layers if model else None
         if layers and layers % (layout.pp * layout.vpp) == 0:
             a.append(f"--num-layers-per-virtual-pipeline-stage {layers // (layout.pp * layout.vpp)}")
@@ -199,7 +201,12 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
     pp = _as_int("pipeline-model-parallel-size", args.get("pipeline-model-parallel-size", 1))
     cp = _as_int("context-parallel-size", args.get("context-parallel-size", 1))
     vpp = 1
-    if "num-virtual-stages-per-pipeline-rank" in args:
+    pp_layout = args.get("pipeline-model-parallel-layout")
+    if pp_layout is not None:
+        from .pplayout import parse
+
+        vpp = max(1, len(parse(str(pp_layout))) // pp)
+    elif "num-virtual-stages-per-pipeline-rank" in args:
         vpp = _as_int("num-virtual-stages-per-pipeline-rank", args["num-virtual-stages-per-pipeline-rank"])
     elif "num-layers-per-virtual-pipeline-stage" in args:
         layers = _as_int("num-layers", args.get("num-layers", 0))
@@ -224,7 +231,8 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
                   recompute_layers=rc_layers,
                   recompute_modules=tuple(args.get("recompute-modules", ())) if rc == "selective" else (),
                   expert_tp=(_as_int("expert-tensor-parallel-size", args["expert-tensor-parallel-size"])
-                             if "expert-tensor-parallel-size" in args else None))
+                             if "expert-tensor-parallel-size" in args else None),
+                  pp_layout=None if pp_layout is None else str(pp_layout))
 
 
 def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import pplayout
 from .errors import InputError, require
 from .models import ModelSpec
 
@@ -48,6 +49,9 @@ class Layout:
     #: with recompute "selective": Megatron-Core --recompute-modules (see RECOMPUTE_MODULES);
     #: () = the framework's selective policy
     recompute_modules: tuple[str, ...] = ()
+    #: an explicit pipeline layout, Megatron-Core --pipeline-model-parallel-layout notation
+    #: (:mod:`supercluster.pplayout`); None = the framework's own split
+    pp_layout: str | None = None
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len"):
@@ -93,6 +97,11 @@ class Layout:
                     f"{self.ep} must divide tp x cp x dp / expert_tp = {self.tp} x {self.cp} x {self.dp} / {etp}"
                     f" = {grid}")
         require(self.vpp == 1 or self.pp > 1, "vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+        if self.pp_layout is not None:
+            n = len(pplayout.parse(self.pp_layout))
+            require(n == self.pp * self.vpp, "pp_layout",
+                    f"has {n} stages; pp x vpp = {self.pp} x {self.vpp} = {self.pp * self.vpp}"
+                    + (f" (give --vpp {n // self.pp})" if n % self.pp == 0 else f" ({n} is not a multiple of pp)"))
 
     @property
     def etp(self) -> int:
@@ -115,7 +124,10 @@ class Layout:
                 f"{self.tp} must divide the {model.num_heads} attention heads of {model.name}")
         require(model.num_kv_heads % self.tp == 0 or self.tp % model.num_kv_heads == 0, "tp",
                 f"{self.tp} and the {model.num_kv_heads} KV heads of {model.name} must divide one another")
-        slots = model.num_layers + (extra_pp_layers if self.pp > 1 else 0)
+        if self.pp_layout is not None:
+            pplayout.check(pplayout.parse(self.pp_layout), pp=self.pp, vpp=self.vpp, num_layers=model.num_layers,
+                           mtp_layers=model.mtp_layers, name=model.name)
+        slots = model.num_layers + (extra_pp_layers if self.pp > 1 else 0) if self.pp_layout is None else 10**9
         require(self.pp * self.vpp <= slots, "pp",
                 f"pp x vpp = {self.pp} x {self.vpp} exceeds the {model.num_layers} layers of {model.name}"
                 + (f" + {extra_pp_layers} (embedding and loss)" if slots > model.num_layers else ""))

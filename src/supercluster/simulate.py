@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from . import pplayout
 from .errors import require
 from .framework import Framework
 from .hardware import GpuSpec
@@ -184,16 +185,21 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     m = layout.num_microbatches
     require(v == 1 or m % p == 0, "micro_batch",
             f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of pp = {p}")
-    out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(model, gpu, net, fw,
-                                                                           layout_columns(layout, fw)).items()}
+    stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
+    out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(
+        model, gpu, net, fw, layout_columns(layout, fw),
+        rank_blocks=None if stages is None else pplayout.rank_blocks(stages, p)).items()}
     t_f, t_b = out["stage_forward_s"] / v, (out["stage_time_s"] - out["stage_forward_s"]) / v
     # MTP blocks are layer-like blocks on the last chunk: in the split's slots where the framework
     # counts the embedding and the loss (as the cost model prices them), after its layers otherwise
     counts_head = out["split_counts_head"] > 0
-    split = chunk_layers(model.num_layers + (model.mtp_layers if counts_head else 0), p, v, counts_head,
-                         fw.pp_split)
-    if not counts_head:
-        split[-1][-1] += model.mtp_layers
+    if stages is not None:  # an explicit layout: its layers and MTP modules, chunk by chunk
+        split = pplayout.chunk_blocks(stages, p)
+    else:
+        split = chunk_layers(model.num_layers + (model.mtp_layers if counts_head else 0), p, v, counts_head,
+                             fw.pp_split)
+        if not counts_head:
+            split[-1][-1] += model.mtp_layers
     layers = split if exact_stages else []
     # each stage's peak memory: the memory model's stage activations (its own layers, the
     # micro-batches this schedule holds, the last stage's logits) over the heaviest stage's weights,

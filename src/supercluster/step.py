@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import pplayout
 from .errors import require
 from .framework import (
     AttentionEfficiency,
@@ -158,11 +159,15 @@ def _middle_split_stages(num_layers: int, pp: np.ndarray, vpp: np.ndarray
 
 
 def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
-                 cols: dict[str, np.ndarray], rank_order: str = DEFAULT_RANK_ORDER) -> dict[str, np.ndarray]:
+                 cols: dict[str, np.ndarray], rank_order: str = DEFAULT_RANK_ORDER,
+                 rank_blocks: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Price every layout row of ``cols``; returns columns (seconds, bytes, FLOPs).
 
     ``cols`` holds the integer columns of :data:`COLUMNS`; ``recompute`` uses
     :data:`RECOMPUTE_CODE`, ``sp`` is 0/1 and ``lowp`` uses :data:`LOWP_CODE`. Assumes rows already validated.
+    ``rank_blocks`` (rows: pipeline ranks; columns: layers, MTP modules, heads), from an explicit
+    pipeline layout (:func:`supercluster.pplayout.rank_blocks`), replaces the framework's split for
+    every row (all rows then share that pp).
     """
     tp, pp, dp, cp, ep, vpp = (_col(cols, c) for c in ("tp", "pp", "dp", "cp", "ep", "vpp"))
     mb, gbs, seq, zero = (_col(cols, c) for c in ("mb", "gbs", "seq", "zero"))
@@ -350,7 +355,22 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     Lh = np.ceil(L / (pp * vpp)) * vpp
     t_stage = (Lh + mtp) * t_layer + t_head + tp_head + t_mtp_extra
     # (Lh_last: layer-like blocks on the last stage, its layers and the MTP blocks)
-    if fw.pp_split_counts_head:
+    if rank_blocks is not None:
+        # an explicit layout: each rank's layers, MTP modules (a layer, their projection and a pass
+        # of the head each) and head; the slowest rank sets the pace
+        n_t, n_m, n_l = (rank_blocks[:, i][:, None] for i in range(3))
+        t_per = t_mtp_extra / mtp if mtp else 0.0  # what one MTP module costs beyond a layer
+        t_rank = (n_t + n_m) * t_layer + n_m * t_per + n_l * (t_head + tp_head)
+        r = np.argmax(t_rank, axis=0)
+        t_stage = t_rank[r, np.arange(t_rank.shape[1])]
+        Lh = n_t[r, 0] * np.ones_like(t_layer)
+        Lh_first = (n_t[0, 0] + n_m[0, 0]) * np.ones_like(t_layer)
+        Lh_last = (n_t[-1, 0] + n_m[-1, 0]) * np.ones_like(t_layer)
+        Lc = (n_t[r, 0] + n_m[r, 0]) * np.ones_like(t_layer)
+        head_on = n_l[r, 0] * np.ones_like(t_layer)
+        projs, heads = n_m[r, 0] * np.ones_like(t_layer), (n_l[r, 0] + n_m[r, 0]) * np.ones_like(t_layer)
+        bal = np.zeros(t_layer.shape, dtype=bool)
+    elif fw.pp_split_counts_head:
         Lh_bal = np.ceil((L + 2.0 + mtp) / (pp * vpp)) * vpp
         t_last = (Lh_bal - 1.0) * t_layer + t_head + tp_head + t_mtp_extra
         t_bal = np.maximum(Lh_bal * t_layer, t_last)
@@ -376,7 +396,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         Lh_first, Lh_last = Lh, Lh + mtp
         Lc, head_on = Lh + mtp, np.ones_like(t_layer)
     bubble = (pp - 1.0) / vpp * t_stage
-    heads = head_on * (1.0 + mtp)  # the head runs once more per MTP module where the last stage is heaviest
+    if rank_blocks is None:
+        heads = head_on * (1.0 + mtp)  # the head runs once more per MTP module where the last stage is heaviest
+        projs = head_on * mtp  # and each MTP module's 2h -> h projection
 
     # Megatron's scatter/gather optimisation (Narayanan et al. 2021, section 4.1): without sequence
     # parallelism each TP rank sends 1/tp of the activation over its own NIC and the receiving
@@ -454,10 +476,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # ---- the ledger -----------------------------------------------------------------------
     # (Lc layers and head_on heads: the heaviest stage's work per micro-batch, which sums to t_stage)
     ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + heads * 3.0 * head_f / peak16
-                 + head_on * mtp * 3.0 * proj_f / peak)
+                 + projs * 3.0 * proj_f / peak)
     gemm_ineff = m * (Lc * 3.0 * (t_gemm_f - gemm_f / peak)
                       + heads * 3.0 * (head_f / ceiling16 - head_f / peak16)
-                      + head_on * mtp * (t_proj - 3.0 * proj_f / peak))
+                      + projs * (t_proj - 3.0 * proj_f / peak))
     attn_ineff = m * Lc * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16)
     mem_ops = m * (Lc * (3.0 * t_mem_f + t_score_f + t_score_b + cp_mem_f + cp_mem_b)
                    + heads * 5.0 * 4.0 * T * V / tp / mem_bw)
@@ -499,7 +521,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
         # timeline simulator lays out on the pipeline schedule
         stage_time_s=t_stage, stage_forward_s=Lc * t_layer * fwd_share + heads * (t_head / 3.0 + tp_head / 2.0)
-        + head_on * mtp * t_proj / 3.0,
+        + projs * t_proj / 3.0,
         # the parts of a stage, for a timeline with each stage's own layers (simulate --exact-stages);
         # the last stage's head includes what its MTP modules cost beyond a layer each
         layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head + tp_head + t_mtp_extra,
@@ -872,7 +894,8 @@ def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Netwo
     require(not layout.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
             f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
             f"({fw.selective_recompute}); leave them out")
-    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order)
+    blocks = None if layout.pp_layout is None else pplayout.rank_blocks(pplayout.parse(layout.pp_layout), layout.pp)
+    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order, rank_blocks=blocks)
     first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     mem_keys = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
                 "mem_other_bytes", "memory_per_gpu_bytes")

@@ -1,0 +1,65 @@
+"""Explicit pipeline layouts, in Megatron-Core's ``--pipeline-model-parallel-layout`` notation.
+
+A layout lists the virtual pipeline stages in model order, separated by ``|``: ``E`` the
+embedding, ``t`` a transformer layer, ``m`` a multi-token-prediction module, ``L`` the output head
+and loss. ``x*n`` repeats a character, ``(...)*n`` a group; commas are cosmetic. Virtual stage
+``k`` runs on pipeline rank ``k mod pp`` as its chunk ``k // pp`` (Megatron-Core
+``PipelineParallelLayerLayout``). DeepSeek-V3 on 16 stages, as Megatron-Bridge's recipes place it:
+``Et*4|(t*4|)*14,tmL``.
+
+The cost model prices each rank's blocks (:func:`rank_blocks`): its layers, its MTP modules (a
+layer plus their projection and a pass of the head) and the head; the slowest rank sets the pace.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .errors import InputError, require
+
+BLOCKS = "EtmL"
+
+
+def parse(layout: str) -> list[str]:
+    """The virtual stages of ``layout`` in model order, each a string over ``EtmL``."""
+    require(isinstance(layout, str) and layout.strip() != "", "pp_layout", "is empty; e.g. Et*4|(t*4|)*14,tmL")
+    text = layout.replace(",", "").replace(" ", "")
+    for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda mt: mt.group(1) * int(mt.group(2)), text)
+    bad = sorted({c for c in text if c not in BLOCKS + "|"})
+    if bad:
+        raise InputError("pp_layout", f"cannot read {''.join(bad)!r} in {layout!r}; blocks are E (embedding), "
+                                      "t (layer), m (MTP module), L (head and loss), '|' between stages, x*n and "
+                                      "(...)*n repeat")
+    return text.split("|")
+
+
+def check(stages: list[str], *, pp: int, vpp: int, num_layers: int, mtp_layers: int, name: str) -> None:
+    """The layout must fill pp x vpp stages and hold the model's layers and MTP modules, the
+    embedding first and the loss last; errors name the numbers."""
+    require(len(stages) == pp * vpp, "pp_layout",
+            f"has {len(stages)} stages; pp x vpp = {pp} x {vpp} = {pp * vpp} (give --vpp {len(stages) // pp})"
+            if len(stages) % pp == 0 else f"has {len(stages)} stages, not a multiple of pp = {pp}")
+    flat = "".join(stages)
+    require(flat.count("t") == num_layers, "pp_layout",
+            f"places {flat.count('t')} layers; {name} has {num_layers}")
+    require(flat.count("m") == mtp_layers, "pp_layout",
+            f"places {flat.count('m')} MTP modules; the model has {mtp_layers} (a +mtpN model reference adds them)")
+    require(flat.count("E") == 1 and flat.startswith("E"), "pp_layout", "must start with the embedding E, once")
+    require(flat.count("L") == 1 and flat.endswith("L"), "pp_layout", "must end with the loss L, once")
+
+
+def rank_blocks(stages: list[str], pp: int) -> np.ndarray:
+    """Per pipeline rank (rows) its layers, MTP modules and heads (columns t, m, L), over its chunks."""
+    out = np.zeros((pp, 3))
+    for k, stage in enumerate(stages):
+        out[k % pp] += [stage.count("t"), stage.count("m"), stage.count("L")]
+    return out
+
+
+def chunk_blocks(stages: list[str], pp: int) -> list[list[int]]:
+    """Layer-like blocks (layers and MTP modules) on each (rank, chunk), for the timeline."""
+    vpp = len(stages) // pp
+    return [[stages[c * pp + s].count("t") + stages[c * pp + s].count("m") for c in range(vpp)] for s in range(pp)]
