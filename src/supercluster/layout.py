@@ -124,13 +124,14 @@ class Layout:
                 f"{self.tp} must divide the {model.num_heads} attention heads of {model.name}")
         require(model.num_kv_heads % self.tp == 0 or self.tp % model.num_kv_heads == 0, "tp",
                 f"{self.tp} and the {model.num_kv_heads} KV heads of {model.name} must divide one another")
-        if self.pp_layout is not None:
+        if self.pp_layout is not None:  # the layout says where every layer goes
             pplayout.check(pplayout.parse(self.pp_layout), pp=self.pp, vpp=self.vpp, num_layers=model.num_layers,
                            mtp_layers=model.mtp_layers, name=model.name)
-        slots = model.num_layers + (extra_pp_layers if self.pp > 1 else 0) if self.pp_layout is None else 10**9
-        require(self.pp * self.vpp <= slots, "pp",
-                f"pp x vpp = {self.pp} x {self.vpp} exceeds the {model.num_layers} layers of {model.name}"
-                + (f" + {extra_pp_layers} (embedding and loss)" if slots > model.num_layers else ""))
+        else:
+            slots = model.num_layers + (extra_pp_layers if self.pp > 1 else 0)
+            require(self.pp * self.vpp <= slots, "pp",
+                    f"pp x vpp = {self.pp} x {self.vpp} exceeds the {model.num_layers} layers of {model.name}"
+                    + (f" + {extra_pp_layers} (embedding and loss)" if slots > model.num_layers else ""))
         require(self.seq_len % (2 * self.cp) == 0 or self.cp == 1, "cp",
                 f"seq_len {self.seq_len} must be divisible by 2 x cp = {2 * self.cp} (load-balanced CP)")
         if model.is_moe:

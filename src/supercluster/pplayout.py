@@ -20,14 +20,22 @@ import numpy as np
 from .errors import InputError, require
 
 BLOCKS = "EtmL"
+#: no model has more blocks than this; a larger repeat is a typo
+MAX_BLOCKS = 100_000
 
 
 def parse(layout: str) -> list[str]:
     """The virtual stages of ``layout`` in model order, each a string over ``EtmL``."""
     require(isinstance(layout, str) and layout.strip() != "", "pp_layout", "is empty; e.g. Et*4|(t*4|)*14,tmL")
     text = layout.replace(",", "").replace(" ", "")
+
+    def repeat(mt: re.Match[str]) -> str:
+        n = int(mt.group(2))
+        require(len(mt.group(1)) * n <= MAX_BLOCKS, "pp_layout", f"repeats {mt.group(0)!r} past {MAX_BLOCKS} blocks")
+        return mt.group(1) * n
+
     for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        text = re.sub(pattern, lambda mt: mt.group(1) * int(mt.group(2)), text)
+        text = re.sub(pattern, repeat, text)
     bad = sorted({c for c in text if c not in BLOCKS + "|"})
     if bad:
         raise InputError("pp_layout", f"cannot read {''.join(bad)!r} in {layout!r}; blocks are E (embedding), "
