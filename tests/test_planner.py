@@ -14,6 +14,7 @@ from supercluster.errors import InputError
 from supercluster.estimate import estimate
 from supercluster.layout import Layout
 from supercluster.planner import candidate_columns, pareto_mask, plan
+from supercluster.pplayout import parse as parse_layout
 
 runner = CliRunner()
 
@@ -266,3 +267,20 @@ def test_an_explicit_pipeline_layout_round_trips_through_megatron_arguments(tmp_
     text, back = _megatron_round_trip(tmp_path, lay, ds)
     assert "--pipeline-model-parallel-layout 'Et*4|(t*4|)*14,tmL'" in text
     assert "--num-layers-per-virtual-pipeline-stage" not in text and back == lay
+
+
+def test_megatron_uneven_first_and_last_stages_read_as_a_layout():
+    """--decoder-first/last-pipeline-num-layers (Llama 3 405B's 126 layers on 16 stages, 7 on the first
+    and the last, as the Llama 3 paper describes) read as the layout string that says the same."""
+    from supercluster.errors import InputError
+
+    args = ("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 --num-layers 126 "
+            "--global-batch-size 2048 --seq-length 8192 --micro-batch-size 1 ")
+    lay = launchers.from_megatron_args(args + "--decoder-first-pipeline-num-layers 7 "
+                                       "--decoder-last-pipeline-num-layers 7", num_gpus=16384)
+    assert lay.pp_layout is not None and lay.vpp == 1
+    assert parse_layout(lay.pp_layout) == parse_layout("Et*7|(t*8|)*14,t*7L")
+    one = launchers.from_megatron_args(args + "--decoder-first-pipeline-num-layers 6", num_gpus=16384)
+    assert [s.count("t") for s in parse_layout(one.pp_layout)] == [6] + [8] * 15
+    with pytest.raises(InputError, match="^decoder-first-pipeline-num-layers: the 121 layers left"):
+        launchers.from_megatron_args(args + "--decoder-first-pipeline-num-layers 5", num_gpus=16384)

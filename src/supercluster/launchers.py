@@ -202,6 +202,9 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
     cp = _as_int("context-parallel-size", args.get("context-parallel-size", 1))
     vpp = 1
     pp_layout = args.get("pipeline-model-parallel-layout")
+    uneven = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers")
+    if pp_layout is None and any(k in args for k in uneven):
+        pp_layout = _uneven_layout(args, pp)
     if pp_layout is not None:
         from .pplayout import parse
 
@@ -233,6 +236,32 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
                   expert_tp=(_as_int("expert-tensor-parallel-size", args["expert-tensor-parallel-size"])
                              if "expert-tensor-parallel-size" in args else None),
                   pp_layout=None if pp_layout is None else str(pp_layout))
+
+
+def _uneven_layout(args: dict[str, Any], pp: int) -> str:
+    """Megatron-LM's --decoder-first/last-pipeline-num-layers as a layout string: the first and the
+    last (virtual) stage hold the layers given, the stages between share the rest evenly."""
+    layers = _as_int("num-layers", args.get("num-layers", 0))
+    require(layers > 0, "num-layers", "needed with --decoder-first/last-pipeline-num-layers")
+    if "num-virtual-stages-per-pipeline-rank" in args:
+        stages = pp * _as_int("num-virtual-stages-per-pipeline-rank", args["num-virtual-stages-per-pipeline-rank"])
+    elif "num-layers-per-virtual-pipeline-stage" in args:
+        raise InputError("num-layers-per-virtual-pipeline-stage",
+                         "does not combine with --decoder-first/last-pipeline-num-layers; use "
+                         "--num-virtual-stages-per-pipeline-rank")
+    else:
+        stages = pp
+    first = _as_int("decoder-first-pipeline-num-layers", args.get("decoder-first-pipeline-num-layers", -1))
+    last = _as_int("decoder-last-pipeline-num-layers", args.get("decoder-last-pipeline-num-layers", -1))
+    middle_stages = stages - (first >= 0) - (last >= 0)
+    rest = layers - max(first, 0) - max(last, 0)
+    require(middle_stages > 0 and rest % middle_stages == 0 and rest >= 0, "decoder-first-pipeline-num-layers",
+            f"the {rest} layers left are not divisible by the {middle_stages} other pipeline stages")
+    per = rest // max(middle_stages, 1)
+    counts = [first if first >= 0 else per] + [per] * (stages - 2) + [last if last >= 0 else per]
+    parts = ["t" * n for n in counts]
+    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "L"
+    return "|".join(parts)
 
 
 def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:
