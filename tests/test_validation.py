@@ -406,3 +406,28 @@ def test_a_row_asking_for_parallelism_its_framework_lacks_is_unsupported_with_th
     res = predict_row({**row, "tp": "2", "dp": "4"})
     assert not res.supported and res.reason.startswith("tp: framework composer has no tensor parallelism")
     assert predict_row(row).supported
+
+
+def test_a_runs_file_may_give_each_row_its_pipeline_layout(tmp_path):
+    """An optional pp_layout column carries a run's explicit pipeline layout into its price."""
+    import csv
+
+    from supercluster.validate import load_rows, predict_row, row_setup
+
+    row = dict({r["id"]: r for r in load_rows("heldout")}["MB2602-DSV3-B200-mxfp8-256"])
+    plain = predict_row(row)
+    row["pp_layout"] = "Et*4|(t*4|)*14,tmL"
+    model, layout, fw, _ = row_setup(row)
+    assert layout.pp_layout == "Et*4|(t*4|)*14,tmL" and model.mtp_layers == 1
+    laid = predict_row(row)
+    assert laid.supported and laid.predicted_step_time_s < plain.predicted_step_time_s
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    res = validate(str(path))
+    assert res["rows"][0].predicted_step_time_s == pytest.approx(laid.predicted_step_time_s, rel=1e-12)
+    row["pp_layout"] = "Et*4|(t*4|)*14,tL"  # the run trained an MTP module the layout leaves out
+    bad = predict_row(row)
+    assert not bad.supported and "pp_layout" in bad.reason

@@ -234,6 +234,8 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         recompute_modules=modules,
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
         expert_tp=_fold(row),
+        # (pp_layout: an optional column beyond the shared format, the run's explicit pipeline layout)
+        pp_layout=(row.get("pp_layout") or "").strip() or None,
     )
     layout.check_gpus(_int(row, "num_gpus"))
     fw.check_parallelism(layout.tp, layout.pp, layout.cp)
