@@ -284,3 +284,28 @@ def test_megatron_uneven_first_and_last_stages_read_as_a_layout():
     assert [s.count("t") for s in parse_layout(one.pp_layout)] == [6] + [8] * 15
     with pytest.raises(InputError, match="^decoder-first-pipeline-num-layers: the 121 layers left"):
         launchers.from_megatron_args(args + "--decoder-first-pipeline-num-layers 5", num_gpus=16384)
+
+
+def test_torchtitan_split_points_carry_an_explicit_layout_both_ways(tmp_path):
+    """torchtitan's pipeline_parallel_split_points name the first layer of every stage after the first;
+    a layout exports to them and reads back (the model sizes the last stage); DeepSpeed's config has no
+    such setting and torchtitan no MTP module, each a clear error."""
+    lay = Layout(tp=8, pp=4, dp=2, global_batch=64, seq_len=8192, zero_stage=2, sequence_parallel=True,
+                 pp_layout="Et*20|t*21|t*20|t*19L")
+    text = launchers.export(lay, "torchtitan")
+    assert 'pipeline_parallel_split_points = ["layers.20", "layers.41", "layers.61"]' in text
+    assert "--parallelism.pipeline_parallel_split_points layers.20,layers.41,layers.61" in \
+        launchers.to_torchtitan_overrides(lay)
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    assert launchers.load_layout(path, num_gpus=64, num_layers=80) == lay
+    with pytest.raises(InputError, match="^pipeline_parallel_split_points: needs the model"):
+        launchers.load_layout(path, num_gpus=64)
+    with pytest.raises(InputError, match="^pp_layout: DeepSpeed's config has no explicit pipeline layout"):
+        launchers.export(lay, "deepspeed")
+    mtp = Layout(pp=16, dp=16, ep=8, global_batch=1024, seq_len=4096, pp_layout="Et*4|(t*4|)*14,tmL")
+    with pytest.raises(InputError, match="^pp_layout: torchtitan has no multi-token-prediction"):
+        launchers.export(mtp, "torchtitan")
+    r = CliRunner().invoke(app, ["estimate", "--config", str(path), "--model", "llama3-70b", "--gpus", "64",
+                                 "--framework", "torchtitan", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["pp_layout"] == "Et*20|t*21|t*20|t*19L"

@@ -168,7 +168,7 @@ def estimate(
     if config is not None:
         from .launchers import load_layout
 
-        layout = load_layout(config, num_gpus=gpus)
+        layout = load_layout(config, num_gpus=gpus, num_layers=load_model(model).num_layers)
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
         _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order)
         return

@@ -27,8 +27,10 @@ the :class:`~supercluster.layout.Layout` default; anything unreadable is an :cla
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +110,31 @@ def _tt_sections(layout: Layout) -> dict[str, dict[str, Any]]:
         "activation_checkpoint": {"mode": layout.recompute, **(
             {"selective_ac_option": "op"} if layout.recompute == "selective" else {})},
         "float8": {"enable": layout.precision == "fp8"},
-    }
+    } | ({} if layout.pp_layout is None else {"parallelism": {
+        **_tt_sections(replace(layout, pp_layout=None))["parallelism"],
+        "pipeline_parallel_split_points": _tt_split_points(layout.pp_layout)}})
+
+
+def _tt_split_points(pp_layout: str) -> list[str]:
+    """An explicit layout as torchtitan's pipeline_parallel_split_points: the first layer of every
+    virtual stage after the first (torchtitan places the embedding first and the head last itself)."""
+    from .pplayout import parse
+
+    stages = parse(pp_layout)
+    require("m" not in "".join(stages), "pp_layout", "torchtitan has no multi-token-prediction modules to place")
+    require(all("t" in st for st in stages[1:]), "pp_layout",
+            "torchtitan's split points cannot express a stage without a layer")
+    points, seen = [], 0
+    for st in stages[:-1]:
+        seen += st.count("t")
+        points.append(f"layers.{seen}")
+    return points
 
 
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, str):
+    if isinstance(v, (str, list)):
         return json.dumps(v)
     return str(v)
 
@@ -128,8 +148,9 @@ def to_torchtitan_toml(layout: Layout) -> str:
 
 
 def to_torchtitan_overrides(layout: Layout) -> str:
-    return " ".join(f"--{s}.{k} {_toml_value(v).strip(chr(34))}" for s, kv in _tt_sections(layout).items()
-                    for k, v in kv.items())
+    # (a list goes on the command line comma-separated, as torchtitan's argument parser reads it)
+    return " ".join(f"--{s}.{k} {','.join(v) if isinstance(v, list) else _toml_value(v).strip(chr(34))}"
+                    for s, kv in _tt_sections(layout).items() for k, v in kv.items())
 
 
 def to_deepspeed_json(layout: Layout) -> str:
@@ -156,6 +177,9 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None) -> str:
     require(fmt == "megatron" or not layout.recompute_modules, "recompute_modules",
             f"{', '.join(layout.recompute_modules)} are Megatron-Core recompute modules; {fmt} has no such setting "
             "(export to megatron, or leave them out)")
+    require(fmt != "deepspeed" or layout.pp_layout is None, "pp_layout",
+            "DeepSpeed's config has no explicit pipeline layout (its PipelineModule partitions in code); "
+            "export to megatron or torchtitan")
     if fmt == "megatron":
         return to_megatron_args(layout, model) + "\n"
     if fmt == "torchtitan":
@@ -258,10 +282,7 @@ def _uneven_layout(args: dict[str, Any], pp: int) -> str:
     require(middle_stages > 0 and rest % middle_stages == 0 and rest >= 0, "decoder-first-pipeline-num-layers",
             f"the {rest} layers left are not divisible by the {middle_stages} other pipeline stages")
     per = rest // max(middle_stages, 1)
-    counts = [first if first >= 0 else per] + [per] * (stages - 2) + [last if last >= 0 else per]
-    parts = ["t" * n for n in counts]
-    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "L"
-    return "|".join(parts)
+    return _layout_string([first if first >= 0 else per] + [per] * (stages - 2) + [last if last >= 0 else per])
 
 
 def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:
@@ -274,7 +295,9 @@ def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:
     return num_gpus // model_parallel
 
 
-def from_torchtitan_toml(text: str, num_gpus: int | None = None) -> Layout:
+def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int | None = None) -> Layout:
+    """A torchtitan job config as a layout; its pipeline_parallel_split_points, if any, become an
+    explicit pipeline layout (which needs the model's ``num_layers`` for the last stage)."""
     try:
         cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -303,10 +326,39 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None) -> Layout:
                                                                     par.get("pipeline_parallel_schedule", ""))
                                                                 and pp > 1 else 1))
     ep = _as_int("expert_parallel_degree", par.get("expert_parallel_degree", 1))
+    points = par.get("pipeline_parallel_split_points") or []
     return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=local, global_batch=gbs,
                   seq_len=_as_int("seq_len", tr.get("seq_len", 2048)), precision="fp8" if fp8 else "bf16",
                   recompute=str(mode), zero_stage=zero,
-                  sequence_parallel=bool(par.get("enable_sequence_parallel", tp > 1)))
+                  sequence_parallel=bool(par.get("enable_sequence_parallel", tp > 1)),
+                  pp_layout=_tt_layout(points, num_layers) if points else None)
+
+
+def _tt_layout(points: Any, num_layers: int | None) -> str:
+    """torchtitan split points ("layers.N": where a stage begins) as a layout string."""
+    require(isinstance(points, list) and all(isinstance(x, str) for x in points), "pipeline_parallel_split_points",
+            f"must be a list of layer names like \"layers.8\", got {points!r}")
+    starts = []
+    for x in points:
+        m = re.fullmatch(r"layers\.(\d+)", x.strip())
+        require(m is not None, "pipeline_parallel_split_points", f"cannot read {x!r}; use names like \"layers.8\"")
+        assert m is not None
+        starts.append(int(m.group(1)))
+    require(num_layers is not None, "pipeline_parallel_split_points",
+            "needs the model (--model) to size the last stage")
+    assert num_layers is not None
+    bounds = [0, *starts, num_layers]
+    sizes = [b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    require(min(sizes) > 0, "pipeline_parallel_split_points",
+            f"{points} must increase within the model's {num_layers} layers")
+    return _layout_string(sizes)
+
+
+def _layout_string(sizes: list[int]) -> str:
+    """Layer counts per (virtual) stage as a compact layout: the embedding first, the loss last."""
+    parts = [f"t*{n}" for n in sizes]
+    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "L"
+    return "|".join(parts)
 
 
 def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
@@ -344,12 +396,15 @@ def detect_format(path: Path) -> str:
     return {".json": "deepspeed", ".toml": "torchtitan"}.get(suffix, "megatron")
 
 
-def load_layout(path: str | Path, num_gpus: int | None = None, fmt: str | None = None) -> Layout:
-    """Read a launcher config file into a :class:`Layout` (format from ``fmt`` or the extension)."""
+def load_layout(path: str | Path, num_gpus: int | None = None, fmt: str | None = None,
+                num_layers: int | None = None) -> Layout:
+    """Read a launcher config file into a :class:`Layout` (format from ``fmt`` or the extension);
+    ``num_layers`` (the model's) places a torchtitan config's split points."""
     p = Path(path)
     require(p.is_file(), "config", f"no such file: {p}")
     kind = fmt or detect_format(p)
     require(kind in FORMATS, "format", f"unknown {kind!r}; allowed: {', '.join(FORMATS)}")
     text = p.read_text()
-    return {"megatron": from_megatron_args, "torchtitan": from_torchtitan_toml,
-            "deepspeed": from_deepspeed_json}[kind](text, num_gpus)
+    if kind == "torchtitan":
+        return from_torchtitan_toml(text, num_gpus, num_layers)
+    return {"megatron": from_megatron_args, "deepspeed": from_deepspeed_json}[kind](text, num_gpus)
