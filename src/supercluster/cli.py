@@ -173,10 +173,9 @@ def estimate(
         _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order)
         return
     if vpp is None and pp_layout is not None:
-        from .pplayout import parse
+        from .pplayout import chunks_per_rank
 
-        stages = len(parse(pp_layout))
-        vpp = stages // pp if stages % pp == 0 and stages >= pp else 1
+        vpp = chunks_per_rank(pp_layout, pp)
     if vpp is None:
         vpp = 4 if pp > 1 else 1
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.

@@ -30,10 +30,10 @@ import json
 import re
 import shlex
 import tomllib
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from . import pplayout
 from .errors import InputError, require
 from .layout import Layout
 from .models import ModelSpec
@@ -93,7 +93,7 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
 
 def _tt_sections(layout: Layout) -> dict[str, dict[str, Any]]:
     shard = layout.dp if layout.zero_stage >= 1 else 1
-    return {
+    sections: dict[str, dict[str, Any]] = {
         "parallelism": {
             "data_parallel_replicate_degree": layout.dp // shard, "data_parallel_shard_degree": shard,
             "fsdp_reshard_after_forward": "always" if layout.zero_stage >= 3 else "never",
@@ -110,17 +110,16 @@ def _tt_sections(layout: Layout) -> dict[str, dict[str, Any]]:
         "activation_checkpoint": {"mode": layout.recompute, **(
             {"selective_ac_option": "op"} if layout.recompute == "selective" else {})},
         "float8": {"enable": layout.precision == "fp8"},
-    } | ({} if layout.pp_layout is None else {"parallelism": {
-        **_tt_sections(replace(layout, pp_layout=None))["parallelism"],
-        "pipeline_parallel_split_points": _tt_split_points(layout.pp_layout)}})
+    }
+    if layout.pp_layout is not None:
+        sections["parallelism"]["pipeline_parallel_split_points"] = _tt_split_points(layout.pp_layout)
+    return sections
 
 
 def _tt_split_points(pp_layout: str) -> list[str]:
     """An explicit layout as torchtitan's pipeline_parallel_split_points: the first layer of every
     virtual stage after the first (torchtitan places the embedding first and the head last itself)."""
-    from .pplayout import parse
-
-    stages = parse(pp_layout)
+    stages = pplayout.parse(pp_layout)
     require("m" not in "".join(stages), "pp_layout", "torchtitan has no multi-token-prediction modules to place")
     require(all("t" in st for st in stages[1:]), "pp_layout",
             "torchtitan's split points cannot express a stage without a layer")
@@ -230,9 +229,7 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
     if pp_layout is None and any(k in args for k in uneven):
         pp_layout = _uneven_layout(args, pp)
     if pp_layout is not None:
-        from .pplayout import parse
-
-        vpp = max(1, len(parse(str(pp_layout))) // pp)
+        vpp = pplayout.chunks_per_rank(str(pp_layout), pp)
     elif "num-virtual-stages-per-pipeline-rank" in args:
         vpp = _as_int("num-virtual-stages-per-pipeline-rank", args["num-virtual-stages-per-pipeline-rank"])
     elif "num-layers-per-virtual-pipeline-stage" in args:
@@ -282,7 +279,8 @@ def _uneven_layout(args: dict[str, Any], pp: int) -> str:
     require(middle_stages > 0 and rest % middle_stages == 0 and rest >= 0, "decoder-first-pipeline-num-layers",
             f"the {rest} layers left are not divisible by the {middle_stages} other pipeline stages")
     per = rest // max(middle_stages, 1)
-    return _layout_string([first if first >= 0 else per] + [per] * (stages - 2) + [last if last >= 0 else per])
+    return pplayout.from_stage_layers([first if first >= 0 else per] + [per] * (stages - 2)
+                                      + [last if last >= 0 else per])
 
 
 def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:
@@ -351,14 +349,7 @@ def _tt_layout(points: Any, num_layers: int | None) -> str:
     sizes = [b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     require(min(sizes) > 0, "pipeline_parallel_split_points",
             f"{points} must increase within the model's {num_layers} layers")
-    return _layout_string(sizes)
-
-
-def _layout_string(sizes: list[int]) -> str:
-    """Layer counts per (virtual) stage as a compact layout: the embedding first, the loss last."""
-    parts = [f"t*{n}" for n in sizes]
-    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "L"
-    return "|".join(parts)
+    return pplayout.from_stage_layers(sizes)
 
 
 def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:

@@ -44,6 +44,13 @@ def parse(layout: str) -> list[str]:
     return text.split("|")
 
 
+def chunks_per_rank(layout: str, pp: int) -> int:
+    """The vpp a layout implies on ``pp`` ranks (1 where its stage count does not divide, which
+    :class:`~supercluster.layout.Layout` then reports)."""
+    n = len(parse(layout))
+    return n // pp if n % pp == 0 and n >= pp else 1
+
+
 def check(stages: list[str], *, pp: int, vpp: int, num_layers: int, mtp_layers: int, name: str) -> None:
     """The layout must fill pp x vpp stages and hold the model's layers and MTP modules, the
     embedding first and the loss last; errors name the numbers."""
@@ -71,3 +78,11 @@ def chunk_blocks(stages: list[str], pp: int) -> list[list[int]]:
     """Layer-like blocks (layers and MTP modules) on each (rank, chunk), for the timeline."""
     vpp = len(stages) // pp
     return [[stages[c * pp + s].count("t") + stages[c * pp + s].count("m") for c in range(vpp)] for s in range(pp)]
+
+
+def from_stage_layers(layers: list[int]) -> str:
+    """The layout with ``layers[k]`` layers on virtual stage k, the embedding first and the loss last,
+    written compactly (``Et*20|t*21|t*20|t*19L``)."""
+    parts = [f"t*{n}" for n in layers]
+    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "L"
+    return "|".join(parts)

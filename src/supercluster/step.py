@@ -344,7 +344,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     mtp = float(model.mtp_layers)
     proj_f = 2.0 * T * 2.0 * h * h / tp
     t_proj = 3.0 * proj_f / ceiling
-    t_mtp_extra = mtp * (t_proj + t_head + tp_head)  # what an MTP module costs beyond a layer
+    t_mtp_one = t_proj + t_head + tp_head  # what one MTP module costs beyond a layer
+    t_mtp_extra = mtp * t_mtp_one
     fwd_share = (t_fwd + tp_fx + cp_fx) / np.maximum(t_fwd + t_bwd + t_rc + tp_x + cp_x, 1e-30)
     # Heaviest stage: ceil(L / (pp vpp)) layers per virtual chunk, and the last stage also runs the
     # head (and any MTP modules). A framework that counts the embedding and the loss as one layer each
@@ -359,15 +360,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # an explicit layout: each rank's layers, MTP modules (a layer, their projection and a pass
         # of the head each) and head; the slowest rank sets the pace
         n_t, n_m, n_l = (rank_blocks[:, i][:, None] for i in range(3))
-        t_per = t_mtp_extra / mtp if mtp else 0.0  # what one MTP module costs beyond a layer
-        t_rank = (n_t + n_m) * t_layer + n_m * t_per + n_l * (t_head + tp_head)
+        t_rank = (n_t + n_m) * t_layer + n_m * t_mtp_one + n_l * (t_head + tp_head)
         r = np.argmax(t_rank, axis=0)
         t_stage = t_rank[r, np.arange(t_rank.shape[1])]
         Lh = n_t[r, 0] * np.ones_like(t_layer)
         Lh_first = (n_t[0, 0] + n_m[0, 0]) * np.ones_like(t_layer)
         Lh_last = (n_t[-1, 0] + n_m[-1, 0]) * np.ones_like(t_layer)
         Lc = (n_t[r, 0] + n_m[r, 0]) * np.ones_like(t_layer)
-        head_on = n_l[r, 0] * np.ones_like(t_layer)
         projs, heads = n_m[r, 0] * np.ones_like(t_layer), (n_l[r, 0] + n_m[r, 0]) * np.ones_like(t_layer)
         bal = np.zeros(t_layer.shape, dtype=bool)
     elif fw.pp_split_counts_head:
