@@ -15,18 +15,21 @@ from typer.testing import CliRunner
 from supercluster.cli import app
 from supercluster.validate import validate
 
-# DeepSpeed ZeRO-3 530B at 1,120 and 2,240 A100s (Narayanan 2021 Table 2): the measured step time
-# does not fall when the GPU count doubles; the model prices the all-gather traffic and NCCL ring
-# latency of every per-parameter gather but DeepSpeed 2021's measured overhead grows faster; torchtitan
-# context parallel at 256K tokens: SDPA ring attention measured far below FA2's published efficiency.
+# DeepSpeed ZeRO-3 without model parallelism (Narayanan 2021 Table 2) from 768 GPUs up: priced as
+# DeepSpeed 0.3's source runs it (the four linear weights of a block gathered one by one after a device
+# synchronize, small parameters kept gathered, each gradient reduce-scattered on its own, NCCL ring
+# latency per call), the measured steps are 1.5-2.1x slower, the excess growing with the data-parallel
+# group (no published account of it); torchtitan context parallel at 256K tokens: SDPA ring attention
+# measured far below FA2's published efficiency.
 KNOWN_MISSES = {
-    "NAR-T2-ZeRO3-530B-2240", "TT-H100-L31-8B-CP8-256K",
+    "NAR-T2-ZeRO3-175B-768", "NAR-T2-ZeRO3-175B-1536", "NAR-T2-ZeRO3-530B-1120", "NAR-T2-ZeRO3-530B-2240",
+    "TT-H100-L31-8B-CP8-256K",
 }
-MAPE_BOUND = 0.072  # all rows, known misses included (the issue's target is 0.10)
+MAPE_BOUND = 0.085  # all rows, known misses included (the issue's target is 0.10)
 # rows outside KNOWN_MISSES (6.1 % until the ledger stopped charging the head on top of a full middle
 # stage under Megatron-Core's embedding/loss-aware pipeline split: the GB200 405B rows went -7.5 / -8.9 %
-# -> -11.0 / -12.3 %, 6.3 % since)
-MAPE_BOUND_REST = 0.063
+# -> -11.0 / -12.3 %, 6.3 % since; 5.75 % once the ZeRO-3 misses above left the rest)
+MAPE_BOUND_REST = 0.058
 
 
 def test_every_scored_row_is_supported_and_within_bounds():

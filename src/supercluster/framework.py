@@ -48,6 +48,8 @@ class Framework:
     tensor_parallel: bool = True
     pipeline_parallel: bool = True
     era_of: str = ""
+    #: gradient reduce-scatters per layer and pass under ZeRO-3 / FSDP; 0 = as many as the gathers
+    zero3_reduces_per_layer: int = 0
     until_year: int = 0
     pp_split_counts_head: bool = False
     #: how the layers are cut into pipeline chunks: "even" = ceil(L / (pp vpp)) on the heaviest chunk
@@ -112,7 +114,8 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head", "pp_split",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
-                "zero3_gather_copy_bytes", "fsdp_pp_unsharded", "tensor_parallel", "pipeline_parallel",
+                "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "fsdp_pp_unsharded", "tensor_parallel",
+                "pipeline_parallel",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "compiled_loss_bytes_per_logit"}
 
 

@@ -440,15 +440,16 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     win_b = Lh * (t_bwd + t_rc + tp_bx + cp_bx - hid_b)
     bucket = np.minimum(1.0, np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg) / (dense_params + expert_params))
     # ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (and again for a
-    # recomputed forward where the framework releases parameters), one reduce-scatter, each
-    # split into Lh x gathers_per_layer collectives whose latency adds up.
+    # recomputed forward where the framework releases parameters), one reduce-scatter, split into
+    # Lh x gathers_per_layer (reduces_per_layer) collectives whose latency adds up.
     n_coll = Lh * fw.zero3_gathers_per_layer
+    n_rs = Lh * (fw.zero3_reduces_per_layer or fw.zero3_gathers_per_layer)
     # The bytes are those of the whole-stage collectives above; each extra call adds its latency
     # (the time of a zero-byte call on the same group).
     ag3 = ag + (n_coll - 1.0) * net.collective_time_s("all_gather", 0.0, dpg, s_dpcp)
     # ... and the copies the framework makes around each gather, at HBM speed
     ag3 = ag3 + fw.zero3_gather_copy_bytes * (dense_params + expert_params) * pg / mem_bw
-    rs3 = rs + (n_coll - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, s_dpcp)
+    rs3 = rs + (n_rs - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, s_dpcp)
     ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute))
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
     # backward gathers and the gradient reduce-scatters together (one window, shared).
@@ -456,16 +457,16 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
                           np.maximum(rs - win_b, rs * bucket) + np.maximum(ag - win_f, ag * bucket))
         if fw.zero3_prefetch:
-            dp_z3 = m * (np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(ag3_b + rs3 - win_b, rs3 / n_coll))
+            dp_z3 = m * (np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(ag3_b + rs3 - win_b, rs3 / n_rs))
         else:
-            dp_z3 = m * (ag3 + ag3_b + np.maximum(rs3 - win_b, rs3 / n_coll))
+            dp_z3 = m * (ag3 + ag3_b + np.maximum(rs3 - win_b, rs3 / n_rs))
     else:
         dp_low = np.where(zero == 0, arr, rs + ag)
         dp_z3 = m * (ag3 + ag3_b + rs3)
     if fw.fsdp_pp_unsharded:
         # under PP: one gather before the first micro-batch's forward, one reduce-scatter after the last
         # backward, each hidden behind one micro-batch's compute at most
-        dp_z3 = np.where(pp > 1, np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(rs3 - win_b, rs3 / n_coll), dp_z3)
+        dp_z3 = np.where(pp > 1, np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(rs3 - win_b, rs3 / n_rs), dp_z3)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
 
     local = dense_params + expert_params
