@@ -424,6 +424,31 @@ def test_deepspeed_2021_zero3_gathers_pay_their_copies_at_hbm_speed():
     assert extra == pytest.approx(m * 3.0 * per_pass, rel=1e-6)  # forward, recomputed forward, backward
 
 
+def test_deepspeed_2021_zero3_gathers_the_four_linear_weights_and_reduces_every_parameter():
+    # DeepSpeed 0.3 keeps parameters under 1e5 elements gathered (stage3.py persistence_threshold), so a
+    # GPT block's gathers are its 4 linear weights, while each of its 12 parameters' gradients is
+    # reduce-scattered on its own: 8 more reduce-scatter calls a layer than gathers, each one NCCL
+    # latency (a zero-byte call on the data-parallel group). Without overlap the difference is exact.
+    from dataclasses import replace
+
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+
+    model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
+    lay = Layout(tp=1, pp=1, dp=64, micro_batch=1, global_batch=128, seq_len=2048, recompute="full", zero_stage=3)
+    fw = replace(get_framework("deepspeed-legacy"), dp_overlap=False)
+    assert (fw.zero3_gathers_per_layer, fw.zero3_reduces_per_layer) == (4, 12)
+    net = default_network(gpu, num_gpus=64)
+    as_is = estimate(model, gpu=gpu, num_gpus=64, layout=lay, framework=fw, network=net)
+    fewer = estimate(model, gpu=gpu, num_gpus=64, layout=lay, framework=replace(fw, zero3_reduces_per_layer=0),
+                     network=net)
+    lat = float(net.collective_time_s("reduce_scatter", 0.0, 64, 1))
+    m = 128 / 64
+    extra = as_is.ledger["exposed_dp_comm"] - fewer.ledger["exposed_dp_comm"]
+    assert extra == pytest.approx(m * (12 - 4) * model.num_layers * lat, rel=1e-9)
+
+
 def test_torchtitan_fsdp_under_pipeline_keeps_the_stage_gathered(h100):
     # torchtitan turns reshard_after_forward off under PP and the pipeline schedule defers resharding
     # and gradient reduction to the last micro-batch: the stage's bf16 weights and its fp32
