@@ -96,6 +96,26 @@ def test_no_fit_is_a_clear_error(h100, megatron):
         plan(load_model("llama3-405b"), h100, 8, global_batch=8, seq_len=8192, framework=megatron)
 
 
+def test_deepspeed_has_no_interleaved_pipeline(llama3_70b, h100):
+    # DeepSpeed's PipelineEngine runs 1F1B over contiguous stages: the planner keeps vpp = 1 for it,
+    # estimate defaults to vpp 1 there (4 under Megatron) and refuses an explicit vpp > 1.
+    from supercluster.framework import get_framework
+
+    ds, mg = get_framework("deepspeed"), get_framework("megatron")
+    res = plan(llama3_70b, h100, 64, global_batch=128, seq_len=4096, framework=ds)
+    assert res.evaluated > 0 and set(np.unique(res.columns["vpp"])) == {1}
+    assert set(np.unique(plan(llama3_70b, h100, 64, global_batch=128, seq_len=4096, framework=mg).columns["vpp"])) > {1}
+    assert (ds.default_vpp(8), mg.default_vpp(8), mg.default_vpp(1)) == (1, 4, 1)
+    runner = CliRunner()
+    base = ["estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4", "--global-batch", "128",
+            "--seq-len", "4096", "--framework", "deepspeed"]
+    r = runner.invoke(app, base + ["--vpp", "2"])
+    assert isinstance(r.exception, InputError)  # (the installed command turns it into one line, exit 2)
+    assert str(r.exception) == "vpp: framework deepspeed has no interleaved pipeline schedule; vpp must be 1, got 2"
+    r = runner.invoke(app, base + ["--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["layout"].endswith("dp2")
+
+
 @pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "deepspeed"])
 @pytest.mark.parametrize("layout", [
     Layout(tp=8, pp=16, dp=128, vpp=4, global_batch=2048, seq_len=8192, recompute="selective", zero_stage=1,
@@ -105,6 +125,10 @@ def test_no_fit_is_a_clear_error(h100, megatron):
     Layout(tp=1, pp=4, dp=8, ep=8, global_batch=64, seq_len=2048, zero_stage=2, sequence_parallel=False),
 ])
 def test_launcher_round_trip(tmp_path, fmt, layout, llama3_70b):
+    if fmt == "deepspeed" and layout.vpp > 1:  # DeepSpeed's PipelineEngine has no interleaved schedule
+        with pytest.raises(InputError, match="^vpp: DeepSpeed's pipeline engine runs 1F1B"):
+            launchers.export(layout, fmt)
+        return
     text = launchers.export(layout, fmt, llama3_70b if fmt == "megatron" else None)
     path = tmp_path / {"megatron": "args.sh", "torchtitan": "job.toml", "deepspeed": "ds.json"}[fmt]
     path.write_text(text)

@@ -130,8 +130,8 @@ def estimate(
     ep: Annotated[int, typer.Option(help="expert parallel degree (carved out of dp x cp)")] = 1,
     expert_tp: Annotated[int, typer.Option(help="expert tensor parallel degree (0 = tp; 1 folds EP over TP, "
                                            "Megatron-Core MoE parallel folding)")] = 0,
-    vpp: Annotated[int | None, typer.Option(help="interleaved pipeline chunks per stage [default: 4 when pp > 1, "
-                                            "else 1]")] = None,
+    vpp: Annotated[int | None, typer.Option(help="interleaved pipeline chunks per stage [default: 4 when pp > 1 "
+                                            "and the framework interleaves, else 1]")] = None,
     micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
     global_batch: GbsOpt = 2048,
     seq_len: SeqOpt = 8192,
@@ -177,7 +177,9 @@ def estimate(
 
         vpp = chunks_per_rank(pp_layout, pp)
     if vpp is None:
-        vpp = 4 if pp > 1 else 1
+        from .framework import get_framework
+
+        vpp = get_framework(framework).default_vpp(pp)
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
     load_model(model)
     get_gpu(gpu)

@@ -47,6 +47,9 @@ class Framework:
     #: the planner searches TP / PP only then, and an estimate with tp or pp > 1 is refused otherwise
     tensor_parallel: bool = True
     pipeline_parallel: bool = True
+    #: the pipeline can interleave virtual stages (vpp > 1: Megatron's interleaved 1F1B, torchtitan's
+    #: Interleaved1F1B); DeepSpeed's PipelineEngine runs plain 1F1B over contiguous stages
+    interleaved_pipeline: bool = True
     era_of: str = ""
     #: gradient reduce-scatters per layer and pass under ZeRO-3 / FSDP; 0 = as many as the gathers
     zero3_reduces_per_layer: int = 0
@@ -91,14 +94,18 @@ class Framework:
         """Pipeline slots the framework fills with the embedding and the loss (0 or 2)."""
         return 2 if self.pp_split_counts_head else 0
 
-    def check_parallelism(self, tp: int, pp: int, cp: int) -> None:
+    def check_parallelism(self, tp: int, pp: int, cp: int, vpp: int = 1) -> None:
         """Refuse a parallel degree above 1 that the framework does not have, naming the field."""
-        for field, degree, has, what in (("tp", tp, self.tensor_parallel, "tensor"),
-                                         ("pp", pp, self.pipeline_parallel, "pipeline"),
-                                         ("cp", cp, self.context_parallel, "context")):
+        for field, degree, has, what in (("tp", tp, self.tensor_parallel, "tensor parallelism"),
+                                         ("pp", pp, self.pipeline_parallel, "pipeline parallelism"),
+                                         ("cp", cp, self.context_parallel, "context parallelism"),
+                                         ("vpp", vpp, self.interleaved_pipeline, "interleaved pipeline schedule")):
             if degree > 1 and not has:
-                raise InputError(field, f"framework {self.key} has no {what} parallelism; {field} must be 1, "
-                                        f"got {degree}")
+                raise InputError(field, f"framework {self.key} has no {what}; {field} must be 1, got {degree}")
+
+    def default_vpp(self, pp: int) -> int:
+        """Interleaved chunks per stage when a user gives none: 4 where the pipeline interleaves."""
+        return 4 if pp > 1 and self.interleaved_pipeline else 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +122,7 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementw
                 "until_year", "pp_split_counts_head", "pp_split",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
                 "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "fsdp_pp_unsharded", "tensor_parallel",
-                "pipeline_parallel",
+                "pipeline_parallel", "interleaved_pipeline",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "compiled_loss_bytes_per_logit"}
 
 

@@ -179,6 +179,9 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None) -> str:
     require(fmt != "deepspeed" or layout.pp_layout is None, "pp_layout",
             "DeepSpeed's config has no explicit pipeline layout (its PipelineModule partitions in code); "
             "export to megatron or torchtitan")
+    require(fmt != "deepspeed" or layout.vpp == 1, "vpp",
+            f"DeepSpeed's pipeline engine runs 1F1B over contiguous stages, with no interleaved schedule; "
+            f"got vpp {layout.vpp} (use vpp 1, or export to megatron or torchtitan)")
     if fmt == "megatron":
         return to_megatron_args(layout, model) + "\n"
     if fmt == "torchtitan":

@@ -134,7 +134,7 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
 def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
                       precisions: tuple[str, ...] = ("bf16",), gpu_counts: tuple[int, ...] | None = None,
                       max_tp: int | None = None, max_cp: int = MAX_CP, max_pp: int | None = None,
-                      extra_pp_layers: int = 0,
+                      max_vpp: int | None = None, extra_pp_layers: int = 0,
                       module_sets: tuple[tuple[str, ...], ...] = ((),)) -> dict[str, np.ndarray]:
     """Every legal layout as integer columns (the :data:`~supercluster.step.COLUMNS` plus ``gpus``);
     ``extra_pp_layers``: pipeline slots the framework fills with the embedding and the loss;
@@ -166,7 +166,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     cols["etp"] = np.where(cols.pop("efold") > 0, 1, cols["tp"])
     cols = _keep(cols, ((cols["tp"] * cols["dp"] * cols["cp"] // cols["etp"]) % cols["ep"] == 0)
                  & ((cols["etp"] < cols["tp"]) | ((cols["dp"] * cols["cp"]) % cols["ep"] == 0)))
-    cols = _cross(cols, "vpp", list(VPP))
+    cols = _cross(cols, "vpp", [v for v in VPP if max_vpp is None or v <= max_vpp])
     slots = model.num_layers + np.where(cols["pp"] > 1, extra_pp_layers, 0)
     cols = _keep(cols, ((cols["vpp"] == 1) | (cols["pp"] > 1)) & (cols["pp"] * cols["vpp"] <= slots))
     cols = _cross(cols, "mb", list(MICRO_BATCHES))
@@ -244,6 +244,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                              max_cp=MAX_CP if framework.context_parallel else 1,
                              max_tp=None if framework.tensor_parallel else 1,
                              max_pp=None if framework.pipeline_parallel else 1,
+                             max_vpp=None if framework.interleaved_pipeline else 1,
                              extra_pp_layers=framework.extra_pp_layers,
                              module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
                              == "attention" else ((),))

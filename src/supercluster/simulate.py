@@ -180,7 +180,7 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     # (a larger sigma makes the mean-1 factor a handful of rare huge values among many tiny ones)
     require(0.0 <= jitter <= 1.0, "jitter", f"must be a log-normal sigma in [0, 1], got {jitter}")
     layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
-    fw.check_parallelism(layout.tp, layout.pp, layout.cp)
+    fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
     p, v = layout.pp, layout.vpp
     m = layout.num_microbatches
     require(v == 1 or m % p == 0, "micro_batch",

@@ -238,7 +238,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         pp_layout=(row.get("pp_layout") or "").strip() or None,
     )
     layout.check_gpus(_int(row, "num_gpus"))
-    fw.check_parallelism(layout.tp, layout.pp, layout.cp)
+    fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
     folded = ["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"] if layout.expert_tp == 1 else []
     note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
     return model, layout, fw, note
