@@ -148,7 +148,7 @@ def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw)
     from supercluster.layout import Layout
     from supercluster.simulate import simulate
 
-    vpp = vpp if pp > 1 else 1
+    vpp = vpp if pp > 1 and fw.interleaved_pipeline else 1
     m = pp * accum if vpp > 1 else accum
     lay = Layout(tp=2, pp=pp, dp=2, vpp=vpp, micro_batch=mb, global_batch=2 * mb * m, seq_len=2048,
                  recompute=("none", "selective", "full")[rc])
