@@ -24,7 +24,9 @@ def test_the_notation_expands_repeats_groups_and_cosmetic_commas():
     # virtual stage k runs on rank k mod pp as its chunk k // pp
     blocks = rank_blocks(stages, 8)
     assert blocks[0].tolist() == [8, 0, 0] and blocks[7].tolist() == [5, 1, 1]
-    assert chunk_blocks(stages, 8)[7] == [4, 2] and chunk_blocks(stages, 8)[0] == [4, 4]
+    # per (rank, chunk): layer-like blocks, MTP modules, heads
+    assert chunk_blocks(stages, 8)[7].tolist() == [[4, 0, 0], [2, 1, 1]]
+    assert chunk_blocks(stages, 8)[0].tolist() == [[4, 0, 0], [4, 0, 0]]
 
 
 @pytest.mark.parametrize("text, match", [

@@ -97,7 +97,7 @@ def test_simulate_cli_json_and_trace(tmp_path):
 def test_exact_stages_give_each_stage_its_layers_and_never_exceed_the_ledger(h100):
     """Each chunk its own layers, the head on the last: the pipeline is at most as slow as the ledger's
     every-stage-the-heaviest pricing, equal without a pipeline; the last stage computes the most."""
-    from supercluster.simulate import chunk_layers
+    from supercluster.step import chunk_layers
 
     assert chunk_layers(126, 8, 8, True)[0][0] == 1 and chunk_layers(126, 8, 8, True)[-1][-1] == 1
     assert sum(map(sum, chunk_layers(126, 8, 8, True))) == 126 == sum(map(sum, chunk_layers(126, 9, 7, False)))
@@ -176,3 +176,102 @@ def test_a_multi_token_prediction_block_is_a_layer_of_the_last_chunk(h100):
                                                         framework=fw).step_time_s, rel=1e-9)
         ex = simulate(m, layout=lay, gpu=h100, net=net, fw=f, exact_stages=True)
         assert sum(map(sum, ex.layers)) == m.num_layers + 1 and ex.step_time_s <= tl.step_time_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("pp, vpp, m", [(1, 1, 3), (4, 1, 6), (4, 2, 4), (3, 3, 6), (8, 4, 16)])
+def test_schedule_makespan_is_the_event_simulations_makespan(pp, vpp, m):
+    """The vectorized longest path over the schedule's waves finishes exactly when the event engine
+    does, for random per-chunk durations (two rows at once)."""
+    import numpy as np
+
+    from supercluster.schedule import dependency, makespan
+
+    rng = np.random.default_rng(pp * 100 + vpp * 10 + m)
+    d = rng.uniform(0.5, 2.0, size=(pp, vpp, 2, 2))
+    for row in range(2):
+        end: dict = {}
+        free = [0.0] * pp
+        orders = [schedule(s, pp, vpp, m) for s in range(pp)]
+        pos = [0] * pp
+        while any(pos[s] < len(orders[s]) for s in range(pp)):
+            for s in range(pp):  # advance every stage as far as its inputs allow
+                while pos[s] < len(orders[s]):
+                    op = orders[s][pos[s]]
+                    dep = dependency(s, op, pp, vpp)
+                    if dep is not None and dep not in end:
+                        break
+                    start = max(free[s], end[dep] if dep else 0.0)
+                    free[s] = end[(s, op)] = start + d[s, op[2], int(op[0] == "B"), row]
+                    pos[s] += 1
+        assert makespan(pp, vpp, m, d)[row] == pytest.approx(max(free), rel=1e-12)
+
+
+def test_uneven_interleaving_is_priced_by_its_schedule(h100):
+    """torchtitan's split of Llama 3.1 405B's 126 layers over pp 16 x vpp 3 chunks leaves chunks of
+    2 and 3 layers; the interleaved schedule then stalls beyond (pp - 1) / vpp stage-times, and the
+    ledger prices that schedule: its step equals the timeline with each chunk's own layers, the
+    bubble grows past the closed form, and an even split (144 layers, 3 per chunk) keeps the closed form."""
+    import dataclasses
+
+    m405 = load_model("llama3.1-405b")
+    net = default_network(h100, num_gpus=256)
+    f = get_framework("torchtitan")
+    lay = Layout(tp=8, pp=16, dp=2, vpp=3, micro_batch=1, global_batch=32, seq_len=8192)
+    b = estimate(m405, gpu=h100, num_gpus=256, layout=lay, framework="torchtitan")
+    tl = simulate(m405, layout=lay, gpu=h100, net=net, fw=f)
+    ex = simulate(m405, layout=lay, gpu=h100, net=net, fw=f, exact_stages=True)
+    assert tl.step_time_s == pytest.approx(b.step_time_s, rel=1e-9) == ex.step_time_s
+    assert sorted({n for s in tl.layers for n in s}) == [2, 3]
+
+    def stage_s(br):  # one micro-batch on the heaviest stage: the ledger's compute over 16 micro-batches
+        return (br.step_time_s - sum(br.ledger[k] for k in ("pipeline_bubble", "exposed_pp_comm", "exposed_dp_comm",
+                                                             "optimizer", "stragglers"))) / 16
+
+    assert b.ledger["pipeline_bubble"] > 1.2 * 15 / 3 * stage_s(b)
+    even = dataclasses.replace(m405, num_layers=144)
+    be = estimate(even, gpu=h100, num_gpus=256, layout=lay, framework="torchtitan")
+    assert be.ledger["pipeline_bubble"] == pytest.approx(15 / 3 * stage_s(be), rel=1e-9)
+    assert simulate(even, layout=lay, gpu=h100, net=net, fw=f).layers == ()
+
+
+def test_an_explicit_layout_with_the_mtp_module_apart_from_the_loss_prices_each_chunk_its_own_work(h100):
+    """Megatron-Core's documented DeepSeek-V3 layout on pp 16 x vpp 2, "Et*3|(tt|)*29,m|L", puts the
+    MTP module and the loss on different chunks: the ledger (the schedule's longest path) and the
+    timeline agree, and no ledger part goes negative."""
+    m = load_model("deepseek-v3+mtp")
+    lay = Layout(tp=1, pp=16, dp=32, ep=32, vpp=2, micro_batch=1, global_batch=1024, seq_len=4096,
+                 pp_layout="Et*3|(tt|)*29,m|L")
+    net = default_network(h100, num_gpus=512)
+    f = get_framework("megatron")
+    b = estimate(m, gpu=h100, num_gpus=512, layout=lay, framework="megatron")
+    tl = simulate(m, layout=lay, gpu=h100, net=net, fw=f)
+    assert tl.step_time_s == pytest.approx(b.step_time_s, rel=1e-9)
+    assert tl.layers[14][1] == 1 and tl.layers[15][1] == 0  # the MTP module; the loss alone
+    assert min(b.ledger.values()) >= 0.0 and b.ledger["pipeline_bubble"] > 0.0
+
+
+def test_a_long_schedule_extended_by_its_period_ends_where_the_full_walk_does():
+    """makespan stops walking once three rounds repeat and adds whole periods; on uneven chunks
+    (torchtitan's split of 77 and 126 layers), including rows that settle late or never within
+    the first walk, it agrees with walking all 40 rounds."""
+    import numpy as np
+
+    from supercluster.schedule import _run, chunk_durations, makespan
+    from supercluster.step import chunk_layers
+
+    rng = np.random.default_rng(7)
+    for layers, pp, vpp in ((77, 4, 3), (61, 4, 2), (126, 8, 3), (126, 16, 4)):
+        work = np.zeros((pp, vpp, 3))
+        work[:, :, 0] = chunk_layers(layers, pp, vpp, split="middle")
+        work[-1, -1, 2] = 1.0
+        rows = 8
+        frac, head = rng.uniform(0.2, 0.5, rows), rng.uniform(0.0, 3.0, rows)
+        d = chunk_durations(work, 1.0, frac, head, head * frac, 0.0, 0.0, rng.uniform(0.0, 0.5, rows))
+        m = 40 * pp
+        full = _run(pp, vpp, m, d.reshape(pp * vpp * 2, -1))[0]
+        assert np.allclose(makespan(pp, vpp, m, d), full, rtol=1e-12, atol=0.0)
+        # and per row, with micro-batches that differ between rows
+        ms = rng.choice([pp, 2 * pp, 8 * pp, 40 * pp], size=rows)
+        got = makespan(pp, vpp, ms, d)
+        for r in range(rows):
+            assert got[r] == pytest.approx(_run(pp, vpp, int(ms[r]), d[..., r:r + 1].reshape(-1, 1))[0][0], rel=1e-12)

@@ -74,10 +74,12 @@ def rank_blocks(stages: list[str], pp: int) -> np.ndarray:
     return out
 
 
-def chunk_blocks(stages: list[str], pp: int) -> list[list[int]]:
-    """Layer-like blocks (layers and MTP modules) on each (rank, chunk), for the timeline."""
+def chunk_blocks(stages: list[str], pp: int) -> np.ndarray:
+    """Per (rank, chunk): its layer-like blocks (layers and MTP modules), MTP modules and heads,
+    shape (pp, vpp, 3), for the pipeline schedule."""
     vpp = len(stages) // pp
-    return [[stages[c * pp + s].count("t") + stages[c * pp + s].count("m") for c in range(vpp)] for s in range(pp)]
+    return np.array([[[st.count("t") + st.count("m"), st.count("m"), st.count("L")]
+                      for st in (stages[c * pp + s] for c in range(vpp))] for s in range(pp)], dtype=float)
 
 
 def from_stage_layers(layers: list[int]) -> str:

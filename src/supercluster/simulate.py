@@ -7,12 +7,14 @@ has arrived: a forward needs the previous stage's forward of the same micro-batc
 backward the next stage's backward, the last stage's first backward its own forward. Durations come
 from :func:`~supercluster.step.step_columns`, the function every other view prices through: each
 stage is priced as the heaviest one (as the ledger is), split into forward and backward, and each
-operation ends with its share of the exposed pipeline send/receive time. The exposed data-parallel
-sync, the optimizer step and the straggler wait follow the pipeline drain on every stage.
+operation ends with its share of the exposed pipeline send/receive time. Where the ledger prices an
+interleaved schedule with uneven chunks chunk by chunk (torchtitan's split, an explicit layout:
+:func:`supercluster.schedule.makespan`), each chunk carries its own layers here too. The exposed
+data-parallel sync, the optimizer step and the straggler wait follow the pipeline drain on every stage.
 
 With jitter off the timeline's makespan equals the ledger's step time (a test checks it), so the
 timeline explains where each stage idles rather than re-deriving the step time. With
-``exact_stages`` each chunk carries its own layers instead (L, or L + 2 slots where the framework
+``exact_stages`` each chunk always carries its own layers (L, or L + 2 slots where the framework
 counts the embedding and the loss as layers, spread evenly over the pp x vpp chunks in model order,
 the head on the last): the makespan then shows how much the ledger's heaviest-stage pricing
 overstates an unevenly split pipeline. With jitter on, every
@@ -40,7 +42,10 @@ from .hardware import GpuSpec
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import chunk_layers, layout_columns, stage_activation_bytes, step_columns
+from .schedule import Op, chunk_durations, dependency, schedule
+from .step import chunk_work, layout_columns, stage_activation_bytes, step_columns
+
+__all__ = ["Engine", "Op", "Task", "Timeline", "schedule", "simulate"]
 
 
 class Engine:
@@ -73,36 +78,6 @@ class Task:
     chunk: int
     start_s: float
     end_s: float
-
-
-Op = tuple[str, int, int]  # ("F" | "B", micro-batch, chunk)
-
-
-def schedule(stage: int, pp: int, vpp: int, m: int) -> list[Op]:
-    """The order in which ``stage`` runs its forwards and backwards: 1F1B (vpp = 1) or Megatron-Core's
-    interleaved 1F1B (warm-up of 2 (pp - stage - 1) + (vpp - 1) pp chunk forwards, then one forward
-    and one backward in turn, then the remaining backwards)."""
-    if pp == 1:
-        return [op for i in range(m) for op in (("F", i, 0), ("B", i, 0))]
-    total = m * vpp
-
-    def chunk_of(k: int, forward: bool) -> int:
-        c = (k % (pp * vpp)) // pp
-        return c if forward else vpp - 1 - c
-
-    def mb_of(k: int) -> int:
-        return (k // (pp * vpp)) * pp + k % pp
-
-    if vpp == 1:
-        warm = min(pp - stage - 1, m)
-    else:
-        warm = total if m == pp else min(2 * (pp - stage - 1) + (vpp - 1) * pp, total)
-    fwd = [("F", mb_of(k), chunk_of(k, True)) for k in range(total)]
-    bwd = [("B", mb_of(k), chunk_of(k, False)) for k in range(total)]
-    order = fwd[:warm]
-    for i in range(total - warm):
-        order += [fwd[warm + i], bwd[i]]
-    return order + bwd[total - warm:]
 
 
 @dataclass(frozen=True)
@@ -187,20 +162,10 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
             f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of pp = {p}")
     stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
     out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(
-        model, gpu, net, fw, layout_columns(layout, fw),
-        rank_blocks=None if stages is None else pplayout.rank_blocks(stages, p)).items()}
+        model, gpu, net, fw, layout_columns(layout, fw), stages=stages).items()}
     t_f, t_b = out["stage_forward_s"] / v, (out["stage_time_s"] - out["stage_forward_s"]) / v
-    # MTP blocks are layer-like blocks on the last chunk: in the split's slots where the framework
-    # counts the embedding and the loss (as the cost model prices them), after its layers otherwise
-    counts_head = out["split_counts_head"] > 0
-    if stages is not None:  # an explicit layout: its layers and MTP modules, chunk by chunk
-        split = pplayout.chunk_blocks(stages, p)
-    else:
-        split = chunk_layers(model.num_layers + (model.mtp_layers if counts_head else 0), p, v, counts_head,
-                             fw.pp_split)
-        if not counts_head:
-            split[-1][-1] += model.mtp_layers
-    layers = split if exact_stages else []
+    work = chunk_work(model, fw, p, v, stages, counts_head=out["split_counts_head"] > 0)
+    split = work[:, :, 0].astype(int).tolist()
     # each stage's peak memory: the memory model's stage activations (its own layers, the
     # micro-batches this schedule holds, the last stage's logits) over the heaviest stage's weights,
     # gradients and optimizer state
@@ -209,19 +174,20 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
                                                          out["mem_extra_activation_bytes"], out["mem_logits_bytes"],
                                                          p, v, m, st)) for st in range(p))
 
+    # Chunks carry their own work with exact_stages, or where the ledger itself prices an uneven
+    # interleaving chunk by chunk; every stage is the heaviest one otherwise.
+    by_chunks = exact_stages or out["pipeline_by_chunks"] > 0
+    layers = split if by_chunks else []
+    own = chunk_durations(work, *(out[k] for k in ("layer_time_s", "layer_forward_frac", "head_time_s",
+                                                   "head_forward_s", "mtp_time_s", "mtp_forward_s")), 0.0)[..., 0]
+
     def durations(s: int, c: int) -> tuple[float, float]:
         """Forward and backward seconds of chunk c on stage s (without the send)."""
-        if not exact_stages:
-            return t_f, t_b
-        lay = layers[s][c] * out["layer_time_s"]
-        f = lay * out["layer_forward_frac"]
-        if s == p - 1 and c == v - 1:  # the head and the loss
-            return f + out["head_forward_s"], lay - f + out["head_time_s"] - out["head_forward_s"]
-        return f, lay - f
+        return (float(own[s, c, 0]), float(own[s, c, 1])) if by_chunks else (t_f, t_b)
 
     # the exposed pipeline send/receive time, one equal share at the end of every operation on the
     # critical path (2 (m v + p - 1) of them)
-    delta = out["exposed_pp_comm"] / (2.0 * (m * v + p - 1)) if p > 1 else 0.0
+    delta = out["pp_send_s"]
     rng = np.random.default_rng(seed)
     orders = [schedule(s, p, v, m) for s in range(p)]
     scale = {(s, op): (float(rng.lognormal(-jitter * jitter / 2.0, jitter)) if jitter > 0 else 1.0)
@@ -233,21 +199,11 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     busy = [False] * p
     tasks: list[Task] = []
 
-    def dependency(s: int, op: Op) -> tuple[int, Op] | None:
-        kind, i, c = op
-        if kind == "F":
-            if s > 0:
-                return s - 1, ("F", i, c)
-            return (p - 1, ("F", i, c - 1)) if c > 0 else None
-        if s < p - 1:
-            return s + 1, ("B", i, c)
-        return (0, ("B", i, c + 1)) if c < v - 1 else (s, ("F", i, c))
-
     def try_start(s: int) -> None:
         if busy[s] or nxt[s] >= len(orders[s]):
             return
         op = orders[s][nxt[s]]
-        dep = dependency(s, op)
+        dep = dependency(s, op, p, v)
         if dep is not None and dep not in done:
             return  # woken when the dependency completes
         busy[s] = True
@@ -277,7 +233,7 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     waste = out["stragglers"] / out["step_time_s"] if out["step_time_s"] > 0 else 0.0
     for kind, stream in (("dp_sync", "dp"), ("optimizer", "compute"), ("stragglers", "compute")):
         dur = out["exposed_dp_comm" if kind == "dp_sync" else kind]
-        if kind == "stragglers" and exact_stages:  # the same share of the (shorter) step
+        if kind == "stragglers" and by_chunks:  # the same share of the (shorter) step
             dur = t * waste / (1.0 - waste)
         if dur > 0:
             tasks += [Task(s, stream, kind, -1, -1, t, t + dur) for s in range(p)]

@@ -49,6 +49,7 @@ from .hardware import GpuSpec
 from .layout import Layout
 from .models import GATED, ModelSpec
 from .network import Network
+from .schedule import chunk_durations, makespan
 from .units import GiB
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
@@ -143,6 +144,22 @@ def chunk_layers(num_layers: int, pp: int, vpp: int, counts_head: bool = False,
     return [[per[c * pp + s] for c in range(vpp)] for s in range(pp)]
 
 
+def chunk_work(model: ModelSpec, fw: Framework, pp: int, vpp: int, stages: list[str] | None = None,
+               counts_head: bool = False) -> np.ndarray:
+    """Per (stage, chunk) of the pipeline: its layer-like blocks, MTP modules and heads, shape
+    (pp, vpp, 3). An explicit layout places them itself; the framework's split otherwise, with the
+    MTP modules in the split's slots where it counts the embedding and the loss (as the cost model
+    prices them), after the last chunk's layers otherwise, and the head on the last chunk."""
+    if stages is not None:
+        return pplayout.chunk_blocks(stages, pp)
+    split = chunk_layers(model.num_layers + (model.mtp_layers if counts_head else 0), pp, vpp, counts_head,
+                         fw.pp_split)
+    out = np.zeros((pp, vpp, 3))
+    out[:, :, 0] = split
+    out[-1, -1] += [0 if counts_head else model.mtp_layers, model.mtp_layers, 1]
+    return out
+
+
 def _middle_split_stages(num_layers: int, pp: np.ndarray, vpp: np.ndarray
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row, under the "middle" split: layers of the first stage, of the last stage and the most
@@ -158,16 +175,59 @@ def _middle_split_stages(num_layers: int, pp: np.ndarray, vpp: np.ndarray
     return first, last, other
 
 
+def _uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | None, pp: np.ndarray,
+                         vpp: np.ndarray, m: np.ndarray, t_stage: np.ndarray, bubble: np.ndarray, pp_x: np.ndarray,
+                         pp_send: np.ndarray, parts: dict[str, np.ndarray]
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bubble and exposed pipeline send time of the rows whose interleaved chunks carry different
+    work, from the schedule's longest path; also which rows those are.
+
+    Under interleaving with uneven chunks a stage can wait for a light chunk's input while a heavy
+    one holds the stage before it, in the steady state too, so the closed form (pp - 1) / vpp stage-
+    times undercounts (Llama 3.1 405B, torchtitan split, pp 16, vpp 3: by 6.6 % of the step). Each
+    operation is priced as the timeline prices it (``parts``: its chunk's layers, MTP modules and
+    head, and an equal share of the exposed sends), and what the makespan adds over m stage-times
+    and the sends is the bubble (or, where the sends overlap the fill, less send time)."""
+    shape = np.broadcast(t_stage, pp, m, vpp).shape
+    pp, vpp, m, t_stage, bubble, pp_x = (np.broadcast_to(np.asarray(x, dtype=float), shape).copy()
+                                         for x in (pp, vpp, m, t_stage, bubble, pp_x))
+    pp_send = np.broadcast_to(pp_send, shape)
+    parts = {k: np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()}
+    by_chunks = np.zeros(shape, dtype=bool)
+    cand = (pp > 1) & (vpp > 1) & (np.mod(m, np.maximum(pp, 1.0)) == 0)
+    for p, v in np.unique(np.stack([pp[cand], vpp[cand]], axis=1).astype(np.int64), axis=0):
+        p, v = int(p), int(v)
+        if stages is None and p * v > model.num_layers:
+            continue  # (refused by Layout.check_model)
+        work = chunk_work(model, fw, p, v, stages)
+        others = work.copy()
+        others[-1, -1, 1:] = 0.0
+        if np.all(work[:, :, 0] == work[0, 0, 0]) and not others[:, :, 1:].any():
+            continue  # even chunks, MTP modules and head on the last one: the closed form holds
+        sel = cand & (pp == p) & (vpp == v)
+        span = makespan(p, v, m[sel].astype(np.int64), chunk_durations(
+            work, *(parts[k][sel] for k in ("layer_time_s", "layer_forward_frac", "head_time_s", "head_forward_s",
+                                            "mtp_time_s", "mtp_forward_s")), pp_send[sel]))
+        extra = span - m[sel] * t_stage[sel] - pp_x[sel]
+        bubble[sel] = np.maximum(extra, 0.0)
+        pp_x[sel] = pp_x[sel] + np.minimum(extra, 0.0)
+        by_chunks[sel] = True
+    return bubble, pp_x, by_chunks
+
+
 def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                  cols: dict[str, np.ndarray], rank_order: str = DEFAULT_RANK_ORDER,
-                 rank_blocks: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                 stages: list[str] | None = None) -> dict[str, np.ndarray]:
     """Price every layout row of ``cols``; returns columns (seconds, bytes, FLOPs).
 
     ``cols`` holds the integer columns of :data:`COLUMNS`; ``recompute`` uses
     :data:`RECOMPUTE_CODE`, ``sp`` is 0/1 and ``lowp`` uses :data:`LOWP_CODE`. Assumes rows already validated.
-    ``rank_blocks`` (rows: pipeline ranks; columns: layers, MTP modules, heads), from an explicit
-    pipeline layout (:func:`supercluster.pplayout.rank_blocks`), replaces the framework's split for
-    every row (all rows then share that pp).
+    ``stages``, the virtual stages of an explicit pipeline layout (:func:`supercluster.pplayout.parse`),
+    replaces the framework's split for every row (all rows then share its pp and vpp).
+
+    Where the chunks of an interleaved schedule differ (the "middle" split, an explicit layout),
+    the schedule's longest path (:func:`supercluster.schedule.makespan`) prices the pipeline, and the
+    column ``pipeline_by_chunks`` is 1 on those rows: the timeline then lays out each chunk's own work.
     """
     tp, pp, dp, cp, ep, vpp = (_col(cols, c) for c in ("tp", "pp", "dp", "cp", "ep", "vpp"))
     mb, gbs, seq, zero = (_col(cols, c) for c in ("mb", "gbs", "seq", "zero"))
@@ -356,6 +416,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     Lh = np.ceil(L / (pp * vpp)) * vpp
     t_stage = (Lh + mtp) * t_layer + t_head + tp_head + t_mtp_extra
     # (Lh_last: layer-like blocks on the last stage, its layers and the MTP blocks)
+    rank_blocks = None if stages is None else pplayout.rank_blocks(stages, int(np.max(pp)))
     if rank_blocks is not None:
         # an explicit layout: each rank's layers, MTP modules (a layer, their projection and a pass
         # of the head each) and head; the slowest rank sets the pace
@@ -407,6 +468,16 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     t_p2p = net.collective_time_s("p2p", pp_bytes, pp, s_pp) + np.where(sg, half, 0.0)
     pp_steps = np.where((vpp > 1) & fw.pp_overlap, 2.0 * (pp - 1.0), 2.0 * (m * vpp + pp - 1.0))
     pp_x = np.where(pp > 1, pp_steps * t_p2p, 0.0)
+    # (the timeline ends each pipeline operation with an equal share of the exposed sends)
+    pp_send = np.where(pp > 1, pp_x / (2.0 * (m * vpp + pp - 1.0)), 0.0)
+    # the parts of a stage, for pricing (and laying out) each chunk with its own work
+    chunk_parts = dict(layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head + tp_head,
+                       head_forward_s=t_head / 3.0 + tp_head / 2.0, mtp_time_s=t_mtp_one,
+                       mtp_forward_s=t_proj / 3.0 + t_head / 3.0 + tp_head / 2.0)
+    by_chunks = np.zeros(np.broadcast(t_stage, pp).shape, dtype=bool)
+    if stages is not None or fw.pp_split == "middle":
+        bubble, pp_x, by_chunks = _uneven_interleaving(model, fw, stages, pp, vpp, m, t_stage, bubble, pp_x, pp_send,
+                                                       chunk_parts)
 
     # ---- data parallel and optimizer -----------------------------------------------------
     shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
@@ -522,11 +593,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # timeline simulator lays out on the pipeline schedule
         stage_time_s=t_stage, stage_forward_s=Lc * t_layer * fwd_share + heads * (t_head / 3.0 + tp_head / 2.0)
         + projs * t_proj / 3.0,
-        # the parts of a stage, for a timeline with each stage's own layers (simulate --exact-stages);
-        # the last stage's head includes what its MTP modules cost beyond a layer each
-        layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head + tp_head + t_mtp_extra,
-        head_forward_s=(1.0 + mtp) * (t_head / 3.0 + tp_head / 2.0) + mtp * t_proj / 3.0,
+        **chunk_parts,
         split_counts_head=np.asarray(bal, dtype=float) if fw.pp_split_counts_head else np.zeros_like(t_layer),
+        pipeline_by_chunks=by_chunks.astype(float) * np.ones_like(tp), pp_send_s=pp_send * np.ones_like(tp),
     )
     return out
 
@@ -894,8 +963,8 @@ def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Netwo
     require(not layout.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
             f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
             f"({fw.selective_recompute}); leave them out")
-    blocks = None if layout.pp_layout is None else pplayout.rank_blocks(pplayout.parse(layout.pp_layout), layout.pp)
-    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order, rank_blocks=blocks)
+    stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
+    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order, stages=stages)
     first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     mem_keys = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
                 "mem_other_bytes", "memory_per_gpu_bytes")
