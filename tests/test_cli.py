@@ -121,6 +121,8 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["estimate", "--pp-layout", "Et*63|Xt"], "pp_layout: cannot read 'X'"),
     (["estimate", "--pp-layout", "Et*63|t*63L"], "pp_layout: has 2 stages; pp x vpp = 16 x 1"),
     (["simulate", "--pp-layout", "Et*40|t*40L"], "pp_layout: needs --layout"),
+    # (a layout's chunks per rank are derived only once pp is known to be positive)
+    (["estimate", "--pp", "0", "--pp-layout", "Et*63|t*63L"], "pp: must be a positive integer, got 0"),
 ])
 def test_bad_input_is_one_line_exit_2(args, field):
     r = run(*args)

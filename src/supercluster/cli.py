@@ -172,6 +172,13 @@ def estimate(
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
         _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order)
         return
+    # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
+    load_model(model)
+    get_gpu(gpu)
+    for field, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("micro_batch", micro_batch),
+                         ("global_batch", global_batch), ("seq_len", seq_len)):
+        if value <= 0:
+            raise InputError(field, f"must be a positive integer, got {value}")
     if vpp is None and pp_layout is not None:
         from .pplayout import chunks_per_rank
 
@@ -180,13 +187,6 @@ def estimate(
         from .framework import get_framework
 
         vpp = get_framework(framework).default_vpp(pp)
-    # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
-    load_model(model)
-    get_gpu(gpu)
-    for field, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("micro_batch", micro_batch),
-                         ("global_batch", global_batch), ("seq_len", seq_len)):
-        if value <= 0:
-            raise InputError(field, f"must be a positive integer, got {value}")
     if dp < 0:
         raise InputError("dp", f"must be >= 0 (0 = gpus / (tp pp cp)), got {dp}")
     if dp == 0:

@@ -47,6 +47,7 @@ def parse(layout: str) -> list[str]:
 def chunks_per_rank(layout: str, pp: int) -> int:
     """The vpp a layout implies on ``pp`` ranks (1 where its stage count does not divide, which
     :class:`~supercluster.layout.Layout` then reports)."""
+    require(pp >= 1, "pp", f"must be a positive integer, got {pp}")
     n = len(parse(layout))
     return n // pp if n % pp == 0 and n >= pp else 1
 
