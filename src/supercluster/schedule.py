@@ -170,11 +170,8 @@ def makespan(pp: int, vpp: int, m: int | np.ndarray, durations_s: np.ndarray) ->
     covers ``ROUNDS`` + 5 rounds and adds one period per further round; rows whose rounds have
     not settled (or whose m is not whole rounds) are walked to the end."""
     table = np.asarray(durations_s, dtype=float).reshape(pp * vpp * 2, -1)
-    m = np.broadcast_to(np.asarray(m, dtype=np.int64), (table.shape[1],))
-    # layouts that differ only where the pipeline does not see it (ZeRO stage, optimizer) run alike
-    uniq, inverse = np.unique(np.vstack([table, m[None, :]]).T, axis=0, return_inverse=True)
-    table, m = uniq[:, :-1].T, uniq[:, -1].astype(np.int64)
     rows = table.shape[1]
+    m = np.broadcast_to(np.asarray(m, dtype=np.int64), (rows,))
     out = np.full(rows, np.nan)
     for rounds in ROUNDS:
         run = (rounds + 3 + _TAIL) * pp
@@ -195,7 +192,7 @@ def makespan(pp: int, vpp: int, m: int | np.ndarray, durations_s: np.ndarray) ->
     for mm in np.unique(m[np.isnan(out)]):
         sel = (m == mm) & np.isnan(out)
         out[sel] = _run(pp, vpp, int(mm), table[:, sel])[0]
-    return out[inverse.ravel()]
+    return out
 
 
 def chunk_durations(blocks: np.ndarray, layer_s: np.ndarray, layer_forward_frac: np.ndarray,

@@ -43,7 +43,7 @@ from .layout import Layout
 from .models import ModelSpec
 from .network import Network
 from .schedule import Op, chunk_durations, dependency, schedule
-from .step import chunk_work, layout_columns, stage_activation_bytes, step_columns
+from .step import CHUNK_PARTS, chunk_work, layout_columns, stage_activation_bytes, step_columns
 
 __all__ = ["Engine", "Op", "Task", "Timeline", "schedule", "simulate"]
 
@@ -178,8 +178,7 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     # interleaving chunk by chunk; every stage is the heaviest one otherwise.
     by_chunks = exact_stages or out["pipeline_by_chunks"] > 0
     layers = split if by_chunks else []
-    own = chunk_durations(work, *(out[k] for k in ("layer_time_s", "layer_forward_frac", "head_time_s",
-                                                   "head_forward_s", "mtp_time_s", "mtp_forward_s")), 0.0)[..., 0]
+    own = chunk_durations(work, *(out[k] for k in CHUNK_PARTS), 0.0)[..., 0]
 
     def durations(s: int, c: int) -> tuple[float, float]:
         """Forward and backward seconds of chunk c on stage s (without the send)."""

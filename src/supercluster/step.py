@@ -175,6 +175,10 @@ def _middle_split_stages(num_layers: int, pp: np.ndarray, vpp: np.ndarray
     return first, last, other
 
 
+#: the parts of a stage the pipeline schedule prices each chunk from (schedule.chunk_durations)
+CHUNK_PARTS = ("layer_time_s", "layer_forward_frac", "head_time_s", "head_forward_s", "mtp_time_s", "mtp_forward_s")
+
+
 def _uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | None, pp: np.ndarray,
                          vpp: np.ndarray, m: np.ndarray, t_stage: np.ndarray, bubble: np.ndarray, pp_x: np.ndarray,
                          pp_send: np.ndarray, parts: dict[str, np.ndarray]
@@ -205,9 +209,11 @@ def _uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | No
         if np.all(work[:, :, 0] == work[0, 0, 0]) and not others[:, :, 1:].any():
             continue  # even chunks, MTP modules and head on the last one: the closed form holds
         sel = cand & (pp == p) & (vpp == v)
-        span = makespan(p, v, m[sel].astype(np.int64), chunk_durations(
-            work, *(parts[k][sel] for k in ("layer_time_s", "layer_forward_frac", "head_time_s", "head_forward_s",
-                                            "mtp_time_s", "mtp_forward_s")), pp_send[sel]))
+        # layouts that differ only where the pipeline does not see it (ZeRO stage, optimizer) run alike
+        keys = np.stack([m[sel], pp_send[sel], *(parts[k][sel] for k in CHUNK_PARTS)], axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        span = makespan(p, v, uniq[:, 0].astype(np.int64), chunk_durations(work, *uniq[:, 2:].T, uniq[:, 1]))
+        span = span[inverse.ravel()]
         extra = span - m[sel] * t_stage[sel] - pp_x[sel]
         bubble[sel] = np.maximum(extra, 0.0)
         pp_x[sel] = pp_x[sel] + np.minimum(extra, 0.0)
