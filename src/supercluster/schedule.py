@@ -80,7 +80,8 @@ def _graph(pp: int, vpp: int, m: int) -> tuple[np.ndarray, np.ndarray, tuple[tup
     where = np.zeros((pp, 2, m, vpp), dtype=np.int64)
     where[stage, kind, mb, ch] = index
     prev = np.where(np.arange(n) > 0, np.roll(index, 1, axis=1), 0)
-    # the input each operation waits for (see dependency)
+    # the input each operation waits for: dependency's rule, vectorized (a test checks the walk
+    # against the event engine, which calls dependency itself)
     fwd, last = kind == 0, stage == pp - 1
     dep = np.zeros_like(index)
     for mask, s2, k2, c2 in ((fwd & (stage > 0), stage - 1, 0, ch), (fwd & (stage == 0) & (ch > 0), pp - 1, 0, ch - 1),
