@@ -410,8 +410,15 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     mtp = float(model.mtp_layers)
     proj_f = 2.0 * T * 2.0 * h * h / tp
     t_proj = 3.0 * proj_f / ceiling
-    t_mtp_one = t_proj + t_head + tp_head  # what one MTP module costs beyond a layer
-    t_mtp_extra = mtp * t_mtp_one
+    t_head_pass = t_head + tp_head  # the head and the loss, once
+    t_head_pass_f = t_head / 3.0 + tp_head / 2.0  # its forward share
+    t_mtp_one = t_proj + t_head_pass  # what one MTP module costs beyond a layer
+
+    def work_s(blocks: np.ndarray | float, mtps: np.ndarray | float, heads: np.ndarray | float) -> np.ndarray:
+        """A stage's (or chunk's) work per micro-batch: its layer-like blocks, what each MTP module adds
+        beyond its block, and its passes of the head (schedule.chunk_durations splits the same sum)."""
+        return blocks * t_layer + mtps * t_mtp_one + heads * t_head_pass
+
     fwd_share = (t_fwd + tp_fx + cp_fx) / np.maximum(t_fwd + t_bwd + t_rc + tp_x + cp_x, 1e-30)
     # Heaviest stage: ceil(L / (pp vpp)) layers per virtual chunk, and the last stage also runs the
     # head (and any MTP modules). A framework that counts the embedding and the loss as one layer each
@@ -420,14 +427,14 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # their "m", e.g. "Et|(tt|)*30mL"); it is used where it makes the slowest stage faster, and
     # allows pp x vpp up to L + 2 + mtp.
     Lh = np.ceil(L / (pp * vpp)) * vpp
-    t_stage = (Lh + mtp) * t_layer + t_head + tp_head + t_mtp_extra
+    t_stage = work_s(Lh + mtp, mtp, 1.0)
     # (Lh_last: layer-like blocks on the last stage, its layers and the MTP blocks)
     rank_blocks = None if stages is None else pplayout.rank_blocks(stages, int(np.max(pp)))
     if rank_blocks is not None:
         # an explicit layout: each rank's layers, MTP modules (a layer, their projection and a pass
         # of the head each) and head; the slowest rank sets the pace
         n_t, n_m, n_l = (rank_blocks[:, i][:, None] for i in range(3))
-        t_rank = (n_t + n_m) * t_layer + n_m * t_mtp_one + n_l * (t_head + tp_head)
+        t_rank = work_s(n_t + n_m, n_m, n_l)
         r = np.argmax(t_rank, axis=0)
         t_stage = t_rank[r, np.arange(t_rank.shape[1])]
         Lh = n_t[r, 0] * np.ones_like(t_layer)
@@ -438,7 +445,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         bal = np.zeros(t_layer.shape, dtype=bool)
     elif fw.pp_split_counts_head:
         Lh_bal = np.ceil((L + 2.0 + mtp) / (pp * vpp)) * vpp
-        t_last = (Lh_bal - 1.0) * t_layer + t_head + tp_head + t_mtp_extra
+        t_last = work_s(Lh_bal - 1.0, mtp, 1.0)
         t_bal = np.maximum(Lh_bal * t_layer, t_last)
         bal = (pp > 1) & ((t_bal < t_stage) | (pp * vpp > L))
         Lh, t_stage = np.where(bal, Lh_bal, Lh), np.where(bal, t_bal, t_stage)
@@ -452,7 +459,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # torchtitan's split: the last stage holds its (fewer) layers and the head; the heaviest stage
         # is whichever of it and the fullest middle stage takes longer
         first, last, other = _middle_split_stages(L, pp, vpp)
-        t_last = (last + mtp) * t_layer + t_head + tp_head + t_mtp_extra
+        t_last = work_s(last + mtp, mtp, 1.0)
         t_stage = np.maximum(other * t_layer, t_last)
         middle = other * t_layer > t_last
         Lh = np.where(middle, other, last)
@@ -477,9 +484,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # (the timeline ends each pipeline operation with an equal share of the exposed sends)
     pp_send = np.where(pp > 1, pp_x / (2.0 * (m * vpp + pp - 1.0)), 0.0)
     # the parts of a stage, for pricing (and laying out) each chunk with its own work
-    chunk_parts = dict(layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head + tp_head,
-                       head_forward_s=t_head / 3.0 + tp_head / 2.0, mtp_time_s=t_mtp_one,
-                       mtp_forward_s=t_proj / 3.0 + t_head / 3.0 + tp_head / 2.0)
+    chunk_parts = dict(layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head_pass,
+                       head_forward_s=t_head_pass_f, mtp_time_s=t_mtp_one, mtp_forward_s=t_proj / 3.0 + t_head_pass_f)
     by_chunks = np.zeros(np.broadcast(t_stage, pp).shape, dtype=bool)
     if stages is not None or fw.pp_split == "middle":
         bubble, pp_x, by_chunks = _uneven_interleaving(model, fw, stages, pp, vpp, m, t_stage, bubble, pp_x, pp_send,
@@ -597,7 +603,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         params_per_gpu=local,
         # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
         # timeline simulator lays out on the pipeline schedule
-        stage_time_s=t_stage, stage_forward_s=Lc * t_layer * fwd_share + heads * (t_head / 3.0 + tp_head / 2.0)
+        stage_time_s=t_stage, stage_forward_s=Lc * t_layer * fwd_share + heads * t_head_pass_f
         + projs * t_proj / 3.0,
         **chunk_parts,
         split_counts_head=np.asarray(bal, dtype=float) if fw.pp_split_counts_head else np.zeros_like(t_layer),
