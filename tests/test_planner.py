@@ -333,3 +333,40 @@ def test_torchtitan_split_points_carry_an_explicit_layout_both_ways(tmp_path):
     r = CliRunner().invoke(app, ["estimate", "--config", str(path), "--model", "llama3-70b", "--gpus", "64",
                                  "--framework", "torchtitan", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["pp_layout"] == "Et*20|t*21|t*20|t*19L"
+
+
+def test_the_plan_priced_from_bounds_is_the_plan_priced_exactly(llama3_70b, h100):
+    """The planner's first pass gives uneven interleavings a lower bound of their schedule and
+    then walks only the rows that can win or sit on the Pareto front; the answer is the one an
+    exact pricing of every row gives: the same best layouts, the same front, exact ranks."""
+    from supercluster.estimate import default_network
+    from supercluster.framework import get_framework
+    from supercluster.planner import PLAN_COLUMNS, _price_in_chunks
+
+    tt = get_framework("torchtitan")
+    res = plan(llama3_70b, h100, 256, global_batch=256, seq_len=8192, framework=tt, top=5)
+    c = res.columns
+    assert 0 < c["schedule_bound"].sum() < len(c["tp"])  # uneven rows left at their bound
+    base = {k: c[k] for k in ("gpus", "tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mb", "gbs", "seq", "zero",
+                              "recompute", "sp", "lowp") if k in c}
+    exact = _price_in_chunks(llama3_70b, h100, default_network(h100, num_gpus=256), tt, base, None)
+    t = exact["step_time_s"]
+    assert set(PLAN_COLUMNS) <= set(exact)
+    assert np.all(c["score"] <= t * (1.0 + 1e-12))
+    assert np.allclose(c["score"][~c["schedule_bound"]], t[~c["schedule_bound"]], rtol=1e-12)
+    feas = c["feasible"]
+    order = np.argsort(np.where(feas, t, np.inf), kind="stable")
+    assert [cand.step_time_s for cand in res.top] == pytest.approx(t[order[:5]].tolist(), rel=1e-12)
+    fi = np.flatnonzero(feas)
+    front = fi[pareto_mask(t[fi], exact["memory_per_gpu_bytes"][fi])]
+    assert sorted(round(x, 9) for x in t[front]) == sorted(round(p.step_time_s, 9) for p in res.pareto)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(1, len(order) + 1)
+    for p in res.pareto:
+        if p.rank_exact:
+            assert p.rank == rank[np.flatnonzero(np.isclose(t, p.step_time_s, rtol=0, atol=1e-12) & feas)].min()
+    deep = [p for p in res.pareto if not p.rank_exact]
+    assert deep, "the front reaches past the priced rows here"
+    for p in deep[-2:]:
+        assert res.rank_of(p.layout) == rank[np.flatnonzero(np.isclose(t, p.step_time_s, rtol=0, atol=1e-12)
+                                                             & feas)].min() <= p.rank

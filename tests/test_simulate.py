@@ -275,3 +275,26 @@ def test_a_long_schedule_extended_by_its_period_ends_where_the_full_walk_does():
         got = makespan(pp, vpp, ms, d)
         for r in range(rows):
             assert got[r] == pytest.approx(_run(pp, vpp, int(ms[r]), d[..., r:r + 1].reshape(-1, 1))[0][0], rel=1e-12)
+
+
+def test_the_schedule_bound_is_below_the_walk_and_exact_on_even_chunks():
+    """makespan_bound (the planner's first pass) never exceeds the longest path; where every chunk
+    of every stage does the same work it is the closed form, and so the walk, exactly."""
+    import numpy as np
+
+    from supercluster.schedule import makespan, makespan_bound
+
+    rng = np.random.default_rng(11)
+    gaps = []
+    for _ in range(60):
+        pp, vpp = int(rng.integers(2, 9)), int(rng.integers(2, 5))
+        m = pp * int(rng.integers(1, 10))
+        d = rng.uniform(0.2, 2.0, size=(pp, vpp, 2, 4))
+        walk, bound = makespan(pp, vpp, m, d), makespan_bound(m, d)
+        assert np.all(bound <= walk * (1.0 + 1e-12))
+        gaps.append(float(np.max(1.0 - bound / walk)))
+        even = np.broadcast_to(d[:1, :1], d.shape)
+        assert np.allclose(makespan_bound(m, even), makespan(pp, vpp, m, even), rtol=1e-12)
+        per_op = even[0, 0].sum(axis=0)
+        assert np.allclose(makespan_bound(m, even), (m + (pp - 1) / vpp) * vpp * per_op, rtol=1e-12)
+    assert max(gaps) > 0.05  # (uneven chunks: the bound is strictly below, not a copy of the walk)

@@ -54,6 +54,9 @@ class Candidate:
     energy_j_per_token: float
     ledger: dict[str, float]
     rank: int
+    #: False where rows the planner left at a lower bound could place this one (a Pareto entry far
+    #: behind the best): ``rank`` is then an upper bound of the rank (``PlanResult.rank_of`` is exact)
+    rank_exact: bool = True
 
     def budget(self, tokens: float) -> dict[str, float]:
         """Failure-free days, dollars and MWh to train ``tokens`` with this layout."""
@@ -72,7 +75,7 @@ class Candidate:
             "sequence_parallel": bool(lay.sequence_parallel), "num_gpus": self.num_gpus,
             "step_time_s": self.step_time_s, "mfu": self.mfu, "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
             "cost_usd_per_mtok": self.cost_usd_per_mtok, "energy_j_per_token": self.energy_j_per_token,
-            "ledger": self.ledger, "rank": self.rank,
+            "ledger": self.ledger, "rank": self.rank, "rank_exact": self.rank_exact,
         }
 
 
@@ -86,10 +89,15 @@ class PlanResult:
     feasible: int
     seconds: float
     objective: str
+    #: every layout searched; ``step_time_s``-derived ``score`` is a lower bound on rows still marked
+    #: ``schedule_bound`` (uneven interleavings no better than the top and off the Pareto front)
     columns: dict[str, np.ndarray] = field(repr=False)
+    #: prices given rows by their schedule where they still hold a bound, updating score and rank
+    refine: Callable[[np.ndarray], bool] | None = field(default=None, repr=False, compare=False)
 
     def rank_of(self, layout: Layout) -> int | None:
-        """1-based rank of ``layout`` among the feasible layouts by the objective, or None if absent."""
+        """1-based rank of ``layout`` among the feasible layouts by the objective, or None if absent
+        (exact: the layout and every layout whose bound could place it ahead are priced first)."""
         c = self.columns
         hit = np.ones(len(c["tp"]), dtype=bool)
         want = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
@@ -105,6 +113,9 @@ class PlanResult:
         idx = np.flatnonzero(hit & c["feasible"])
         if idx.size == 0:
             return None
+        if self.refine is not None:
+            self.refine(idx)
+            self.refine(np.flatnonzero(c["feasible"] & (c["score"] <= c["score"][idx].min())))
         return int(c["rank"][idx].min())
 
 
@@ -187,6 +198,17 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     return cols
 
 
+def _undominated(by: np.ndarray, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The ``rows`` that no row of ``by`` beats in both ``a`` and ``b`` (ties kept)."""
+    if by.size == 0:
+        return rows
+    o = by[np.argsort(b[by], kind="stable")]
+    best_a = np.minimum.accumulate(a[o])
+    pos = np.searchsorted(b[o], b[rows], side="right") - 1
+    limit = np.where(pos >= 0, best_a[np.maximum(pos, 0)], np.inf)
+    return rows[a[rows] <= limit]
+
+
 def pareto_mask(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Rows not dominated when minimising both ``a`` and ``b``."""
     order = np.lexsort((b, a))
@@ -207,16 +229,22 @@ PLAN_COLUMNS = ("step_time_s", "tokens_per_step", "memory_per_gpu_bytes", "model
 
 
 def _price_in_chunks(model: ModelSpec, gpu: GpuSpec, net: Network, framework: Framework,
-                     cols: dict[str, np.ndarray], progress: Callable[[int, int], None] | None
-                     ) -> dict[str, np.ndarray]:
+                     cols: dict[str, np.ndarray], progress: Callable[[int, int], None] | None,
+                     schedule_bound: bool = False) -> dict[str, np.ndarray]:
     n = len(cols["tp"])
+    keep = (*PLAN_COLUMNS, "pipeline_by_chunks")
     parts = []
     for i in range(0, n, CHUNK_ROWS):
-        out = step_columns(model, gpu, net, framework, {k: v[i:i + CHUNK_ROWS] for k, v in cols.items()})
-        parts.append({k: np.broadcast_to(out[k], out["step_time_s"].shape) for k in PLAN_COLUMNS})
+        out = step_columns(model, gpu, net, framework, {k: v[i:i + CHUNK_ROWS] for k, v in cols.items()},
+                           schedule_bound=schedule_bound)
+        parts.append({k: np.broadcast_to(out[k], out["step_time_s"].shape) for k in keep})
         if progress is not None:
             progress(min(i + CHUNK_ROWS, n), n)
-    return {k: np.concatenate([p[k] for p in parts]) for k in PLAN_COLUMNS}
+    return {k: np.concatenate([p[k] for p in parts]) for k in keep}
+
+
+#: Rows priced exactly per refinement pass of the planner, at least (besides its top and Pareto rows).
+REFINE_ROWS = 512
 
 
 def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
@@ -248,16 +276,15 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                              extra_pp_layers=framework.extra_pp_layers,
                              module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
                              == "attention" else ((),))
-    out = _price_in_chunks(model, gpu, network or default_network(gpu, num_gpus=num_gpus), framework, cols,
-                           progress)
+    net = network or default_network(gpu, num_gpus=num_gpus)
+    # First pass: uneven interleavings get a lower bound of their schedule (no walk); the rows that
+    # can still be among the best or on the Pareto front are then priced exactly (refine).
+    out = _price_in_chunks(model, gpu, net, framework, cols, progress, schedule_bound=True)
+    bound = out.pop("pipeline_by_chunks") > 0
     system = get_system(gpu.system)
     price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)
     watts = costs.facility_power_w_per_gpu(gpu, system, pue=pue, num_gpus=num_gpus)
-    step = out["step_time_s"]
     tokens = out["tokens_per_step"]
-    usd_per_mtok = step * cols["gpus"] * price / 3600.0 / tokens * 1e6
-    j_per_tok = step * cols["gpus"] * watts / tokens
-    score = {"time": step, "cost": usd_per_mtok, "energy": j_per_tok}[objective]
     feasible = out["memory_per_gpu_bytes"] <= gpu.hbm_bytes * (1.0 - headroom)
     n_feasible = int(feasible.sum())
     if n_feasible == 0:
@@ -265,12 +292,57 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         raise InputError("gpus", f"no layout of {model.name} fits on {num_gpus} x {gpu.key}: the leanest needs "
                          f"{out['memory_per_gpu_bytes'][i] / 2**30:.1f} GiB per GPU of "
                          f"{gpu.hbm_bytes * (1 - headroom) / 2**30:.1f} GiB usable; add GPUs or shorten seq_len")
-    masked = np.where(feasible, score, np.inf)
-    order = np.argsort(masked, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(1, len(order) + 1)
-    cols = dict(cols, feasible=feasible, rank=rank, score=score)
+    cols = dict(cols, feasible=feasible, schedule_bound=bound)
+
+    def rescore(ranks: bool = True) -> None:
+        """Scores (and ranks) from the current step times: a score's lower bound where bound."""
+        step = out["step_time_s"]
+        out["usd_per_mtok"] = step * cols["gpus"] * price / 3600.0 / tokens * 1e6
+        out["j_per_tok"] = step * cols["gpus"] * watts / tokens
+        cols["score"] = {"time": step, "cost": out["usd_per_mtok"], "energy": out["j_per_tok"]}[objective]
+        if ranks:
+            order = np.argsort(np.where(feasible, cols["score"], np.inf), kind="stable")
+            cols["rank"] = np.empty(len(order), dtype=np.int64)
+            cols["rank"][order] = np.arange(1, len(order) + 1)
+            out["order"] = order
+
+    def refine(idx: np.ndarray, ranks: bool = True) -> bool:
+        """Price rows ``idx`` by their schedule where they hold a bound; False if none did."""
+        idx = np.unique(idx[bound[idx]])
+        if idx.size == 0:
+            return False
+        exact = _price_in_chunks(model, gpu, net, framework, {k: cols[k][idx] for k in base_keys}, None)
+        for k in PLAN_COLUMNS:
+            out[k][idx] = exact[k]
+        bound[idx] = False
+        rescore(ranks)
+        return True
+
+    base_keys = [k for k in cols if k not in ("feasible", "schedule_bound")]
+    second = "memory" if objective == "time" else "time"
+
+    def other() -> np.ndarray:
+        return {"memory": out["memory_per_gpu_bytes"], "time": out["step_time_s"]}[second]
+
+    rescore(ranks=False)
+    feas_idx = np.flatnonzero(feasible)
+    # A row dominated by an exactly priced one stays dominated once priced itself (pricing only
+    # raises a bound): the Pareto front is sought among the others, the live rows, alone.
+    live = _undominated(feas_idx[~bound[feas_idx]], feas_idx, cols["score"], other())
+    k = max(top, REFINE_ROWS)
+    while True:
+        # a bound below the k-th best score could still win, a live bound on the front could stay there
+        masked = np.where(feasible, cols["score"], np.inf)
+        best = np.argpartition(masked, k)[:k] if len(masked) > k else np.arange(len(masked))
+        front = live[pareto_mask(cols["score"][live], other()[live])]
+        if not refine(np.concatenate([best[feasible[best]], front]), ranks=False):
+            break
+    rescore()
+    step, usd_per_mtok, j_per_tok, order = out["step_time_s"], out["usd_per_mtok"], out["j_per_tok"], out["order"]
+    score, rank = cols["score"], cols["rank"]
     mfu = out["model_flops"] / (step * out["num_gpus"] * out["peak_flops_per_s"])
+    # ranks below the lowest bound left are exact (every row that could be ahead was priced)
+    lowest_bound = float(np.min(score[bound & feasible], initial=np.inf))
 
     def cand(i: int) -> Candidate:
         layout = Layout(
@@ -285,17 +357,14 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         return Candidate(layout=layout, num_gpus=int(cols["gpus"][i]), step_time_s=float(step[i]),
                          mfu=float(mfu[i]), memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
                          cost_usd_per_mtok=float(usd_per_mtok[i]), energy_j_per_token=float(j_per_tok[i]),
-                         ledger={k: float(out[k][i]) for k in LEDGER}, rank=int(rank[i]))
+                         ledger={k: float(out[k][i]) for k in LEDGER}, rank=int(rank[i]),
+                         rank_exact=bool(score[i] < lowest_bound))
 
     top_c = [cand(int(i)) for i in order[:min(top, n_feasible)]]
-    feas_idx = np.flatnonzero(feasible)
-    second = "memory" if objective == "time" else "time"
-    other = {"memory": out["memory_per_gpu_bytes"], "time": step}[second]
-    pmask = pareto_mask(score[feas_idx], other[feas_idx])
-    pareto = sorted((cand(int(i)) for i in feas_idx[pmask]), key=lambda c: c.rank)[:50]
+    pareto = sorted((cand(int(i)) for i in front), key=lambda c: c.rank)[:50]
     why: list[tuple[str, float]] = []
     if len(top_c) > 1:
         a, b = top_c[0].ledger, top_c[1].ledger
         why = sorted(((k, a[k] - b[k]) for k in LEDGER if abs(a[k] - b[k]) > 1e-12), key=lambda kv: kv[1])
     return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=why, evaluated=len(order), feasible=n_feasible,
-                      seconds=time.perf_counter() - t0, objective=objective, columns=cols)
+                      seconds=time.perf_counter() - t0, objective=objective, columns=cols, refine=refine)

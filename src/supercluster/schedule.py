@@ -66,7 +66,7 @@ def _orders(pp: int, vpp: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 _CELLS = 1 << 22
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _graph(pp: int, vpp: int, m: int) -> tuple[np.ndarray, np.ndarray, tuple[tuple[int, int, np.ndarray], ...]]:
     """The schedule as a graph, its operations numbered wave by wave (each wave depends only on
     earlier ones): ``where[s, kind, i, c]``, the number of stage s's forward (kind 0) or backward
@@ -194,6 +194,27 @@ def makespan(pp: int, vpp: int, m: int | np.ndarray, durations_s: np.ndarray) ->
         sel = (m == mm) & np.isnan(out)
         out[sel] = _run(pp, vpp, int(mm), table[:, sel])[0]
     return out
+
+
+def makespan_bound(m: int | np.ndarray, durations_s: np.ndarray) -> np.ndarray:
+    """A lower bound of :func:`makespan`, exact where every chunk does the same work, at the cost of
+    a sum (no walk): the busiest stage plus what must run before its first operation and after
+    its last.
+
+    Stage s cannot start before micro-batch 0's first chunk has gone forward through stages
+    0 .. s - 1, runs m micro-batches of every chunk's forward and backward, and ends with the
+    backward of chunk 0 of the last micro-batch, which stages s - 1 .. 0 then run backward in turn.
+    With equal chunks this is the closed form (m + (pp - 1) / vpp) stage-times; with unequal ones
+    the stalls of the steady state come on top, which only the walk finds."""
+    d = np.asarray(durations_s, dtype=float)
+    pp = d.shape[0]
+    d = d.reshape(pp, d.shape[1], 2, -1)
+    m = np.asarray(m, dtype=float)
+    busy = m * d.sum(axis=(1, 2))  # (pp, rows)
+    first_f, first_b = d[:, 0, 0], d[:, 0, 1]
+    before = np.cumsum(first_f, axis=0) - first_f  # forwards of chunk 0 on the stages before s
+    after = np.cumsum(first_b, axis=0) - first_b  # backwards of chunk 0 on the stages before s
+    return (before + busy + after).max(axis=0)
 
 
 def chunk_durations(blocks: np.ndarray, layer_s: np.ndarray, layer_forward_frac: np.ndarray,

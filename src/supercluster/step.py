@@ -49,7 +49,7 @@ from .hardware import GpuSpec
 from .layout import Layout
 from .models import GATED, ModelSpec
 from .network import Network
-from .schedule import chunk_durations, makespan
+from .schedule import chunk_durations, makespan, makespan_bound
 from .units import GiB
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
@@ -175,13 +175,28 @@ def _middle_split_stages(num_layers: int, pp: np.ndarray, vpp: np.ndarray
     return first, last, other
 
 
+def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of a 2-D array in lexicographic order, and each row's index among them:
+    ``np.unique(a, axis=0, return_inverse=True)``, by one lexsort of the columns (np.unique sorts
+    the rows as opaque byte strings, ten times slower on the planner's 10^5-row tables)."""
+    a = np.asarray(a)
+    if len(a) == 0:
+        return a[:0], np.zeros(0, dtype=np.int64)
+    order = np.lexsort(a.T[::-1])
+    srt = a[order]
+    new = np.concatenate(([True], np.any(srt[1:] != srt[:-1], axis=1)))
+    inverse = np.empty(len(a), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return srt[new], inverse
+
+
 #: the parts of a stage the pipeline schedule prices each chunk from (schedule.chunk_durations)
 CHUNK_PARTS = ("layer_time_s", "layer_forward_frac", "head_time_s", "head_forward_s", "mtp_time_s", "mtp_forward_s")
 
 
 def _uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | None, pp: np.ndarray,
                          vpp: np.ndarray, m: np.ndarray, t_stage: np.ndarray, bubble: np.ndarray, pp_x: np.ndarray,
-                         pp_send: np.ndarray, parts: dict[str, np.ndarray]
+                         pp_send: np.ndarray, parts: dict[str, np.ndarray], bound: bool = False
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bubble and exposed pipeline send time of the rows whose interleaved chunks carry different
     work, from the schedule's longest path; also which rows those are.
@@ -191,7 +206,10 @@ def _uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | No
     times undercounts (Llama 3.1 405B, torchtitan split, pp 16, vpp 3: by 6.6 % of the step). Each
     operation is priced as the timeline prices it (``parts``: its chunk's layers, MTP modules and
     head, and an equal share of the exposed sends), and what the makespan adds over m stage-times
-    and the sends is the bubble (or, where the sends overlap the fill, less send time)."""
+    and the sends is the bubble (or, where the sends overlap the fill, less send time).
+
+    ``bound``: price those rows by :func:`supercluster.schedule.makespan_bound` instead, a lower
+    bound of the longest path that costs no walk (the planner walks only the rows that can win)."""
     shape = np.broadcast(t_stage, pp, m, vpp).shape
     pp, vpp, m, t_stage, bubble, pp_x = (np.broadcast_to(np.asarray(x, dtype=float), shape).copy()
                                          for x in (pp, vpp, m, t_stage, bubble, pp_x))
@@ -199,7 +217,7 @@ def _uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | No
     parts = {k: np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()}
     by_chunks = np.zeros(shape, dtype=bool)
     cand = (pp > 1) & (vpp > 1) & (np.mod(m, np.maximum(pp, 1.0)) == 0)
-    for p, v in np.unique(np.stack([pp[cand], vpp[cand]], axis=1).astype(np.int64), axis=0):
+    for p, v in unique_rows(np.stack([pp[cand], vpp[cand]], axis=1).astype(np.int64))[0]:
         p, v = int(p), int(v)
         if stages is None and p * v > model.num_layers:
             continue  # (refused by Layout.check_model)
@@ -210,10 +228,13 @@ def _uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | No
             continue  # even chunks, MTP modules and head on the last one: the closed form holds
         sel = cand & (pp == p) & (vpp == v)
         # layouts that differ only where the pipeline does not see it (ZeRO stage, optimizer) run alike
-        keys = np.stack([m[sel], pp_send[sel], *(parts[k][sel] for k in CHUNK_PARTS)], axis=1)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        span = makespan(p, v, uniq[:, 0].astype(np.int64), chunk_durations(work, *uniq[:, 2:].T, uniq[:, 1]))
-        span = span[inverse.ravel()]
+        if bound:
+            span = makespan_bound(m[sel], chunk_durations(work, *(parts[k][sel] for k in CHUNK_PARTS), pp_send[sel]))
+        else:
+            keys = np.stack([m[sel], pp_send[sel], *(parts[k][sel] for k in CHUNK_PARTS)], axis=1)
+            uniq, inverse = unique_rows(keys)
+            span = makespan(p, v, uniq[:, 0].astype(np.int64), chunk_durations(work, *uniq[:, 2:].T, uniq[:, 1]))
+            span = span[inverse]
         extra = span - m[sel] * t_stage[sel] - pp_x[sel]
         bubble[sel] = np.maximum(extra, 0.0)
         pp_x[sel] = pp_x[sel] + np.minimum(extra, 0.0)
@@ -223,7 +244,7 @@ def _uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | No
 
 def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                  cols: dict[str, np.ndarray], rank_order: str = DEFAULT_RANK_ORDER,
-                 stages: list[str] | None = None) -> dict[str, np.ndarray]:
+                 stages: list[str] | None = None, schedule_bound: bool = False) -> dict[str, np.ndarray]:
     """Price every layout row of ``cols``; returns columns (seconds, bytes, FLOPs).
 
     ``cols`` holds the integer columns of :data:`COLUMNS`; ``recompute`` uses
@@ -234,6 +255,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     Where the chunks of an interleaved schedule differ (the "middle" split, an explicit layout),
     the schedule's longest path (:func:`supercluster.schedule.makespan`) prices the pipeline, and the
     column ``pipeline_by_chunks`` is 1 on those rows: the timeline then lays out each chunk's own work.
+    With ``schedule_bound`` those rows get a lower bound of that path instead (no walk; every other
+    column is exact): the planner's first pass, which then prices exactly the rows that can matter.
     """
     tp, pp, dp, cp, ep, vpp = (_col(cols, c) for c in ("tp", "pp", "dp", "cp", "ep", "vpp"))
     mb, gbs, seq, zero = (_col(cols, c) for c in ("mb", "gbs", "seq", "zero"))
@@ -489,7 +512,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     by_chunks = np.zeros(np.broadcast(t_stage, pp).shape, dtype=bool)
     if stages is not None or fw.pp_split == "middle":
         bubble, pp_x, by_chunks = _uneven_interleaving(model, fw, stages, pp, vpp, m, t_stage, bubble, pp_x, pp_send,
-                                                       chunk_parts)
+                                                       chunk_parts, bound=schedule_bound)
 
     # ---- data parallel and optimizer -----------------------------------------------------
     shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
