@@ -328,7 +328,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     feas_idx = np.flatnonzero(feasible)
     # A row dominated by an exactly priced one stays dominated once priced itself (pricing only
     # raises a bound): the Pareto front is sought among the others, the live rows, alone.
-    live = _undominated(feas_idx[~bound[feas_idx]], feas_idx, cols["score"], other())
+    live = _undominated(feas_idx[~bound[feas_idx]], feas_idx, cols["score"], other()) if bound.any() else feas_idx
     k = max(top, REFINE_ROWS)
     while True:
         # a bound below the k-th best score could still win, a live bound on the front could stay there
