@@ -25,11 +25,15 @@ KNOWN_MISSES = {
     "NAR-T2-ZeRO3-175B-768", "NAR-T2-ZeRO3-175B-1536", "NAR-T2-ZeRO3-530B-1120", "NAR-T2-ZeRO3-530B-2240",
     "TT-H100-L31-8B-CP8-256K",
 }
-MAPE_BOUND = 0.085  # all rows, known misses included (the issue's target is 0.10)
+# all rows, known misses included (the issue's target is 0.10): 8.4 % until the NeMo profile kept its
+# gradients in bf16 as NVIDIA's benchmark configurations do (grad_sync_dtype / grad_reduce_in_fp32 =
+# False; frameworks.toml): the DGX Cloud rows lost fp32 gradient traffic they never had, 9.4 % since
+MAPE_BOUND = 0.095
 # rows outside KNOWN_MISSES (6.1 % until the ledger stopped charging the head on top of a full middle
 # stage under Megatron-Core's embedding/loss-aware pipeline split: the GB200 405B rows went -7.5 / -8.9 %
-# -> -11.0 / -12.3 %, 6.3 % since; 5.75 % once the ZeRO-3 misses above left the rest)
-MAPE_BOUND_REST = 0.058
+# -> -11.0 / -12.3 %, 6.3 % since; 5.75 % once the ZeRO-3 misses above left the rest; 6.8 % with bf16
+# gradients under NeMo)
+MAPE_BOUND_REST = 0.069
 
 
 def test_every_scored_row_is_supported_and_within_bounds():
@@ -89,15 +93,14 @@ def test_validation_groups_partition_the_rows_and_their_errors():
 
 # Published layouts that ran must be predicted to fit. Known exceptions, with what is not modelled:
 # DeepSpeed 2021 ZeRO-3 530B on 640 GPUs (85 GiB: its memory manager is not modelled) and Nemotron-4
-# 340B on 128 H100 (TP8 PP8 DP2: optimizer 32 GiB + fp32 gradient buffer 21 GiB; the recipe's memory
-# savings are not known; the DGX Cloud table and NeMo 24.12's share that layout).
-KNOWN_MEMORY_MISSES = {"NAR-T2-ZeRO3-530B-640", "DGXC-N4-340B-bf16-128", "DGXC-N4-340B-fp8-128",
-                       "NEMO2412-NEMOTRON-340B"}
+# 340B in BF16 on 128 H100 (TP8 PP8 DP2: 82 of 80 GiB, optimizer 32 GiB of it; its DGX Cloud YAML
+# sets distributed_fused_adam dtype bf16, whose state layout is not priced). The FP8 run of that
+# layout and NeMo 24.12's fit since gradients are kept in bf16 as those configurations say.
+KNOWN_MEMORY_MISSES = {"NAR-T2-ZeRO3-530B-640", "DGXC-N4-340B-bf16-128"}
 # Held-out MoE recipes predicted not to fit: they recompute modules or offload (Megatron-Core
 # recompute_modules, paged stash) and the published tables do not say which each container version
 # used (the GPT-OSS configs read name layernorm + moe_act for some). Listed so that a change that
-# makes more MoE runs "not fit" shows up; 28 of the 38 scored MoE rows fit (DeepSeek-V3 on 8-GPU
-# B200 at 183 of 180 GiB with its recipe's layout, whose first stage holds the embedding and 4 layers;
+# makes more MoE runs "not fit" shows up; 31 of the 38 scored MoE rows fit (with bf16 gradients;
 # the recipes' precision-aware optimizer keeps Adam's moments in BF16, not priced). DeepSeek-V3's own run
 # (2,048 H800, PP16 EP64, micro-batch not published) is priced at about 106 GiB: its report lists
 # savings the model does not price (SwiGLU inputs cached in FP8 with the output recomputed, the
@@ -105,10 +108,8 @@ KNOWN_MEMORY_MISSES = {"NAR-T2-ZeRO3-530B-640", "DGXC-N4-340B-bf16-128", "DGXC-N
 # other way), and even with those the Megatron-style census of the expert outputs kept for the
 # gate gradient would not fit 80 GiB: how HAI-LLM keeps them is not published.
 KNOWN_MOE_MEMORY_MISSES = {"DSV3-REPORT-H800-2048",
-    "MB2602-QWEN3-30B-B300-mxfp8-8", "MB2511-QWEN3-30B-H100-SXM-fp8cs-16", "MB2511-QWEN3-235B-B200-mxfp8-64",
-    "MB2511-GPTOSS-120B-B200-bf16-64", "MB2511-GPTOSS-120B-H100-SXM-bf16-64", "MB2602-DSV3-GB300-mxfp8-256",
-    "MB2602-DSV3-GB200-mxfp8-256", "MB2511-DSV3-GB300-bf16-256", "MB2511-DSV3-GB200-bf16-256",
-    "MB2511-DSV3-GB200-mxfp8-256", "MB2602-DSV3-B200-mxfp8-256",
+    "MB2511-QWEN3-30B-H100-SXM-fp8cs-16", "MB2511-GPTOSS-120B-B200-bf16-64", "MB2511-GPTOSS-120B-H100-SXM-bf16-64",
+    "MB2602-DSV3-GB300-mxfp8-256", "MB2602-DSV3-GB200-mxfp8-256", "MB2511-DSV3-GB200-bf16-256",
 }
 
 
