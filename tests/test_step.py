@@ -428,10 +428,11 @@ def test_deepspeed_2021_zero3_gathers_the_four_linear_weights_and_reduces_every_
     # DeepSpeed 0.3 keeps parameters under 1e5 elements gathered (stage3.py persistence_threshold), so a
     # GPT block's gathers are its 4 linear weights, while each of its 12 parameters' gradients is
     # reduce-scattered on its own: 8 more reduce-scatter calls a layer than gathers, each one NCCL
-    # latency (a zero-byte call on the data-parallel group). Without overlap the difference is exact.
+    # latency (a zero-byte call on the data-parallel group) and, through the list-form collective, one
+    # host copy launch per rank. Without overlap the difference is exact.
     from dataclasses import replace
 
-    from supercluster.framework import get_framework
+    from supercluster.framework import get_framework, host_op_launch_s
     from supercluster.hardware import get_gpu
     from supercluster.models import load_model
 
@@ -446,7 +447,7 @@ def test_deepspeed_2021_zero3_gathers_the_four_linear_weights_and_reduces_every_
     lat = float(net.collective_time_s("reduce_scatter", 0.0, 64, 1))
     m = 128 / 64
     extra = as_is.ledger["exposed_dp_comm"] - fewer.ledger["exposed_dp_comm"]
-    assert extra == pytest.approx(m * (12 - 4) * model.num_layers * lat, rel=1e-9)
+    assert extra == pytest.approx(m * (12 - 4) * model.num_layers * (lat + 64 * host_op_launch_s()), rel=1e-9)
 
 
 def test_torchtitan_fsdp_under_pipeline_keeps_the_stage_gathered(h100):
@@ -736,3 +737,35 @@ def test_torchtitan_splits_the_pipeline_with_lighter_first_and_last_stages():
 
     tl = simulate(model, layout=dataclasses.replace(lay, vpp=2), gpu=gpu, net=net, fw=tt, exact_stages=True)
     assert [list(x) for x in tl.layers] == chunk_layers(126, 8, 2, split="middle")
+
+
+def test_deepspeed_2021_list_collectives_cost_one_host_launch_per_rank_and_call():
+    # DeepSpeed 0.3 gathers and reduce-scatters through PyTorch 1.8's list-form collectives, one view per
+    # rank, which copy each rank's slice with its own launch (ProcessGroupNCCL). A reduce-scatter pays
+    # its dp launches before its kernel, on top; a gather launches its copies while its kernel runs and
+    # takes the longer of the two. So the cost grows with the data-parallel group, per call.
+    from dataclasses import replace
+
+    from supercluster.framework import get_framework, host_op_launch_s
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+
+    model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
+    fw = get_framework("deepspeed-legacy")
+    assert fw.zero3_list_collectives and not get_framework("torchtitan").zero3_list_collectives
+    t = host_op_launch_s()
+    assert 1e-6 < t < 1e-4
+    extras = {}
+    for dp in (384, 1536):
+        lay = Layout(tp=1, pp=1, dp=dp, micro_batch=1, global_batch=dp, seq_len=2048, recompute="full",
+                     zero_stage=3)
+        net = default_network(gpu, num_gpus=dp)
+        on = estimate(model, gpu=gpu, num_gpus=dp, layout=lay, framework=fw, network=net)
+        off = estimate(model, gpu=gpu, num_gpus=dp, layout=lay, framework=replace(fw, zero3_list_collectives=False),
+                       network=net)
+        extras[dp] = on.ledger["exposed_dp_comm"] - off.ledger["exposed_dp_comm"]
+        reduce_launches = model.num_layers * 12 * dp * t  # one micro-batch
+        assert extras[dp] >= reduce_launches * (1 - 1e-9)
+        # the gathers add at most their launches (4 per layer, in the forward, recomputed forward, backward)
+        assert extras[dp] <= reduce_launches + model.num_layers * 4 * 3 * dp * t
+    assert extras[1536] > 4.0 * extras[384]  # per call the launches grow with dp, the gathers overtake NCCL

@@ -76,6 +76,9 @@ class Framework:
     #: HBM bytes each ZeRO-3 parameter gather moves per gathered byte besides the collective
     #: (copies the framework and PyTorch make around it)
     zero3_gather_copy_bytes: float = 0.0
+    #: ZeRO-3 gathers and reduce-scatters go through PyTorch's list-form collectives, one tensor view per
+    #: rank, which copy each rank's slice with its own launch: the host pays one op launch per rank per call
+    zero3_list_collectives: bool = False
     #: with pipeline parallelism, FSDP keeps each stage's parameters gathered for the whole step and
     #: accumulates unsharded gradients (in the reduce dtype) over the micro-batches, reducing them
     #: once at the last: one gather and one reduce-scatter per step instead of per micro-batch
@@ -121,8 +124,8 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head", "pp_split",
                 "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
-                "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "fsdp_pp_unsharded", "tensor_parallel",
-                "pipeline_parallel", "interleaved_pipeline",
+                "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "zero3_list_collectives", "fsdp_pp_unsharded",
+                "tensor_parallel", "pipeline_parallel", "interleaved_pipeline",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "compiled_loss_bytes_per_logit"}
 
 
@@ -262,6 +265,11 @@ def quantize_bytes_per_element(arch: str, precision: str) -> float:
     table = _kernels()["quantize"]  # type: ignore[index]
     row = table.get(arch, {})  # type: ignore[union-attr]
     return float(row.get(f"{precision}_bytes_per_element", 0.0)) if precision in ("fp8", "fp4") else 0.0
+
+
+def host_op_launch_s() -> float:
+    """Host seconds PyTorch takes to launch one small GPU op (kernels.toml [host])."""
+    return float(_kernels()["host"]["op_launch_s"])  # type: ignore[index]
 
 
 def hbm_frac() -> float:

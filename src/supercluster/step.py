@@ -42,6 +42,7 @@ from .framework import (
     Framework,
     attention_efficiency,
     hbm_frac,
+    host_op_launch_s,
     quantize_bytes_per_element,
     straggler_waste_frac,
 )
@@ -556,6 +557,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # ... and the copies the framework makes around each gather, at HBM speed
     ag3 = ag3 + fw.zero3_gather_copy_bytes * (dense_params + expert_params) * pg / mem_bw
     rs3 = rs + (n_rs - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, s_dpcp)
+    # Through list-form collectives each call also launches one copy per rank on the host: a gather's
+    # copies follow its NCCL kernel, launched while it runs (the gather takes the longer of the two); a
+    # reduce-scatter's copies come before its kernel, and no compute hides them (the host launches that
+    # compute; the device is synchronised around the gathers).
+    launch = float(fw.zero3_list_collectives) * dpg * host_op_launch_s()
+    ag3 = np.maximum(ag3, n_coll * launch)
+    host = m * n_rs * launch
     ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute))
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
     # backward gathers and the gradient reduce-scatters together (one window, shared).
@@ -573,6 +581,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # under PP: one gather before the first micro-batch's forward, one reduce-scatter after the last
         # backward, each hidden behind one micro-batch's compute at most
         dp_z3 = np.where(pp > 1, np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(rs3 - win_b, rs3 / n_rs), dp_z3)
+    dp_z3 = dp_z3 + host
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
 
     local = dense_params + expert_params
