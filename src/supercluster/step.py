@@ -563,7 +563,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # compute; the device is synchronised around the gathers).
     launch = float(fw.zero3_list_collectives) * dpg * host_op_launch_s()
     ag3 = np.maximum(ag3, n_coll * launch)
-    host = m * n_rs * launch
+    # (per micro-batch; once a step where FSDP keeps a pipeline stage gathered, below)
+    host = np.where((pp > 1) & fw.fsdp_pp_unsharded, 1.0, m) * n_rs * launch
     ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute))
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
     # backward gathers and the gradient reduce-scatters together (one window, shared).
