@@ -26,13 +26,15 @@ KNOWN_MISSES = {"NAR-T2-ZeRO3-530B-2240", "TT-H100-L31-8B-CP8-256K"}
 # all rows, known misses included (the issue's target is 0.10): 8.4 % until the NeMo profile kept its
 # gradients in bf16 as NVIDIA's benchmark configurations do (grad_sync_dtype / grad_reduce_in_fp32 =
 # False; frameworks.toml), 9.4 % then; 7.9 % once ZeRO-3's list-form collectives paid their per-rank
-# copy launches (the 175B rows from 768 GPUs up and the 530B rows moved 4-37 points)
-MAPE_BOUND = 0.080
+# copy launches (the 175B rows from 768 GPUs up and the 530B rows moved 4-37 points); 6.8 % once
+# Hopper's FP8 GEMM fraction came from the SXM parts' own MAMF (gpus.toml header)
+MAPE_BOUND = 0.070
 # rows outside KNOWN_MISSES (6.1 % until the ledger stopped charging the head on top of a full middle
 # stage under Megatron-Core's embedding/loss-aware pipeline split: the GB200 405B rows went -7.5 / -8.9 %
 # -> -11.0 / -12.3 %, 6.3 % since; 5.75 % once the ZeRO-3 misses left the rest; 6.8 % with bf16
-# gradients under NeMo; 7.1 % with three ZeRO-3 rows back in the rest at -17 ... -22 %)
-MAPE_BOUND_REST = 0.072
+# gradients under NeMo; 7.1 % with three ZeRO-3 rows back in the rest at -17 ... -22 %; 5.9 % with
+# Hopper FP8 derived from MAMF)
+MAPE_BOUND_REST = 0.062
 
 
 def test_every_scored_row_is_supported_and_within_bounds():
@@ -178,14 +180,17 @@ def test_deepseek_v3_report_run_is_priced_from_its_published_layout():
     1,543 tokens/s per GPU averaged over the whole pre-training (batch ramp and interruptions
     included, so the steady 15,360 x 4K step takes at most 19.9 s). Priced from the report's layout
     with the hai-llm profile (DualPipe: all-to-all and pipeline sends hidden; its bubble priced as
-    1F1B's, an upper bound; the multi-token-prediction module not priced): today -2.6 %."""
+    1F1B's, an upper bound; the multi-token-prediction module not priced): -2.6 % until Hopper's FP8
+    GEMM fraction was derived from the SXM parts' own MAMF (gpus.toml), +0.5 % since: DeepSeek's own
+    FP8 GEMMs (DeepGEMM) are not Transformer Engine's, and the 1F1B bubble overstates DualPipe's
+    ((PP/2 - 1) chunks against PP - 1), so the bound allows the priced step a point above the average."""
     from supercluster.validate import load_rows, predict_row
 
     row = {r["id"]: r for r in load_rows("heldout")}["DSV3-REPORT-H800-2048"]
     res = predict_row(row)
     assert res.supported and "read as hai-llm" in res.reason
     assert float(row["step_time_s"]) == pytest.approx(15360 * 4096 / (1e12 / (180e3 * 3600) * 2048), rel=1e-4)
-    assert -0.10 <= res.error <= 0.0, res.error
+    assert -0.10 <= res.error <= 0.01, res.error
 
 
 def test_bloom_run_is_priced_with_its_documented_pipeline_split():
