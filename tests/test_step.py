@@ -769,3 +769,18 @@ def test_deepspeed_2021_list_collectives_cost_one_host_launch_per_rank_and_call(
         # the gathers add at most their launches (4 per layer, in the forward, recomputed forward, backward)
         assert extras[dp] <= reduce_launches + model.num_layers * 4 * 3 * dp * t
     assert extras[1536] > 4.0 * extras[384]  # per call the launches grow with dp, the gathers overtake NCCL
+
+
+def test_unique_rows_is_numpys_unique_by_rows():
+    # the planner's deduplication (one lexsort of the columns) must give np.unique(axis=0)'s answer
+    from supercluster.step import unique_rows
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        a = rng.integers(0, 3, size=(int(rng.integers(1, 40)), int(rng.integers(1, 6)))).astype(float)
+        got, inverse = unique_rows(a)
+        want, want_inverse = np.unique(a, axis=0, return_inverse=True)
+        assert np.array_equal(got, want) and np.array_equal(inverse, want_inverse.ravel())
+        assert np.array_equal(got[inverse], a)
+    empty, inv = unique_rows(np.zeros((0, 3)))
+    assert empty.shape == (0, 3) and inv.size == 0
