@@ -292,7 +292,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         raise InputError("gpus", f"no layout of {model.name} fits on {num_gpus} x {gpu.key}: the leanest needs "
                          f"{out['memory_per_gpu_bytes'][i] / 2**30:.1f} GiB per GPU of "
                          f"{gpu.hbm_bytes * (1 - headroom) / 2**30:.1f} GiB usable; add GPUs or shorten seq_len")
-    cols = dict(cols, feasible=feasible, schedule_bound=bound)
+    base, cols = cols, dict(cols, feasible=feasible, schedule_bound=bound)
 
     def rescore(ranks: bool = True) -> None:
         """Scores (and ranks) from the current step times: a score's lower bound where bound."""
@@ -311,14 +311,13 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         idx = np.unique(idx[bound[idx]])
         if idx.size == 0:
             return False
-        exact = _price_in_chunks(model, gpu, net, framework, {k: cols[k][idx] for k in base_keys}, None)
+        exact = _price_in_chunks(model, gpu, net, framework, {k: v[idx] for k, v in base.items()}, None)
         for k in PLAN_COLUMNS:
             out[k][idx] = exact[k]
         bound[idx] = False
         rescore(ranks)
         return True
 
-    base_keys = [k for k in cols if k not in ("feasible", "schedule_bound")]
     second = "memory" if objective == "time" else "time"
 
     def other() -> np.ndarray:
