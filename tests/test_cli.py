@@ -207,3 +207,14 @@ def test_estimate_takes_megatron_recompute_modules():
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["memory_per_gpu_bytes"] < plain["memory_per_gpu_bytes"] and d["ledger"]["recompute"] > 0
+
+
+def test_estimate_refuses_a_hybrid_config_json_in_one_line(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48,
+                             "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
+                             "full_attention_interval": 4}))
+    r = run("estimate", "--model", str(p), "--gpus", "8", "--tp", "1", "--pp", "1")
+    assert r.returncode == 2
+    assert "config.json full_attention_interval" in r.stderr + r.stdout and "not modelled" in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr

@@ -206,3 +206,37 @@ def test_a_plus_mtp_suffix_adds_multi_token_prediction_modules(tmp_path):
     assert load_model(f"{path}+mtp").mtp_layers == 1 and load_model(str(path)).mtp_layers == 0
     with pytest.raises(InputError, match=r"unknown model 'nope'.*\+mtp"):
         load_model("nope+mtp")
+
+
+_BASE = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
+         "intermediate_size": 5120, "vocab_size": 151936}
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    # Qwen3-Next: Gated DeltaNet layers with full attention every 4th layer
+    ({"model_type": "qwen3_next", "full_attention_interval": 4, "linear_num_key_heads": 16}, "linear_num_key_heads"),
+    # Nemotron-H: Mamba-2 / attention / MLP pattern
+    ({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M-M*-M-M-"}, "hybrid_override_pattern"),
+    # DeepSeek-V3.2: sparse attention through a top-k indexer
+    ({"model_type": "deepseek_v32", "index_topk": 2048, "index_n_heads": 64}, "index_topk"),
+    # a layer_types list naming a kind that is not softmax attention
+    ({"layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 12},
+     "layer_types"),
+    # a pure state-space model recognised by its model_type
+    ({"model_type": "mamba2"}, "model_type"),
+])
+def test_layers_the_cost_model_does_not_price_are_refused_by_name(extra, field):
+    """A hybrid (Mamba, linear attention) or sparse-attention config would otherwise be priced as a
+    softmax-attention transformer: a wrong number without a word. It is a clear error instead."""
+    with pytest.raises(InputError, match=f"^config.json {field}: .*not modelled"):
+        from_hf_config({**_BASE, **extra})
+
+
+def test_softmax_attention_layer_types_still_import():
+    cfg = {**_BASE, "model_type": "qwen3", "layer_types": ["full_attention"] * 48}
+    assert from_hf_config(cfg).window_layers == 0
+    gemma = {**_BASE, "model_type": "gemma3_text", "sliding_window": 512,
+             "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 8}
+    assert from_hf_config(gemma).window_layers == 40
+    # MiniMax-M2 is softmax attention + MoE (its model_type shares a prefix with linear-attention MiniMax-01)
+    assert from_hf_config({**_BASE, "model_type": "minimax_m2"}).num_layers == 48

@@ -278,6 +278,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
                 return cfg[n]
         return default
 
+    _refuse_unmodelled_layers(cfg)
     h = get("hidden_size", "n_embd", "d_model")
     layers = get("num_hidden_layers", "n_layer", "num_layers")
     heads = get("num_attention_heads", "n_head")
@@ -369,6 +370,49 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if isinstance(exc, InputError):
             raise
         raise InputError("config.json", f"malformed field: {exc}") from exc
+
+
+#: config.json fields that announce layers the cost model does not price: state-space (Mamba) and
+#: linear-attention layers (Gated DeltaNet, lightning attention) do O(1) work per token in the sequence
+#: length where softmax attention does O(s), and DeepSeek Sparse Attention (V3.2) attends to the
+#: indexer's top-k keys through a separate indexer; counting any of them as softmax attention would
+#: print a wrong number without saying so
+_UNMODELLED_FIELDS = {
+    "hybrid_override_pattern": "Mamba / hybrid layers (Nemotron-H)",
+    "mamba_d_state": "Mamba layers (Jamba)",
+    "attn_layer_period": "Mamba layers between attention layers (Jamba)",
+    "ssm_cfg": "state-space (Mamba) layers",
+    "linear_num_key_heads": "linear-attention (Gated DeltaNet) layers (Qwen3-Next)",
+    "full_attention_interval": "linear-attention layers between full-attention layers (Qwen3-Next)",
+    "linear_attn_config": "linear-attention layers (Kimi Linear)",
+    "attn_type_list": "lightning (linear) attention layers (MiniMax)",
+    "index_topk": "DeepSeek Sparse Attention (top-k indexer, DeepSeek-V3.2)",
+}
+_MODELLED_LAYER_TYPES = ("full_attention", "sliding_attention", "attention", "global", "local", "sliding",
+                         "chunked_attention")
+_SSM_MODEL_TYPES = ("mamba", "rwkv", "jamba", "nemotron_h", "falcon_h1", "qwen3_next", "zamba", "bamba",
+                    "kimi_linear", "deepseek_v32", "lfm2", "recurrent_gemma", "xlstm")
+
+
+def _refuse_unmodelled_layers(cfg: dict[str, Any]) -> None:
+    """An :class:`InputError` naming the config.json field when the model has layers other than
+    softmax attention + MLP / MoE (only full, sliding-window and chunked attention are priced)."""
+    for field, what in _UNMODELLED_FIELDS.items():
+        if cfg.get(field) is not None:
+            raise InputError(f"config.json {field}",
+                             f"{what} are not modelled; supported: decoder layers of full, sliding-window "
+                             "or chunked softmax attention with a dense or MoE MLP")
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        other = sorted({str(t) for t in types} - set(_MODELLED_LAYER_TYPES))
+        if other:
+            raise InputError("config.json layer_types",
+                             f"layer kinds {other} are not modelled; allowed: {list(_MODELLED_LAYER_TYPES)}")
+    kind = str(cfg.get("model_type") or "").lower()
+    if any(kind.startswith(t) for t in _SSM_MODEL_TYPES):
+        raise InputError("config.json model_type",
+                         f"{kind!r} has state-space, linear or sparse attention layers, which are not "
+                         "modelled; supported: decoder layers of full, sliding-window or chunked softmax attention")
 
 
 def _hf_moe_layers(get: Any, L: int) -> int:
