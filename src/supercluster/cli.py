@@ -32,6 +32,7 @@ class _Lazy:
 reports = _Lazy(".reports")
 _estimate = _Lazy(".estimate")
 _validate = _Lazy(".validate")
+_evidence = _Lazy(".evidence")
 
 OBJECTIVE_HELP = "time | cost | energy (cost and energy may use fewer GPUs of the cluster)"
 
@@ -163,6 +164,9 @@ def estimate(
     rank_order: Annotated[str, typer.Option(help="rank order, innermost first (Megatron-Core: tp-cp-ep-dp-pp)")]
     = "tp-cp-ep-dp-pp",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    evidence: Annotated[bool, typer.Option(help="also report the model's error on the published runs closest "
+                                           "to this configuration (framework, GPU architecture, dense/MoE, "
+                                           "precision)")] = True,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
     if config is not None:
@@ -170,7 +174,8 @@ def estimate(
 
         layout = load_layout(config, num_gpus=gpus, num_layers=load_model(model).num_layers)
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-        _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order)
+        _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order,
+                            evidence)
         return
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
     load_model(model)
@@ -203,12 +208,12 @@ def estimate(
                     recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
                     pp_layout=pp_layout)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order)
+    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence)
 
 
 def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str, as_json: bool,
                         profile: str | None = None, fabric_options: dict[str, Any] | None = None,
-                        rank_order: str = "tp-cp-ep-dp-pp") -> None:
+                        rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True) -> None:
     from .estimate import default_network
 
     m = load_model(model)
@@ -224,14 +229,20 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         net = prof.network(fallback=net if base else None)
     b = _estimate.estimate(m, gpu=g, num_gpus=gpus, layout=layout, framework=framework, network=net,
                            rank_order=rank_order)
+    # (a calibrated device profile is its own evidence: supercluster verify compares it with real steps)
+    evidence = evidence and profile is None
+    ev = _evidence.evidence_for(m, g, framework, layout.precision) if evidence else None
     if as_json:
+        extra: dict[str, Any] = {"evidence": ev.as_json() if ev else None} if evidence else {}
         _emit_json(reports.breakdown_json(b, model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
                                           **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}),
-                                          framework=framework))
+                                          framework=framework, **extra))
         return
     reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}"
                                        + (f" ({layout.pp_layout})" if layout.pp_layout else "")
                                        + f", {layout.precision}, {framework}")
+    if ev is not None:
+        _out().print(ev.line(), style="dim", markup=False)
 
 
 @app.command()
@@ -251,6 +262,8 @@ def plan(
     tokens: Annotated[float | None, typer.Option(help="token budget: also days, dollars and MWh to train it "
                                                  "(failure-free; supercluster train adds failures)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    evidence: Annotated[bool, typer.Option(help="also report the model's error on the published runs closest "
+                                           "to the best layout's kind")] = True,
 ) -> None:
     """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
     from rich.progress import Progress
@@ -273,8 +286,11 @@ def plan(
         return
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens}")
+    ev = _evidence.evidence_for(m, g, framework, res.best.layout.precision) if evidence else None
     if as_json:
         extra = {"budget": res.best.budget(tokens)} if tokens else {}
+        if evidence:
+            extra["evidence"] = ev.as_json() if ev else None
         _emit_json(extra | {"best": res.best.to_json(), "top": [c.to_json() for c in res.top],
                     "pareto": [c.to_json() for c in res.pareto], "why": dict(res.why), "evaluated": res.evaluated,
                     "feasible": res.feasible, "seconds": res.seconds, "objective": res.objective})
@@ -284,6 +300,8 @@ def plan(
         b = res.best.budget(tokens)
         _out().print(f"{tokens:.3g} tokens with #1: {b['days_to_train']:,.1f} days (failure-free), "
                      f"${b['cost_usd'] / 1e6:,.2f} M, {b['energy_mwh']:,.0f} MWh")
+    if ev is not None:
+        _out().print(ev.line(), style="dim", markup=False)
 
 
 @app.command()

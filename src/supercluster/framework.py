@@ -93,6 +93,12 @@ class Framework:
     compiled_loss_bytes_per_logit: float = 0.0
 
     @property
+    def family(self) -> str:
+        """The framework this profile describes, whatever its era or options
+        (``torchtitan-2024+compile`` -> ``torchtitan``)."""
+        return self.era_of or _split_suffixes(self.key)[0]
+
+    @property
     def extra_pp_layers(self) -> int:
         """Pipeline slots the framework fills with the embedding and the loss (0 or 2)."""
         return 2 if self.pp_split_counts_head else 0

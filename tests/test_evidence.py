@@ -1,0 +1,60 @@
+"""The evidence an estimate reports: the model's own errors on the closest published runs."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from supercluster.cli import app
+from supercluster.evidence import MIN_RUNS, evidence_for
+from supercluster.framework import get_framework, resolve_framework
+from supercluster.hardware import get_gpu
+from supercluster.models import load_model
+from supercluster.validate import load_rows, validate
+
+runner = CliRunner()
+
+
+def _shipped_errors() -> dict[str, float]:
+    out = {}
+    for name in ("public", "heldout"):
+        out |= {r.id: r.error for r in validate(name)["rows"] if r.error is not None}
+    return out
+
+
+def test_evidence_is_the_validation_error_of_runs_of_the_same_kind():
+    ev = evidence_for(load_model("llama3-405b"), get_gpu("h100-sxm"), "nemo-megatron", "bf16")
+    assert ev is not None and ev.basis == "nemo-megatron, hopper, dense, 16-bit" and ev.runs >= MIN_RUNS
+    # the same numbers validate prints (one cost model), for runs that share every feature of the basis
+    errors = _shipped_errors()
+    assert ev.errors == pytest.approx([errors[i] for i in ev.ids])
+    rows = {r["id"]: r for name in ("public", "heldout") for r in load_rows(name)}
+    for i in ev.ids:
+        fw, _ = resolve_framework(rows[i]["framework"])
+        assert fw.family == "nemo-megatron" and get_gpu(rows[i]["gpu"]).arch == "hopper"
+        assert not (rows[i].get("moe_experts") or "").strip() and "fp8" not in rows[i]["precision"].lower()
+    assert ev.min_error <= ev.median_error <= ev.max_error
+    assert ev.mape == pytest.approx(sum(abs(e) for e in ev.errors) / ev.runs)
+
+
+def test_evidence_loosens_the_match_until_enough_runs_remain():
+    # no published run on MI300X: the basis falls back to every dense run, and says so
+    ev = evidence_for(load_model("gpt3-175b"), get_gpu("mi300x"), "megatron", "bf16")
+    assert ev is not None and ev.basis == "any framework or GPU, dense"
+    moe = evidence_for(load_model("qwen3-30b-a3b"), get_gpu("b200"), "nemo-megatron", "fp8")
+    assert moe is not None and moe.basis.endswith("MoE, 8/4-bit")
+    assert get_framework("torchtitan-2024+compile").family == "torchtitan"
+
+
+def test_estimate_reports_its_evidence_unless_asked_not_to():
+    d = json.loads(runner.invoke(app, ["estimate", "--json"]).output)
+    assert d["evidence"]["runs"] >= MIN_RUNS and set(d["evidence"]) >= {"basis", "median_error", "mape", "ids"}
+    assert "evidence" not in json.loads(runner.invoke(app, ["estimate", "--json", "--no-evidence"]).output)
+    text = runner.invoke(app, ["estimate"]).output
+    assert "published runs like this one (nemo-megatron, hopper, dense, 16-bit" in text
+
+
+def test_plan_reports_the_evidence_of_its_best_layout():
+    d = json.loads(runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "16",
+                                       "--seq-len", "4096", "--json"]).output)
+    assert d["evidence"]["basis"].startswith("nemo-megatron, hopper, dense")
