@@ -240,3 +240,30 @@ def test_softmax_attention_layer_types_still_import():
     assert from_hf_config(gemma).window_layers == 40
     # MiniMax-M2 is softmax attention + MoE (its model_type shares a prefix with linear-attention MiniMax-01)
     assert from_hf_config({**_BASE, "model_type": "minimax_m2"}).num_layers == 48
+
+
+@pytest.mark.parametrize(("cfg", "mats"), [
+    # Phi-3-mini: a gated (SwiGLU) MLP although its family name starts like Phi-2's
+    ({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "intermediate_size": 8192, "vocab_size": 32064, "hidden_act": "silu"}, 3),
+    # Phi-2: GELU, not gated
+    ({"architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_size": 2560, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "intermediate_size": 10240, "vocab_size": 51200, "hidden_act": "gelu_new"}, 2),
+    # GPT-2 and GPT-NeoX by architecture class alone
+    ({"architectures": ["GPT2LMHeadModel"], "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257}, 2),
+    ({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 6144, "num_hidden_layers": 44,
+      "num_attention_heads": 64, "intermediate_size": 24576, "vocab_size": 50432}, 2),
+    # OLMo 2: a Llama-style gated MLP
+    ({"model_type": "olmo2", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+      "intermediate_size": 11008, "vocab_size": 100352}, 3),
+])
+def test_gated_or_plain_mlp_follows_the_model_family(cfg, mats):
+    assert from_hf_config(cfg).mlp_mats == mats
+
+
+def test_phi3_mini_imports_at_its_published_size():
+    m = from_hf_config({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 3072,
+                        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+                        "intermediate_size": 8192, "vocab_size": 32064})
+    # Microsoft's model card: 3.8B parameters (32 x (4 h^2 + 3 h f) + 2 V h, norms aside)
+    assert m.num_params == pytest.approx(3.82e9, rel=0.01)

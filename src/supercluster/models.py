@@ -290,7 +290,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     kv = get("num_key_value_heads", "num_kv_heads", default=heads)
     act = str(get("hidden_act", "activation_function", default="silu")).lower()
     arch = " ".join(get("architectures", default=[])).lower() + " " + str(get("model_type", default="")).lower()
-    gated = not any(x in arch for x in ("gpt2", "gpt_neox", "gptj", "bloom", "opt", "falcon", "phi"))
+    gated = _hf_family(cfg) not in _UNGATED_FAMILIES
     if "relu2" in act or "squared" in act:
         mlp = "relu2"
     elif gated:
@@ -370,6 +370,28 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if isinstance(exc, InputError):
             raise
         raise InputError("config.json", f"malformed field: {exc}") from exc
+
+
+#: Hugging Face model families whose MLP is one up-projection and one down-projection (GELU, not gated),
+#: as ``model_type`` or architecture class without its head suffix, underscores dropped. Phi-1/1.5/2
+#: ("phi") are; Phi-3, Phi-4 ("phi3") and Phi-3.5-MoE ("phimoe") use a gated (SwiGLU) MLP.
+_UNGATED_FAMILIES = {"gpt2", "gptneox", "gptj", "gptneo", "bloom", "opt", "falcon", "refinedweb", "refinedwebmodel",
+                     "phi", "mpt", "gptbigcode", "starcoder2", "codegen"}
+_HEAD_SUFFIXES = ("forcausallm", "lmheadmodel", "forconditionalgeneration", "model")
+
+
+def _hf_family(cfg: dict[str, Any]) -> str:
+    """A config's model family: its ``model_type``, else its first architecture class without the
+    head suffix (``GPTNeoXForCausalLM`` -> ``gptneox``), lower case, underscores dropped."""
+    kind = str(cfg.get("model_type") or "").lower().replace("_", "")
+    if kind:
+        return kind
+    archs = cfg.get("architectures") or []
+    name = str(archs[0]).lower() if isinstance(archs, list) and archs else ""
+    for suffix in _HEAD_SUFFIXES:
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
 
 
 #: config.json fields that announce layers the cost model does not price: state-space (Mamba) and
