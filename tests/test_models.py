@@ -267,3 +267,32 @@ def test_phi3_mini_imports_at_its_published_size():
                         "intermediate_size": 8192, "vocab_size": 32064})
     # Microsoft's model card: 3.8B parameters (32 x (4 h^2 + 3 h f) + 2 V h, norms aside)
     assert m.num_params == pytest.approx(3.82e9, rel=0.01)
+
+
+def test_mpt_and_dbrx_configs_import():
+    # mosaicml/mpt-7b: MPT's own field names, a plain GELU MLP expansion_ratio x d_model wide (6.7B)
+    mpt = from_hf_config({"architectures": ["MPTForCausalLM"], "model_type": "mpt", "d_model": 4096,
+                          "n_heads": 32, "n_layers": 32, "expansion_ratio": 4, "max_seq_len": 2048,
+                          "vocab_size": 50432, "attn_config": {"attn_impl": "triton"}})
+    assert (mpt.ffn_dim, mpt.mlp_mats, mpt.seq_len) == (16384, 2, 2048)
+    assert mpt.num_params == pytest.approx(6.65e9, rel=0.01)
+    # databricks/dbrx-base: GQA and 16 gated experts, top 4, in nested configs (132B total, 36B active)
+    dbrx = from_hf_config({"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "d_model": 6144,
+                           "n_heads": 48, "n_layers": 40, "max_seq_len": 32768, "vocab_size": 100352,
+                           "attn_config": {"kv_n_heads": 8},
+                           "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4}})
+    assert (dbrx.num_kv_heads, dbrx.num_experts, dbrx.top_k, dbrx.moe_ffn_dim) == (8, 16, 4, 10752)
+    assert dbrx.num_params == pytest.approx(132e9, rel=0.01)
+    assert dbrx.num_active_params == pytest.approx(36e9, rel=0.02)
+
+
+def test_embedding_tying_follows_the_family_when_the_config_is_silent():
+    gpt2 = from_hf_config({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_layer": 12,
+                           "n_head": 12, "vocab_size": 50257})
+    assert gpt2.tied_embeddings  # GPT-2 small: 124M with the tied head (wte 38.6M counted once)
+    llama = from_hf_config({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                            "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000})
+    assert not llama.tied_embeddings
+    said = from_hf_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
+                           "tie_word_embeddings": False})
+    assert not said.tied_embeddings

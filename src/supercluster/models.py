@@ -265,12 +265,18 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     (``num_local_experts``), DeepSeek-V2/V3 (MLA, routed + shared experts, dense first layers),
     Qwen-MoE (shared expert width, sparse step), GPT-OSS, Llama 4 (the language model's fields in
     ``text_config``, MoE every ``interleave_moe_layer_step``-th layer with one shared expert, dense
-    layers ``intermediate_size_mlp`` wide, chunked attention on the RoPE layers) and GPT-2/NeoX names.
+    layers ``intermediate_size_mlp`` wide, chunked attention on the RoPE layers), GPT-2/NeoX names, and
+    MPT / DBRX (``n_layers``, ``n_heads``, ``expansion_ratio``, nested ``attn_config`` / ``ffn_config``
+    with DBRX's experts).
     """
     text = cfg.get("text_config")
     if isinstance(text, dict) and not any(k in cfg for k in ("hidden_size", "n_embd", "d_model")):
         # multimodal wrappers (Llama 4, Gemma 3, LLaVA): the language model's fields are in text_config
         cfg = {**{k: v for k, v in cfg.items() if k != "text_config"}, **text}
+
+    for nested in ("attn_config", "ffn_config"):  # MPT and DBRX keep these fields one level down
+        if isinstance(sub := cfg.get(nested), dict):
+            cfg = {**sub, **{k: v for k, v in cfg.items() if k != nested}}
 
     def get(*names: str, default: Any = None) -> Any:
         for n in names:
@@ -280,14 +286,15 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
 
     _refuse_unmodelled_layers(cfg)
     h = get("hidden_size", "n_embd", "d_model")
-    layers = get("num_hidden_layers", "n_layer", "num_layers")
-    heads = get("num_attention_heads", "n_head")
+    layers = get("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    heads = get("num_attention_heads", "n_head", "n_heads")
     vocab = get("vocab_size")
     for field, val in (("hidden_size", h), ("num_hidden_layers", layers), ("num_attention_heads", heads),
                        ("vocab_size", vocab)):
         require(isinstance(val, int) and val > 0, f"config.json {field}", f"must be a positive integer, got {val!r}")
-    ffn = get("intermediate_size", "n_inner", "ffn_dim", default=4 * h)
-    kv = get("num_key_value_heads", "num_kv_heads", default=heads)
+    ffn = get("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size",
+              default=int(get("expansion_ratio", default=4) * h))  # MPT: expansion_ratio x d_model
+    kv = get("num_key_value_heads", "num_kv_heads", "kv_n_heads", default=heads)
     act = str(get("hidden_act", "activation_function", default="silu")).lower()
     arch = " ".join(get("architectures", default=[])).lower() + " " + str(get("model_type", default="")).lower()
     gated = _hf_family(cfg) not in _UNGATED_FAMILIES
@@ -341,7 +348,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
             n_chunked = int(layers) - int(layers) // int(get("no_rope_layer_interval", default=4) or 4)
         if n_chunked:
             fields.update(attention_chunk=chunk, window_layers=n_chunked)
-    experts = int(get("num_local_experts", "n_routed_experts", "num_experts", default=0) or 0)
+    experts = int(get("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0) or 0)
     n_moe = _hf_moe_layers(get, int(layers))
     if experts and n_moe > 0:
         moe_ffn = int(get("moe_intermediate_size", default=ffn))
@@ -352,19 +359,21 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if "llama4" in arch:  # Llama4TextMoe always adds one shared expert of the expert width
             shared = max(shared, 1)
         fields.update(
-            num_experts=experts, top_k=int(get("num_experts_per_tok", "experts_per_token", "moe_topk", default=2)),
+            num_experts=experts,
+            top_k=int(get("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_top_k", default=2)),
             num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=int(layers) - n_moe,
         )
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
         ffn = get("intermediate_size_mlp", default=ffn)
     fields["mtp_layers"] = int(get("num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
+    tied = bool(get("tie_word_embeddings", default=_hf_family(cfg) in _TIED_FAMILIES))
     try:
         return ModelSpec(
             key=key, name=str(get("_name_or_path", default=key)), num_layers=int(layers), d_model=int(h),
             ffn_dim=int(ffn), num_heads=int(heads), num_kv_heads=int(kv), head_dim=int(head_dim),
-            vocab_size=int(vocab), mlp=mlp, tied_embeddings=bool(get("tie_word_embeddings", default=False)),
-            seq_len=int(get("max_position_embeddings", "n_positions", default=4096)), source="config.json",
-            **fields,
+            vocab_size=int(vocab), mlp=mlp, tied_embeddings=tied,
+            seq_len=int(get("max_position_embeddings", "n_positions", "max_seq_len", default=4096)),
+            source="config.json", **fields,
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, InputError):
@@ -377,6 +386,11 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
 #: ("phi") are; Phi-3, Phi-4 ("phi3") and Phi-3.5-MoE ("phimoe") use a gated (SwiGLU) MLP.
 _UNGATED_FAMILIES = {"gpt2", "gptneox", "gptj", "gptneo", "bloom", "opt", "falcon", "refinedweb", "refinedwebmodel",
                      "phi", "mpt", "gptbigcode", "starcoder2", "codegen"}
+#: families whose output layer shares the input embedding when config.json does not say
+#: (``tie_word_embeddings`` absent): their model code or config class ties them (GPT-2, OPT, BLOOM,
+#: Falcon, StarCoder, Gemma; MPT always ties and has no such field)
+_TIED_FAMILIES = {"gpt2", "opt", "bloom", "falcon", "refinedweb", "refinedwebmodel", "mpt", "gptbigcode", "gemma",
+                  "gemma2", "gemma3", "gemma3text"}
 _HEAD_SUFFIXES = ("forcausallm", "lmheadmodel", "forconditionalgeneration", "model")
 
 
