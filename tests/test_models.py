@@ -296,3 +296,20 @@ def test_embedding_tying_follows_the_family_when_the_config_is_silent():
     said = from_hf_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
                            "tie_word_embeddings": False})
     assert not said.tied_embeddings
+
+
+def test_an_moe_config_without_its_top_k_is_an_error_not_a_guess():
+    base = {"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8}
+    with pytest.raises(InputError, match="^config.json num_experts_per_tok: missing for an MoE config"):
+        from_hf_config(base)
+    assert from_hf_config({**base, "num_experts_per_tok": 2}).top_k == 2
+    # ERNIE 4.5 names: moe_k, moe_num_shared_experts, moe_layer_start_index
+    ernie = from_hf_config({"model_type": "ernie4_5_moe", "hidden_size": 8192, "num_hidden_layers": 54,
+                            "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 28672,
+                            "moe_intermediate_size": 3584, "vocab_size": 103424, "moe_num_experts": 64,
+                            "moe_k": 8, "moe_layer_start_index": 3})
+    assert (ernie.top_k, ernie.first_dense_layers, ernie.num_experts) == (8, 3, 64)
+    # Baidu's name for it: ERNIE-4.5-300B-A47B
+    assert ernie.num_params == pytest.approx(300e9, rel=0.01)
+    assert ernie.num_active_params == pytest.approx(47e9, rel=0.03)

@@ -352,7 +352,11 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     n_moe = _hf_moe_layers(get, int(layers))
     if experts and n_moe > 0:
         moe_ffn = int(get("moe_intermediate_size", default=ffn))
-        shared = int(get("n_shared_experts", default=0) or 0)
+        top_k = get("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_top_k", "moe_k")
+        require(top_k is not None, "config.json num_experts_per_tok",
+                f"missing for an MoE config ({experts} experts): the routed experts per token are needed "
+                "(also read as experts_per_token, moe_topk, moe_top_k, moe_k)")
+        shared = int(get("n_shared_experts", "moe_num_shared_experts", default=0) or 0)
         shared_width = int(get("shared_expert_intermediate_size", default=0) or 0)
         if shared_width:  # Qwen-MoE: one shared expert this wide = that many expert widths
             shared = max(1, round(shared_width / moe_ffn))
@@ -360,7 +364,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
             shared = max(shared, 1)
         fields.update(
             num_experts=experts,
-            top_k=int(get("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_top_k", default=2)),
+            top_k=int(top_k),
             num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=int(layers) - n_moe,
         )
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
@@ -455,7 +459,7 @@ def _hf_moe_layers(get: Any, L: int) -> int:
     """How many of a Hugging Face config's L layers are MoE (only the count enters the cost): an
     explicit moe_layers list, Llama 4's every interleave_moe_layer_step-th layer, Qwen-MoE's layers
     that are not in mlp_only_layers and fall on its decoder_sparse_step, or all but DeepSeek's
-    first_k_dense_replace."""
+    first_k_dense_replace (ERNIE 4.5: moe_layer_start_index)."""
     if isinstance(get("moe_layers"), list):
         return len(get("moe_layers"))
     if get("interleave_moe_layer_step") is not None:
@@ -466,7 +470,7 @@ def _hf_moe_layers(get: Any, L: int) -> int:
         step, only = int(get("decoder_sparse_step", default=1)), set(get("mlp_only_layers", default=[]) or [])
         require(step >= 1, "config.json decoder_sparse_step", f"must be >= 1, got {step}")
         return sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
-    return L - int(get("first_k_dense_replace", default=0) or 0)
+    return L - int(get("first_k_dense_replace", "moe_layer_start_index", default=0) or 0)
 
 
 #: a model reference ending in ``+mtp`` or ``+mtpN`` trains N (1) multi-token-prediction modules
