@@ -313,3 +313,14 @@ def test_an_moe_config_without_its_top_k_is_an_error_not_a_guess():
     # Baidu's name for it: ERNIE-4.5-300B-A47B
     assert ernie.num_params == pytest.approx(300e9, rel=0.01)
     assert ernie.num_active_params == pytest.approx(47e9, rel=0.03)
+
+
+def test_multi_query_configs_have_one_kv_head():
+    falcon7 = from_hf_config({"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 4544,
+                              "num_hidden_layers": 32, "num_attention_heads": 71, "multi_query": True,
+                              "vocab_size": 65024, "parallel_attn": True})
+    assert falcon7.num_kv_heads == 1 and falcon7.mlp_mats == 2 and falcon7.tied_embeddings
+    assert falcon7.num_params == pytest.approx(6.92e9, rel=0.01)  # TII: Falcon-7B, 7B (6.92B)
+    falcon40 = from_hf_config({"model_type": "RefinedWeb", "hidden_size": 8192, "n_layer": 60, "n_head": 128,
+                               "n_head_kv": 8, "vocab_size": 65024})
+    assert falcon40.num_kv_heads == 8 and falcon40.mlp_mats == 2

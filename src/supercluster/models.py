@@ -294,7 +294,9 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         require(isinstance(val, int) and val > 0, f"config.json {field}", f"must be a positive integer, got {val!r}")
     ffn = get("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size",
               default=int(get("expansion_ratio", default=4) * h))  # MPT: expansion_ratio x d_model
-    kv = get("num_key_value_heads", "num_kv_heads", "kv_n_heads", default=heads)
+    # (Falcon-7B, StarCoder: multi_query = one K/V head shared by all query heads)
+    kv = get("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv",
+             default=1 if get("multi_query", default=False) is True else heads)
     act = str(get("hidden_act", "activation_function", default="silu")).lower()
     arch = " ".join(get("architectures", default=[])).lower() + " " + str(get("model_type", default="")).lower()
     gated = _hf_family(cfg) not in _UNGATED_FAMILIES
