@@ -370,3 +370,20 @@ def test_the_plan_priced_from_bounds_is_the_plan_priced_exactly(llama3_70b, h100
     for p in deep[-2:]:
         assert res.rank_of(p.layout) == rank[np.flatnonzero(np.isclose(t, p.step_time_s, rtol=0, atol=1e-12)
                                                              & feas)].min() <= p.rank
+
+
+def test_a_dualpipe_plan_keeps_to_what_dualpipe_can_run():
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+    from supercluster.planner import plan
+
+    res = plan(load_model("llama3-70b"), get_gpu("h800"), 64, global_batch=64, seq_len=4096,
+               framework=get_framework("hai-llm"), top=50)
+    assert res.top
+    for c in res.top:
+        lay = c.layout
+        assert lay.vpp == 1
+        if lay.pp > 1:
+            m = lay.num_microbatches
+            assert lay.pp % 2 == 0 and m % 2 == 0 and m >= 2 * lay.pp

@@ -784,3 +784,66 @@ def test_unique_rows_is_numpys_unique_by_rows():
         assert np.array_equal(got[inverse], a)
     empty, inv = unique_rows(np.zeros((0, 3)))
     assert empty.shape == (0, 3) and inv.size == 0
+
+
+def _dualpipe_pair():
+    """HAI-LLM's profile and the same profile on a 1F1B schedule."""
+    import dataclasses
+
+    from supercluster.framework import get_framework
+
+    dual = get_framework("hai-llm")
+    return dual, dataclasses.replace(dual, pipeline_schedule="1f1b")
+
+
+def test_dualpipe_bubble_parameters_and_activations_follow_the_deepseek_v3_table():
+    """DeepSeek-V3 report Table 2 (and deepseek-ai/DualPipe's README): bubble (PP/2 - 1)(F&B + B - 3W)
+    against 1F1B's (PP - 1)(F + B); 2x parameters; PP + 1 micro-batches of activations."""
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+    from supercluster.step import layout_columns, step_columns
+
+    dual, plain = _dualpipe_pair()
+    gpu = get_gpu("h800")
+    lay = Layout(pp=8, dp=4, global_batch=64, seq_len=4096)  # 16 micro-batches = 2 pp
+    model = load_model("llama3-70b")
+    net = default_network(gpu, num_gpus=lay.num_gpus)
+    d, p = (step_columns(model, gpu, net, fw, layout_columns(lay, fw)) for fw in (dual, plain))
+    t_stage = float(d["stage_time_s"][0])
+    f, b = float(d["stage_forward_s"][0]), t_stage - float(d["stage_forward_s"][0])
+    assert float(p["pipeline_bubble"][0]) == pytest.approx(7 * t_stage)  # (PP - 1)(F + B)
+    bubble = float(d["pipeline_bubble"][0])
+    # (PP/2 - 1)(F&B + B - 3W) with F&B = F + B, and the weight gradients W under half the backward
+    # (the input gradients' GEMMs match them, and the attention backward is neither): 3 (F + B/2) to 3 (F + 2B)
+    assert 3 * (f + 0.5 * b) <= bubble < 3 * (f + 2 * b) and bubble < float(p["pipeline_bubble"][0]) / 2
+    assert float(d["step_time_s"][0]) < float(p["step_time_s"][0])
+    assert float(d["mem_weights_bytes"][0]) == pytest.approx(2 * float(p["mem_weights_bytes"][0]))
+    assert float(d["mem_optimizer_bytes"][0]) == pytest.approx(2 * float(p["mem_optimizer_bytes"][0]))
+    # 1F1B's first stage holds pp micro-batches, DualPipe pp + 1 (the layer bytes are the same): one
+    # more micro-batch of the stage's 10 layers, and the logits of the other direction's last stage
+    per_layer = float(d["mem_layer_activation_bytes"][0])
+    assert float(d["mem_activations_bytes"][0]) - float(p["mem_activations_bytes"][0]) >= 10 * per_layer
+
+
+def test_dualpipe_needs_an_even_pipeline_and_enough_micro_batches():
+    from supercluster.errors import InputError
+
+    with pytest.raises(InputError, match="^pp: framework hai-llm runs DualPipe"):
+        estimate("llama3-70b", gpu="h800", num_gpus=40, framework="hai-llm",
+                 layout=Layout(pp=5, dp=8, global_batch=80, seq_len=4096))
+    with pytest.raises(InputError, match="^global_batch: .*at least 2 x pp = 16"):
+        estimate("llama3-70b", gpu="h800", num_gpus=32, framework="hai-llm",
+                 layout=Layout(pp=8, dp=4, global_batch=32, seq_len=4096))
+    with pytest.raises(InputError, match="^vpp: framework hai-llm has no interleaved"):
+        estimate("llama3-70b", gpu="h800", num_gpus=32, framework="hai-llm",
+                 layout=Layout(pp=8, dp=4, vpp=2, global_batch=64, seq_len=4096))
+    # the timeline walks 1F1B schedules only, and says so
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+    from supercluster.simulate import simulate
+
+    lay = Layout(pp=8, dp=4, global_batch=64, seq_len=4096)
+    with pytest.raises(InputError, match="^framework: hai-llm runs dualpipe"):
+        simulate(load_model("llama3-70b"), layout=lay, gpu=get_gpu("h800"),
+                 net=default_network(get_gpu("h800"), num_gpus=32), fw=get_framework("hai-llm"))

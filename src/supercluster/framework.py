@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
+import numpy as np
+
 from ._toml import check_keys, load_package_toml
-from .errors import InputError
+from .errors import InputError, require
 
 ALIASES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
@@ -70,6 +72,11 @@ class Framework:
     #: torchtitan): one all-gather of K/V hidden only under the first block, the K/V gradients
     #: passed around the ring in fp32, partial outputs merged in fp32 by eager ops
     cp_rotate: str = "p2p"
+    #: the pipeline schedule: "1f1b" (1F1B, or Megatron's interleaved 1F1B with vpp > 1) or "dualpipe"
+    #: (DeepSeek-V3 report sec. 3.2.1, deepseek-ai/DualPipe: micro-batches fed from both ends, each rank
+    #: holding two stages, forward and backward chunks overlapped pairwise); DualPipe needs an even pp
+    #: and an even number of micro-batches, at least 2 pp (the reference implementation's asserts)
+    pipeline_schedule: str = "1f1b"
     #: K/V reach the attention kernel repeated to every query head (the model code calls repeat_kv
     #: before SDPA), so context parallelism moves a/tp heads instead of the kv heads
     cp_kv_repeated: bool = False
@@ -112,6 +119,24 @@ class Framework:
             if degree > 1 and not has:
                 raise InputError(field, f"framework {self.key} has no {what}; {field} must be 1, got {degree}")
 
+    def check_schedule(self, pp: int, microbatches: int) -> None:
+        """Refuse a pipeline the framework's schedule cannot run, naming the field (DualPipe: an even pp,
+        and an even number of micro-batches of at least 2 pp)."""
+        if self.pipeline_schedule != "dualpipe" or pp <= 1:
+            return
+        require(pp % 2 == 0, "pp", f"framework {self.key} runs DualPipe, which needs an even pipeline degree; "
+                                   f"got {pp}")
+        require(microbatches % 2 == 0 and microbatches >= 2 * pp, "global_batch",
+                f"framework {self.key} runs DualPipe, which needs an even number of micro-batches per "
+                f"data-parallel rank, at least 2 x pp = {2 * pp}; got {microbatches} (global batch / (dp x "
+                "micro-batch))")
+
+    def schedule_ok(self, pp: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
+        """Which rows the schedule can run (the vectorised :meth:`check_schedule`, for the planner)."""
+        if self.pipeline_schedule != "dualpipe":
+            return np.ones(np.shape(pp), dtype=bool)
+        return (pp <= 1) | ((pp % 2 == 0) & (microbatches % 2 == 0) & (microbatches >= 2 * pp))
+
     def default_vpp(self, pp: int) -> int:
         """Interleaved chunks per stage when a user gives none: 4 where the pipeline interleaves."""
         return 4 if pp > 1 and self.interleaved_pipeline else 1
@@ -129,7 +154,7 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head", "pp_split",
-                "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated",
+                "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated", "pipeline_schedule",
                 "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "zero3_list_collectives", "fsdp_pp_unsharded",
                 "tensor_parallel", "pipeline_parallel", "interleaved_pipeline",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "compiled_loss_bytes_per_logit"}
@@ -146,6 +171,10 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.elementwise", "must be 'fused' or 'eager'")
         if t.get("cp_rotate", "p2p") not in ("p2p", "allgather"):
             raise InputError(f"framework {key}.cp_rotate", "must be 'p2p' or 'allgather'")
+        if t.get("pipeline_schedule", "1f1b") not in ("1f1b", "dualpipe"):
+            raise InputError(f"framework {key}.pipeline_schedule", "must be '1f1b' or 'dualpipe'")
+        if t.get("pipeline_schedule") == "dualpipe" and t.get("interleaved_pipeline", True):
+            raise InputError(f"framework {key}.interleaved_pipeline", "DualPipe has no interleaving: set false")
         if t.get("pp_split", "even") not in ("even", "middle"):
             raise InputError(f"framework {key}.pp_split", "must be 'even' or 'middle'")
         if t.get("pp_split", "even") == "middle" and t.get("pp_split_counts_head", False):

@@ -276,6 +276,9 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                              extra_pp_layers=framework.extra_pp_layers,
                              module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
                              == "attention" else ((),))
+    cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"])))
+    require(len(cols["tp"]) > 0, "global_batch", f"no layout gives {framework.key}'s {framework.pipeline_schedule} "
+            "schedule the micro-batches it needs (DualPipe: an even number, at least 2 x pp)")
     net = network or default_network(gpu, num_gpus=num_gpus)
     # First pass: uneven interleavings get a lower bound of their schedule (no walk); the rows that
     # can still be among the best or on the Pareto front are then priced exactly (refine).

@@ -156,6 +156,9 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     require(0.0 <= jitter <= 1.0, "jitter", f"must be a log-normal sigma in [0, 1], got {jitter}")
     layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
     fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
+    require(fw.pipeline_schedule == "1f1b" or layout.pp == 1, "framework",
+            f"{fw.key} runs {fw.pipeline_schedule}, which the timeline does not lay out (it walks 1F1B and "
+            "interleaved 1F1B); estimate prices its bubble by the DeepSeek-V3 report's formula")
     p, v = layout.pp, layout.vpp
     m = layout.num_microbatches
     require(v == 1 or m % p == 0, "micro_batch",

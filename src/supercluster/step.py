@@ -493,6 +493,16 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         Lh_first, Lh_last = Lh, Lh + mtp
         Lc, head_on = Lh + mtp, np.ones_like(t_layer)
     bubble = (pp - 1.0) / vpp * t_stage
+    dual = fw.pipeline_schedule == "dualpipe"
+    if dual:
+        # DualPipe (DeepSeek-V3 report Table 2): (pp/2 - 1)(F&B + B - 3W) per stage and micro-batch,
+        # F&B = F + B (a forward and a backward chunk run as a pair, each one's communication under the
+        # other's compute), B the backward (with its recompute and exposed sends), W its weight-gradient
+        # GEMMs (one forward GEMM pass per layer)
+        b_part = t_stage * (1.0 - fwd_share)
+        w_part = t_stage * t_gemm_f / np.maximum(t_layer, 1e-30)
+        bubble = np.where(pp > 1, np.maximum(pp / 2.0 - 1.0, 0.0) * np.maximum(t_stage + b_part - 3.0 * w_part, 0.0),
+                          0.0)
     if rank_blocks is None:
         heads = head_on * (1.0 + mtp)  # the head runs once more per MTP module where the last stage is heaviest
         projs = head_on * mtp  # and each MTP module's 2h -> h projection
@@ -503,7 +513,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     sg = fw.pp_scatter_gather & ~sp & (tp > 1)
     pp_bytes = np.where(sg, T * h * el / tp, tok_sp * h * el)
     t_p2p = net.collective_time_s("p2p", pp_bytes, pp, s_pp) + np.where(sg, half, 0.0)
-    pp_steps = np.where((vpp > 1) & fw.pp_overlap, 2.0 * (pp - 1.0), 2.0 * (m * vpp + pp - 1.0))
+    pp_steps = np.where(((vpp > 1) | dual) & fw.pp_overlap, 2.0 * (pp - 1.0), 2.0 * (m * vpp + pp - 1.0))
     pp_x = np.where(pp > 1, pp_steps * t_p2p, 0.0)
     # (the timeline ends each pipeline operation with an equal share of the exposed sends)
     pp_send = np.where(pp > 1, pp_x / (2.0 * (m * vpp + pp - 1.0)), 0.0)
@@ -523,6 +533,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     dense_params = (L * (w_attn + 2 * h) + shared_mlp + mtp * model.mtp_block_params - mtp_experts) / (tp * pp) \
         + V * h / tp
     expert_params = (model.num_moe_layers * model.num_experts * model.expert_params + mtp_experts) / (pp * ep * etp)
+    if dual:
+        # DualPipe keeps two stages' parameters on every rank (Table 2: "Parameter 2x"): their weights,
+        # gradients, optimizer states, gradient reduction and update
+        copies = np.where(pp > 1, 2.0, 1.0)
+        dense_params, expert_params = dense_params * copies, expert_params * copies
     dpg = dp * cp
     edpg = tp * dpg / (ep * etp)  # expert data-parallel group: ETP x EP x EDP = TP x CP x DP
     s_edp = np.where(etp == tp, s_dpcp * ep, s_tp * ep * etp)
@@ -925,6 +940,11 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp * (1.0 + model.mtp_layers)  # MTP: one more each
     activations = np.maximum(stage_activation_bytes(Lh, per_tok * T, extra, logits, pp, vpp, m, 0),
                              stage_activation_bytes(Lh_last, per_tok * T, extra, logits, pp, vpp, m, pp - 1))
+    if fw.pipeline_schedule == "dualpipe":
+        # DualPipe holds pp + 1 micro-batches of activations (DeepSeek-V3 report Table 2), and the rank
+        # with one direction's first stage has the other's last, with its logits
+        held = np.minimum(m, pp + 1.0)
+        activations = np.where(pp > 1, np.maximum(Lh, Lh_last) * per_tok * T * held + extra + logits, activations)
     total = weights + grads + optimizer + activations + FRAMEWORK_RESERVE_BYTES
     return {
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optimizer,
