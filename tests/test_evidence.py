@@ -58,3 +58,9 @@ def test_plan_reports_the_evidence_of_its_best_layout():
     d = json.loads(runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "16",
                                        "--seq-len", "4096", "--json"]).output)
     assert d["evidence"]["basis"].startswith("nemo-megatron, hopper, dense")
+
+
+def test_train_reports_the_evidence_of_its_step():
+    d = json.loads(runner.invoke(app, ["train", "--model", "llama3-8b", "--gpus", "64", "--trials", "200",
+                                       "--json"]).output)
+    assert d["evidence"]["basis"].startswith("nemo-megatron, hopper, dense, 16-bit")

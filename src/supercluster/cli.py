@@ -446,6 +446,9 @@ def train(
     if deadline_days is not None:
         s["compute_optimal_for_deadline"] = compute_optimal_for_deadline(g, gpus, deadline_days, s["mfu"],
                                                                          s["ettr_mean"])
+    # the days scale with the step time, so the step's evidence bounds them too
+    ev = _evidence.evidence_for(load_model(model), g, framework, precision)
+    s["evidence"] = ev.as_json() if ev else None
     if as_json:
         _emit_json(s)
         return
@@ -454,6 +457,8 @@ def train(
         c = s["compute_optimal_for_deadline"]
         _out().print(f"compute-optimal for {deadline_days:g} days at this MFU and ETTR: {c['params'] / 1e9:,.0f} B "
                      f"parameters on {c['tokens'] / 1e12:,.1f} T tokens ({c['compute_flops']:.2e} FLOP)")
+    if ev is not None:
+        _out().print(ev.line() + " (the days scale with the step)", style="dim", markup=False)
 
 
 @app.command()
