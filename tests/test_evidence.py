@@ -41,14 +41,19 @@ def test_evidence_loosens_the_match_until_enough_runs_remain():
     # no published run on MI300X: the basis falls back to every dense run, and says so
     ev = evidence_for(load_model("gpt3-175b"), get_gpu("mi300x"), "megatron", "bf16")
     assert ev is not None and ev.basis == "any framework or GPU, dense"
-    moe = evidence_for(load_model("qwen3-30b-a3b"), get_gpu("b200"), "nemo-megatron", "fp8")
+    moe = evidence_for(load_model("qwen3-30b-a3b"), get_gpu("b200"), "nemo-megatron", "fp8", 8, 4096)
     assert moe is not None and moe.basis.endswith("MoE, 8/4-bit")
+    # the closest published run is this very configuration's (Megatron-Bridge 25.11, 8 B200, MXFP8)
+    assert moe.nearest[0] == "MB2511-QWEN3-30B-B200-mxfp8-8" and len(moe.nearest) == 3
+    assert set(moe.nearest) <= set(moe.ids) and "closest: MB2511-QWEN3-30B-B200-mxfp8-8" in moe.line()
     assert get_framework("torchtitan-2024+compile").family == "torchtitan"
 
 
 def test_estimate_reports_its_evidence_unless_asked_not_to():
     d = json.loads(runner.invoke(app, ["estimate", "--json"]).output)
-    assert d["evidence"]["runs"] >= MIN_RUNS and set(d["evidence"]) >= {"basis", "median_error", "mape", "ids"}
+    assert d["evidence"]["runs"] >= MIN_RUNS
+    assert set(d["evidence"]) >= {"basis", "median_error", "mape", "ids", "nearest"}
+    assert all(n["id"] in d["evidence"]["ids"] for n in d["evidence"]["nearest"])
     assert "evidence" not in json.loads(runner.invoke(app, ["estimate", "--json", "--no-evidence"]).output)
     text = runner.invoke(app, ["estimate"]).output
     assert "published runs like this one (nemo-megatron, hopper, dense, 16-bit" in text

@@ -231,7 +231,7 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
                            rank_order=rank_order)
     # (a calibrated device profile is its own evidence: supercluster verify compares it with real steps)
     evidence = evidence and profile is None
-    ev = _evidence.evidence_for(m, g, framework, layout.precision) if evidence else None
+    ev = _evidence.evidence_for(m, g, framework, layout.precision, gpus, layout.seq_len) if evidence else None
     if as_json:
         extra: dict[str, Any] = {"evidence": ev.as_json() if ev else None} if evidence else {}
         _emit_json(reports.breakdown_json(b, model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
@@ -286,7 +286,7 @@ def plan(
         return
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens}")
-    ev = _evidence.evidence_for(m, g, framework, res.best.layout.precision) if evidence else None
+    ev = _evidence.evidence_for(m, g, framework, res.best.layout.precision, gpus, seq_len) if evidence else None
     if as_json:
         extra = {"budget": res.best.budget(tokens)} if tokens else {}
         if evidence:
@@ -447,7 +447,7 @@ def train(
         s["compute_optimal_for_deadline"] = compute_optimal_for_deadline(g, gpus, deadline_days, s["mfu"],
                                                                          s["ettr_mean"])
     # the days scale with the step time, so the step's evidence bounds them too
-    ev = _evidence.evidence_for(load_model(model), g, framework, precision)
+    ev = _evidence.evidence_for(load_model(model), g, framework, precision, gpus, seq_len)
     s["evidence"] = ev.as_json() if ev else None
     if as_json:
         _emit_json(s)

@@ -17,6 +17,7 @@ correction: the estimate itself is unchanged.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from .errors import InputError
 from .framework import get_framework, resolve_framework
 from .hardware import GpuSpec, get_gpu
 from .models import ModelSpec
-from .validate import SHIPPED_RUNS, _int, load_rows, parse_precision, predict_row, publication_year
+from .validate import SHIPPED_RUNS, _int, load_rows, parse_precision, predict_row, publication_year, row_model
 
 #: the fewest runs a basis needs before it is reported
 MIN_RUNS = 3
@@ -39,6 +40,9 @@ class Evidence:
     basis: str  # what the runs share with the configuration, e.g. "nemo-megatron, hopper, dense, 16-bit"
     ids: tuple[str, ...]
     errors: tuple[float, ...]  # predicted / measured - 1, in the order of ``ids``
+    #: the (at most :data:`NEAREST`) runs of the basis closest in active parameters, GPU count and
+    #: sequence length, closest first (an ordering for display, not a weight in any number)
+    nearest: tuple[str, ...] = ()
 
     @property
     def runs(self) -> int:
@@ -60,15 +64,20 @@ class Evidence:
     def max_error(self) -> float:
         return max(self.errors)
 
+    def error_of(self, run_id: str) -> float:
+        return self.errors[self.ids.index(run_id)]
+
     def as_json(self) -> dict[str, object]:
         return {"basis": self.basis, "runs": self.runs, "median_error": self.median_error, "mape": self.mape,
-                "min_error": self.min_error, "max_error": self.max_error, "ids": list(self.ids)}
+                "min_error": self.min_error, "max_error": self.max_error, "ids": list(self.ids),
+                "nearest": [{"id": i, "error": self.error_of(i)} for i in self.nearest]}
 
     def line(self) -> str:
         lo, hi, mid = 100 * self.min_error, 100 * self.max_error, 100 * self.median_error
+        near = ", ".join(f"{i} {100 * self.error_of(i):+.1f} %" for i in self.nearest)
         return (f"published runs like this one ({self.basis}: {self.runs}): the model read them "
-                f"{lo:+.1f} … {hi:+.1f} % (median {mid:+.1f} %, MAPE {100 * self.mape:.1f} %); "
-                "supercluster validate [--runs heldout] lists them")
+                f"{lo:+.1f} … {hi:+.1f} % (median {mid:+.1f} %, MAPE {100 * self.mape:.1f} %)"
+                + (f"; closest: {near}" if near else "") + "; supercluster validate [--runs heldout] lists them")
 
 
 def _low(precision: str) -> bool:
@@ -83,6 +92,9 @@ class _Run:
     arch: str
     moe: bool
     low: bool
+    active_params: float
+    gpus: int
+    seq_len: int
 
 
 @cache
@@ -96,10 +108,12 @@ def _runs() -> tuple[_Run, ...]:
             try:
                 fw, _ = resolve_framework(row.get("framework") or "", publication_year(row.get("source") or ""))
                 arch = get_gpu((row.get("gpu") or "").strip()).arch
-                moe = _int(row, "moe_experts", 0) > 0
+                spec = row_model(row)
+                gpus, seq = _int(row, "num_gpus"), _int(row, "seq_len")
             except InputError:
                 continue
-            out.append(_Run(set_name, row["id"], fw.family, arch, moe, _low(parse_precision(row.get("precision", "")))))
+            out.append(_Run(set_name, row["id"], fw.family, arch, spec.is_moe,
+                            _low(parse_precision(row.get("precision", ""))), float(spec.num_active_params), gpus, seq))
     return tuple(out)
 
 
@@ -115,10 +129,27 @@ def _error(set_name: str, run_id: str) -> float | None:
     return r.error if r.supported else None
 
 
-def evidence_for(model: ModelSpec, gpu: GpuSpec, framework: str, precision: str) -> Evidence | None:
+#: closest runs named with the evidence
+NEAREST = 3
+
+
+def _distance(r: _Run, active: float, gpus: int | None, seq_len: int | None) -> float:
+    """How far a run is from the configuration: orders of magnitude apart in active parameters, half
+    weight on GPU count, a quarter on sequence length (a display order only)."""
+    d = abs(math.log(r.active_params / active))
+    if gpus:
+        d += 0.5 * abs(math.log(r.gpus / gpus))
+    if seq_len:
+        d += 0.25 * abs(math.log(r.seq_len / seq_len))
+    return d
+
+
+def evidence_for(model: ModelSpec, gpu: GpuSpec, framework: str, precision: str, num_gpus: int | None = None,
+                 seq_len: int | None = None) -> Evidence | None:
     """The model's error on the published runs closest to ``model`` on ``gpu`` under ``framework`` in
-    ``precision`` (see the module docstring for the order of bases); None if even the loosest basis
-    has fewer than :data:`MIN_RUNS` scored runs."""
+    ``precision`` (see the module docstring for the order of bases), naming the :data:`NEAREST` of them
+    closest in size, GPU count (``num_gpus``) and ``seq_len``; None if even the loosest basis has
+    fewer than :data:`MIN_RUNS` scored runs."""
     fam, moe, low = get_framework(framework).family, model.is_moe, _low(precision)
     kind, prec = ("MoE" if moe else "dense"), ("8/4-bit" if low else "16-bit")
     bases: tuple[tuple[str, Callable[[_Run], bool]], ...] = (
@@ -128,8 +159,11 @@ def evidence_for(model: ModelSpec, gpu: GpuSpec, framework: str, precision: str)
         (f"any framework, {gpu.arch}, {kind}", lambda r: r.arch == gpu.arch and r.moe == moe),
         (f"any framework or GPU, {kind}", lambda r: r.moe == moe),
     )
+    active = float(model.num_active_params)
     for basis, match in bases:
-        picked = [(r.id, e) for r in _runs() if match(r) and (e := _error(r.set_name, r.id)) is not None]
+        picked = [(r, e) for r in _runs() if match(r) and (e := _error(r.set_name, r.id)) is not None]
         if len(picked) >= MIN_RUNS:
-            return Evidence(basis, tuple(i for i, _ in picked), tuple(e for _, e in picked))
+            near = sorted(picked, key=lambda x: (_distance(x[0], active, num_gpus, seq_len), x[0].id))[:NEAREST]
+            return Evidence(basis, tuple(r.id for r, _ in picked), tuple(e for _, e in picked),
+                            tuple(r.id for r, _ in near))
     return None
