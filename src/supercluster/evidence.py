@@ -75,9 +75,10 @@ class Evidence:
     def line(self) -> str:
         lo, hi, mid = 100 * self.min_error, 100 * self.max_error, 100 * self.median_error
         near = ", ".join(f"{i} {100 * self.error_of(i):+.1f} %" for i in self.nearest)
-        return (f"published runs like this one ({self.basis}: {self.runs}): the model read them "
-                f"{lo:+.1f} … {hi:+.1f} % (median {mid:+.1f} %, MAPE {100 * self.mape:.1f} %)"
-                + (f"; closest: {near}" if near else "") + "; supercluster validate [--runs heldout] lists them")
+        closest = f"; closest: {near}" if near else ""
+        return (f"published runs like this one ({self.basis}: {self.runs}): predicted vs measured step "
+                f"{lo:+.1f} … {hi:+.1f} % (median {mid:+.1f} %, MAPE {100 * self.mape:.1f} %; below 0: predicted "
+                f"faster){closest}; supercluster validate [--runs heldout] lists them")
 
 
 def _low(precision: str) -> bool:
