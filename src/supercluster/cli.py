@@ -286,7 +286,8 @@ def plan(
         return
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens}")
-    ev = _evidence.evidence_for(m, g, framework, res.best.layout.precision, gpus, seq_len) if evidence else None
+    ev = (_evidence.evidence_for(m, g, framework, res.best.layout.precision, res.best.layout.num_gpus, seq_len)
+          if evidence else None)
     if as_json:
         extra = {"budget": res.best.budget(tokens)} if tokens else {}
         if evidence:
