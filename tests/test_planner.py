@@ -387,3 +387,17 @@ def test_a_dualpipe_plan_keeps_to_what_dualpipe_can_run():
         if lay.pp > 1:
             m = lay.num_microbatches
             assert lay.pp % 2 == 0 and m % 2 == 0 and m >= 2 * lay.pp
+
+
+def test_a_dualpipe_plan_is_not_exported_to_a_launcher_that_runs_1f1b():
+    import json
+
+    from typer.testing import CliRunner
+
+    from supercluster.cli import app
+
+    args = ["plan", "--model", "llama3-70b", "--gpu", "h800", "--gpus", "256", "--global-batch", "512",
+            "--seq-len", "4096", "--framework", "hai-llm"]
+    assert json.loads(CliRunner().invoke(app, [*args, "--json"]).output)["best"]["pp"] > 1
+    r = CliRunner().invoke(app, [*args, "--export", "megatron"])
+    assert r.exit_code != 0 and "dualpipe schedule, which megatron does not run" in str(r.exception)

@@ -282,6 +282,11 @@ def plan(
                        objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,
                        progress=lambda done, total: bar.update(task, completed=done, total=total))
     if export:
+        fw = get_framework(framework)
+        if fw.pipeline_schedule != "1f1b" and res.best.layout.pp > 1:
+            raise InputError("export", f"the plan was priced for {fw.key}'s {fw.pipeline_schedule} schedule, which "
+                             f"{export} does not run; plan with --framework {export} "
+                             "to export a layout priced the way it will run")
         typer.echo(export_layout(res.best.layout, export, m), nl=False)
         return
     if tokens is not None and tokens <= 0:
