@@ -272,17 +272,16 @@ def plan(
     from .launchers import export as export_layout
     from .planner import plan as run_plan
 
-    m, g = load_model(model), get_gpu(gpu)
+    m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
     # a bar while the layouts are priced (MoE searches run to millions of layouts, several seconds);
     # transient and on stderr, so --json and --export stay clean
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("pricing layouts", total=None)
-        res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=get_framework(framework),
+        res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
                        objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,
                        progress=lambda done, total: bar.update(task, completed=done, total=total))
     if export:
-        fw = get_framework(framework)
         if fw.pipeline_schedule != "1f1b" and res.best.layout.pp > 1:
             raise InputError("export", f"the plan was priced for {fw.key}'s {fw.pipeline_schedule} schedule, which "
                              f"{export} does not run; plan with --framework {export} "

@@ -432,8 +432,9 @@ _UNMODELLED_FIELDS = {
 }
 _MODELLED_LAYER_TYPES = ("full_attention", "sliding_attention", "attention", "global", "local", "sliding",
                          "chunked_attention")
-_SSM_MODEL_TYPES = ("mamba", "rwkv", "jamba", "nemotron_h", "falcon_h1", "qwen3_next", "zamba", "bamba",
-                    "kimi_linear", "deepseek_v32", "lfm2", "recurrent_gemma", "xlstm")
+#: families (as :func:`_hf_family` spells them) whose layers are state-space, linear or sparse attention
+_SSM_FAMILIES = ("mamba", "rwkv", "jamba", "nemotronh", "falconh1", "qwen3next", "zamba", "bamba", "kimilinear",
+                 "deepseekv32", "lfm2", "recurrentgemma", "xlstm")
 
 
 def _refuse_unmodelled_layers(cfg: dict[str, Any]) -> None:
@@ -450,8 +451,8 @@ def _refuse_unmodelled_layers(cfg: dict[str, Any]) -> None:
         if other:
             raise InputError("config.json layer_types",
                              f"layer kinds {other} are not modelled; allowed: {list(_MODELLED_LAYER_TYPES)}")
-    kind = str(cfg.get("model_type") or "").lower()
-    if any(kind.startswith(t) for t in _SSM_MODEL_TYPES):
+    kind = _hf_family(cfg)
+    if any(kind.startswith(t) for t in _SSM_FAMILIES):
         raise InputError("config.json model_type",
                          f"{kind!r} has state-space, linear or sparse attention layers, which are not "
                          "modelled; supported: decoder layers of full, sliding-window or chunked softmax attention")
