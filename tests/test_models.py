@@ -151,6 +151,22 @@ def test_malformed_hf_config_is_an_input_error(cfg):
         from_hf_config(cfg)
 
 
+def test_a_count_that_is_not_a_whole_number_or_is_absurd_is_refused_by_name():
+    base = {"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 1000,
+            "intermediate_size": 1024}
+    assert from_hf_config({**base, "intermediate_size": 1024.0}).ffn_dim == 1024  # a float that is whole is fine
+    for field, value, match in (("intermediate_size", 1.5, "whole number"), ("num_key_value_heads", True, "whole"),
+                                ("num_hidden_layers", 10**12, "past any real model"),
+                                ("hidden_size", float("nan"), "whole number"),
+                                ("moe_intermediate_size", 10**9, "past any real model")):
+        cfg = {**base, field: value}
+        if field == "moe_intermediate_size":
+            cfg.update(num_local_experts=8, num_experts_per_tok=2)
+        with pytest.raises(InputError, match=match) as exc:
+            from_hf_config(cfg)
+        assert field in exc.value.field or field.replace("moe_intermediate_size", "moe_ffn_dim") in exc.value.field
+
+
 def test_load_model_from_path_and_errors(tmp_path):
     p = tmp_path / "config.json"
     p.write_text(json.dumps({"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,

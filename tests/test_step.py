@@ -72,6 +72,24 @@ def test_model_too_big_does_not_fit(h100):
     assert "largest term optimizer" in fit_reason(b) and "GiB over" in fit_reason(b)
 
 
+def test_the_advice_for_a_layout_that_does_not_fit_names_only_what_it_does_not_use(h100):
+    from supercluster.framework import get_framework
+    from supercluster.reports import fit_reason
+
+    long = dict(tp=8, pp=1, dp=16, global_batch=32, seq_len=524288)
+    done = Layout(**long, recompute="full", micro_batch=1, sequence_parallel=True)
+    b = estimate("llama3-8b", gpu=h100, num_gpus=128, layout=done)
+    assert not b.fits and "largest term activations" in fit_reason(b)
+    tips = fit_reason(b, done, get_framework("megatron")).split(": try ")[1]
+    assert tips == "a larger --pp or --cp"  # recompute full, SP and micro-batch 1 are already in use
+    bare = Layout(**long, recompute="none", micro_batch=2, sequence_parallel=None)
+    b2 = estimate("llama3-8b", gpu=h100, num_gpus=128, layout=bare, framework="megatron")
+    tips2 = fit_reason(b2, bare, get_framework("megatron"))
+    assert "--sequence-parallel" in tips2 and "--recompute full" in tips2 and "--micro-batch 1" in tips2
+    # with the framework's own default on, SP is not advised again
+    assert "--sequence-parallel" not in fit_reason(b2, bare, get_framework("nemo-megatron"))
+
+
 def test_single_gpu_has_no_communication(h100):
     b = estimate("llama2-7b", gpu="a100-80gb", num_gpus=1, layout=Layout(global_batch=4, seq_len=4096))
     assert b.ledger["stragglers"] == 0 and b.ledger["exposed_dp_comm"] == 0 and b.ledger["exposed_tp_comm"] == 0

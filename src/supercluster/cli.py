@@ -215,6 +215,7 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
                         profile: str | None = None, fabric_options: dict[str, Any] | None = None,
                         rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True) -> None:
     from .estimate import default_network
+    from .framework import get_framework
 
     m = load_model(model)
     g = get_gpu(gpu)
@@ -229,18 +230,19 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         net = prof.network(fallback=net if base else None)
     b = _estimate.estimate(m, gpu=g, num_gpus=gpus, layout=layout, framework=framework, network=net,
                            rank_order=rank_order)
+    fw = get_framework(framework)
     # (a calibrated device profile is its own evidence: supercluster verify compares it with real steps)
     evidence = evidence and profile is None
     ev = _evidence.evidence_for(m, g, framework, layout.precision, gpus, layout.seq_len) if evidence else None
     if as_json:
         extra: dict[str, Any] = {"evidence": ev.as_json() if ev else None} if evidence else {}
-        _emit_json(reports.breakdown_json(b, model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
+        _emit_json(reports.breakdown_json(b, (layout, fw), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
                                           **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}),
                                           framework=framework, **extra))
         return
     reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}"
                                        + (f" ({layout.pp_layout})" if layout.pp_layout else "")
-                                       + f", {layout.precision}, {framework}")
+                                       + f", {layout.precision}, {framework}", layout, fw)
     if ev is not None:
         _out().print(ev.line(), style="dim", markup=False)
 

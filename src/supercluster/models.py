@@ -23,6 +23,12 @@ from ._toml import check_keys, load_package_toml
 from .errors import InputError, require
 
 GATED = {"swiglu": True, "geglu": True, "gelu": False, "relu2": False, "relu": False}
+#: Sanity ceilings on a model's counts, far past any published model (the largest have a few hundred
+#: layers, widths of tens of thousands, vocabularies of a few hundred thousand, 256 experts): a
+#: value beyond them is a typo or a unit slip, refused rather than priced (or looped over layer by layer)
+MAX_LAYERS = 100_000
+MAX_WIDTH = 2**24
+MAX_SEQ = 2**31
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,11 +74,14 @@ class ModelSpec:
                   "vocab_size", "seq_len"):
             v = getattr(self, f)
             require(isinstance(v, int) and v > 0, f"model.{f}", f"must be a positive integer, got {v!r}")
+            cap = {"num_layers": MAX_LAYERS, "seq_len": MAX_SEQ}.get(f, MAX_WIDTH)
+            require(v <= cap, f"model.{f}", f"{v} is past any real model (at most {cap:,})")
         for f in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_dim", "first_dense_layers",
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
                   "window_layers", "attention_chunk", "mtp_layers"):
             v = getattr(self, f)
             require(isinstance(v, int) and v >= 0, f"model.{f}", f"must be an integer >= 0, got {v!r}")
+            require(v <= MAX_WIDTH, f"model.{f}", f"{v} is past any real model (at most {MAX_WIDTH:,})")
         require(self.mlp in GATED, "model.mlp", f"unknown activation {self.mlp!r}; allowed: {sorted(GATED)}")
         require(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads",
                 f"{self.num_kv_heads} must divide num_heads {self.num_heads}")
@@ -285,6 +294,12 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         return default
 
     _refuse_unmodelled_layers(cfg)
+    for field in _HF_INT_FIELDS:
+        v = cfg.get(field)
+        require(v is None or (not isinstance(v, bool) and isinstance(v, int))
+                or (isinstance(v, float) and v.is_integer()),
+                f"config.json {field}", f"must be a whole number, got {v!r}")
+    cfg = {k: int(v) if k in _HF_INT_FIELDS and isinstance(v, float) else v for k, v in cfg.items()}
     h = get("hidden_size", "n_embd", "d_model")
     layers = get("num_hidden_layers", "n_layer", "num_layers", "n_layers")
     heads = get("num_attention_heads", "n_head", "n_heads")
@@ -292,6 +307,8 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     for field, val in (("hidden_size", h), ("num_hidden_layers", layers), ("num_attention_heads", heads),
                        ("vocab_size", vocab)):
         require(isinstance(val, int) and val > 0, f"config.json {field}", f"must be a positive integer, got {val!r}")
+        cap = MAX_LAYERS if field == "num_hidden_layers" else MAX_WIDTH
+        require(val <= cap, f"config.json {field}", f"{val} is past any real model (at most {cap:,})")
     ffn = get("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size",
               default=int(get("expansion_ratio", default=4) * h))  # MPT: expansion_ratio x d_model
     # (Falcon-7B, StarCoder: multi_query = one K/V head shared by all query heads)
@@ -386,6 +403,20 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
             raise
         raise InputError("config.json", f"malformed field: {exc}") from exc
 
+
+#: config.json fields read as counts: a fraction, a boolean or a string there is a malformed config
+_HF_INT_FIELDS = (
+    "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers", "n_layers",
+    "num_attention_heads", "n_head", "n_heads", "vocab_size", "intermediate_size", "n_inner", "ffn_dim",
+    "ffn_hidden_size", "num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv", "head_dim",
+    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+    "max_window_layers", "sliding_window_pattern", "attention_chunk_size", "no_rope_layer_interval",
+    "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", "moe_intermediate_size",
+    "num_experts_per_tok", "experts_per_token", "moe_topk", "moe_top_k", "moe_k", "n_shared_experts",
+    "moe_num_shared_experts", "shared_expert_intermediate_size", "intermediate_size_mlp",
+    "num_nextn_predict_layers", "mtp_num_layers", "max_position_embeddings", "n_positions", "max_seq_len",
+    "interleave_moe_layer_step", "decoder_sparse_step", "first_k_dense_replace", "moe_layer_start_index",
+)
 
 #: Hugging Face model families whose MLP is one up-projection and one down-projection (GELU, not gated),
 #: as ``model_type`` or architecture class without its head suffix, underscores dropped. Phi-1/1.5/2

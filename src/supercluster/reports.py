@@ -9,6 +9,7 @@ from rich.table import Table
 
 from .framework import Framework
 from .hardware import GpuSpec, SystemSpec
+from .layout import Layout
 from .models import ModelSpec
 from .step import LEDGER, StepBreakdown
 from .units import GiB, fmt_bytes
@@ -30,7 +31,9 @@ LEDGER_HELP = {
 }
 
 
-def breakdown_json(b: StepBreakdown, **extra: Any) -> dict[str, Any]:
+def breakdown_json(b: StepBreakdown, fit: tuple[Layout, Framework | None] | None = None,
+                   **extra: Any) -> dict[str, Any]:
+    """The JSON of a priced step; ``fit`` (the layout and its framework) tailors ``fit_reason``."""
     return {
         **extra,
         "step_time_s": b.step_time_s, "tokens_per_s": b.tokens_per_s, "tokens_per_s_per_gpu": b.tokens_per_s_per_gpu,
@@ -38,12 +41,13 @@ def breakdown_json(b: StepBreakdown, **extra: Any) -> dict[str, Any]:
         "flop_convention": "6N + 12 L a d s per token (full non-causal attention, PaLM/Megatron), no recompute; "
                            "vs dense peak of the precision used",
         "memory_per_gpu_bytes": b.memory_per_gpu_bytes, "hbm_bytes": b.hbm_bytes, "fits": b.fits,
-        "fit_reason": None if b.fits else fit_reason(b),
+        "fit_reason": None if b.fits else fit_reason(b, *(fit or ())),
         "memory": b.memory, "ledger": b.ledger, "microbatches": b.microbatches,
     }
 
 
-def print_breakdown(console: Console, b: StepBreakdown, title: str) -> None:
+def print_breakdown(console: Console, b: StepBreakdown, title: str, layout: Layout | None = None,
+                    fw: Framework | None = None) -> None:
     t = Table(title=title, show_lines=False)
     t.add_column("ledger (per step)")
     t.add_column("seconds", justify="right")
@@ -68,22 +72,32 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str) -> None:
         f"other {fmt_bytes(m['mem_other_bytes'])}"
     )
     if not b.fits:
-        console.print(f"[yellow]does not fit: {fit_reason(b)}[/yellow]")
+        console.print(f"[yellow]does not fit: {fit_reason(b, layout, fw)}[/yellow]")
 
 
-def fit_reason(b: StepBreakdown) -> str:
-    """Why a layout does not fit, naming the largest memory term and what reduces it."""
+def fit_reason(b: StepBreakdown, layout: Layout | None = None, fw: Framework | None = None) -> str:
+    """Why a layout does not fit, naming the largest memory term and what reduces it; given the
+    layout (and its framework), only the remedies it does not already use."""
     parts = {k: v for k, v in b.memory.items() if k != "memory_per_gpu_bytes"}
     top = max(parts, key=lambda k: parts[k])
     over = (b.memory_per_gpu_bytes - b.hbm_bytes) / GiB
-    advice = {
-        "mem_activations_bytes": "try --sequence-parallel (with --tp > 1), --recompute full, a larger --pp or "
-                                 "--cp, or --micro-batch 1",
-        "mem_weights_bytes": "try a larger --tp or --pp, or --zero 3",
-        "mem_grads_bytes": "try --zero 2 or 3, or a larger --tp / --pp",
-        "mem_optimizer_bytes": "try --zero 1 or higher with a larger data-parallel group",
-        "mem_other_bytes": "reduce the framework reserve",
+    if layout is None:
+        tp, zero, mb, recompute, sp = 1, 0, 2, "none", False
+    else:
+        tp, zero, mb, recompute = layout.tp, layout.zero_stage, layout.micro_batch, layout.recompute
+        sp = layout.sequence_parallel if layout.sequence_parallel is not None else bool(fw and fw.sequence_parallel)
+    tips = {
+        "mem_activations_bytes": (["--sequence-parallel" + (" (with --tp > 1)" if tp == 1 else "")]
+                                  if not (sp and tp > 1) else [])
+        + (["--recompute full"] if recompute != "full" else []) + ["a larger --pp or --cp"]
+        + (["--micro-batch 1"] if mb > 1 else []),
+        "mem_weights_bytes": ["a larger --tp or --pp"] + (["--zero 3"] if zero < 3 else []),
+        "mem_grads_bytes": (["--zero 2 or 3"] if zero < 2 else []) + ["a larger --tp / --pp"],
+        "mem_optimizer_bytes": (["--zero 1 or higher with a larger data-parallel group"] if zero < 1
+                                else ["a larger data-parallel group or --tp / --pp"]),
+        "mem_other_bytes": ["reduce the framework reserve"],
     }[top]
+    advice = "try " + (tips[0] if len(tips) == 1 else ", ".join(tips[:-1]) + ", or " + tips[-1])
     return f"{over:.1f} GiB over; largest term {top.removeprefix('mem_').removesuffix('_bytes')} " \
            f"({parts[top] / GiB:.1f} GiB): {advice}"
 
