@@ -149,13 +149,20 @@ def test_malformed_csv_and_config_are_clear_errors(tmp_path):
     (["plan", "--objective", "fast"], "objective"), (["plan", "--headroom", "2"], "headroom"),
     (["goodput", "--days", "-1"], "days"), (["goodput", "--rates", "nope"], "rates"),
     (["train", "--tokens", "-5"], "tokens"), (["scale", "--max-gpus", "0"], "max_gpus"),
-    (["sweep", "--db", "unused.duckdb", "--tp", "a"], "sweep"), (["verify", "--profile", "/nonexistent"], "profile"),
+    (["sweep", "--db", "unused.duckdb", "--tp", "a"], "tp"), (["verify", "--profile", "/nonexistent"], "profile"),
     (["estimate", "--config", "/nonexistent"], "config"),
 ])
 def test_new_commands_refuse_bad_input_in_one_line(args, field):
     r = run(*args)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: ") and field in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [["train", "--tokens", "inf"], ["goodput", "--days", "nan"],
+                                  ["plan", "--headroom", "nan"], ["simulate", "--jitter", "inf"]])
+def test_a_number_option_must_be_finite(args):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "is not a finite number" in r.output and f"'{args[1]}'" in r.output
 
 
 def test_validate_ranks_on_a_small_runs_file(tmp_path):

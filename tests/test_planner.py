@@ -152,6 +152,24 @@ def test_launcher_import_errors(tmp_path):
         launchers.load_layout(args, num_gpus=12)
 
 
+@pytest.mark.parametrize("name,text,field", [
+    ("job.toml", "parallelism = 3\n", "parallelism"),  # a value where a table belongs
+    ("job.toml", "[parallelism]\ntensor_parallel_degree = 1.5\n", "tensor_parallel_degree"),
+    ("job.toml", "[parallelism]\ntensor_parallel_degree = true\n", "tensor_parallel_degree"),
+    ("job.toml", "[parallelism]\ntensor_parallel_degree = 0\n", "parallelism"),
+    ("job.toml", "[training]\nseq_len = inf\n", "seq_len"),
+    ("ds.json", '{"train_batch_size": 64, "zero_optimization": 3}', "zero_optimization"),
+    ("ds.json", '{"train_batch_size": 64, "pipeline": {"stages": 0}}', "config"),
+    ("args.sh", "--global-batch-size 64 --tensor-model-parallel-size 2.5", "tensor-model-parallel-size"),
+])
+def test_a_malformed_launcher_config_names_its_field(tmp_path, name, text, field):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(InputError) as exc:
+        launchers.load_layout(path, num_gpus=8, num_layers=32)
+    assert exc.value.field == field
+
+
 def test_plan_cli_json_contract_and_export():
     r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--top", "3",
                             "--json"])

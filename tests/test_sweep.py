@@ -95,3 +95,23 @@ def test_ray_executor_on_a_local_instance(tmp_path):
         rows.append(con.execute("SELECT scenario_id, step_time_s FROM results ORDER BY 1").fetchall())
         con.close()
     assert rows[0] == rows[1]
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("--cp", "0", "cp: '0' must be a whole number >= 1"),
+    ("--tp", "1.5", "tp: '1.5' must be a whole number >= 1"),
+    ("--sizes", "x", "sizes: cannot read 'x'"),
+    ("--models", ",", "models: needs at least one value"),
+    ("--zero", "5", "zero: must be 0, 1, 2 or 3"),
+    ("--precision", "fp3", "precision: unknown 'fp3'"),
+])
+def test_a_sweep_axis_no_scenario_could_use_is_one_error_naming_it(tmp_path, option, value, message):
+    from typer.testing import CliRunner
+
+    from supercluster.cli import app
+
+    args = {"--models": "llama3-8b", "--gpu-types": "h100-sxm", "--sizes": "8", option: value}
+    db = tmp_path / "s.duckdb"
+    res = CliRunner().invoke(app, ["sweep", "--db", str(db), "--log", *[x for kv in args.items() for x in kv]])
+    assert isinstance(res.exception, InputError) and str(res.exception).startswith(message)
+    assert not db.exists()  # nothing was priced

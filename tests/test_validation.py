@@ -417,6 +417,21 @@ def test_a_row_asking_for_parallelism_its_framework_lacks_is_unsupported_with_th
     assert predict_row(row).supported
 
 
+@pytest.mark.parametrize("field,value,reason", [
+    ("step_time_s", "abc", "step_time_s: 'abc' is not a positive number"),
+    ("step_time_s", "0", "step_time_s: '0' is not a positive number"),
+    ("step_time_s", "inf", "step_time_s: 'inf' is not a positive number"),
+    ("heads", "0", "heads: must be a positive integer"),
+    ("vocab", "inf", "vocab: 'inf' is not a non-negative integer"),
+])
+def test_a_row_with_a_value_that_is_no_number_is_unsupported_with_the_field(field, value, reason):
+    from supercluster.validate import load_rows, predict_row
+
+    row = load_rows()[0]
+    res = predict_row({**row, field: value})
+    assert not res.supported and res.predicted_step_time_s is None and res.reason.startswith(reason)
+
+
 def test_a_runs_file_may_give_each_row_its_pipeline_layout(tmp_path):
     """An optional pp_layout column carries a run's explicit pipeline layout into its price."""
     import csv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from enum import StrEnum
 from typing import Annotated, Any
@@ -35,6 +36,23 @@ _validate = _Lazy(".validate")
 _evidence = _Lazy(".evidence")
 
 OBJECTIVE_HELP = "time | cost | energy (cost and energy may use fewer GPUs of the cluster)"
+
+
+def _finite(text: str) -> float:
+    """A number option that must be finite: ``nan`` or ``inf`` would price nonsense."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{text!r} is not a finite number")
+    return value
+
+
+def _num(help: str) -> Any:  # noqa: A002 (typer's own name)
+    """A typer option for a finite number."""
+    return typer.Option(parser=_finite, help=help)
+
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Treat a GPU cluster as one machine: step time, memory, MFU and where every FLOP goes.")
@@ -257,11 +275,11 @@ def plan(
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8)")] = "bf16",
     objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
     framework: FrameworkOpt = CLI_FRAMEWORK,
-    headroom: Annotated[float, typer.Option(help="fraction of HBM kept free (0-1)")] = 0.0,
+    headroom: Annotated[float, _num(help="fraction of HBM kept free (0-1)")] = 0.0,
     top: Annotated[int, typer.Option(help="rows in the table")] = 10,
-    gpu_hour_usd: Annotated[float | None, typer.Option(help="price of a GPU-hour (default: ownership cost)")] = None,
+    gpu_hour_usd: Annotated[float | None, _num(help="price of a GPU-hour (default: ownership cost)")] = None,
     export: Annotated[str | None, typer.Option(help="print the winner as megatron | torchtitan | deepspeed")] = None,
-    tokens: Annotated[float | None, typer.Option(help="token budget: also days, dollars and MWh to train it "
+    tokens: Annotated[float | None, _num(help="token budget: also days, dollars and MWh to train it "
                                                  "(failure-free; supercluster train adds failures)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     evidence: Annotated[bool, typer.Option(help="also report the model's error on the published runs closest "
@@ -380,10 +398,10 @@ SeedOpt = Annotated[int, typer.Option(help="random seed")]
 AsyncOpt = Annotated[bool, typer.Option("--async-checkpoint/--sync-checkpoint", help="checkpoint mode")]
 SparesOpt = Annotated[bool, typer.Option("--hot-spares", help="warm standby nodes take over at once")]
 ElasticOpt = Annotated[bool, typer.Option("--elastic", help="continue with fewer DP replicas while one is repaired")]
-StorageOpt = Annotated[float | None, typer.Option(help="checkpoint storage GB/s (default 2000, Llama 3's Tectonic)")]
-IntervalOpt = Annotated[float | None, typer.Option(help="checkpoint interval in minutes (default: best in simulation)")]
-PueOpt = Annotated[float, typer.Option(help="facility PUE")]
-PriceOpt = Annotated[float | None, typer.Option(help="price of a GPU-hour in USD (default: ownership cost)")]
+StorageOpt = Annotated[float | None, _num(help="checkpoint storage GB/s (default 2000, Llama 3's Tectonic)")]
+IntervalOpt = Annotated[float | None, _num(help="checkpoint interval in minutes (default: best in simulation)")]
+PueOpt = Annotated[float, _num(help="facility PUE")]
+PriceOpt = Annotated[float | None, _num(help="price of a GPU-hour in USD (default: ownership cost)")]
 LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4 (default: the planner's best)")]
 RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full (with --layout)")]
 
@@ -409,7 +427,7 @@ def _analyse(model: str, gpu: str, gpus: int, framework: str, layout: Layout | N
 def goodput(
     gpu: GpuOpt = "h100-sxm",
     gpus: GpusOpt = 16384,
-    days: Annotated[float, typer.Option(help="wall-clock days of the run")] = 54.0,
+    days: Annotated[float, _num(help="wall-clock days of the run")] = 54.0,
     model: Annotated[str, typer.Option(help="model (sets checkpoint size and step)")] = "llama3-405b",
     layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
     seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
@@ -433,11 +451,11 @@ def train(
     model: ModelOpt = "llama3-405b",
     gpu: GpuOpt = "h100-sxm",
     gpus: GpusOpt = 16384,
-    tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter, Chinchilla)")] = None,
+    tokens: Annotated[float | None, _num(help="token budget (default: 20 per parameter, Chinchilla)")] = None,
     layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
     seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
     precision: Annotated[str, typer.Option(help="bf16 | fp8 (with --layout)")] = "bf16",
-    deadline_days: Annotated[float | None, typer.Option(help="also: compute-optimal model for it")] = None,
+    deadline_days: Annotated[float | None, _num(help="also: compute-optimal model for it")] = None,
     rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
@@ -473,7 +491,7 @@ def scale(
     model: ModelOpt = "llama3-8b",
     gpu: GpuOpt = "gb200",
     max_gpus: Annotated[int, typer.Option(help="largest cluster (sizes are powers of 4 from 1)")] = 1048576,
-    tokens: Annotated[float | None, typer.Option(help="token budget (default: 20 per parameter)")] = 15e12,
+    tokens: Annotated[float | None, _num(help="token budget (default: 20 per parameter)")] = 15e12,
     seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
     rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
@@ -543,16 +561,23 @@ def sweep(
     from .sweep import SweepGrid, parse_axis, print_progress_line, run_sweep
 
     get_framework(framework)
-    grid = SweepGrid(model=parse_axis(models, str), gpu=parse_axis(gpu_types, str), gpus=parse_axis(sizes, int),
-                     tp=parse_axis(tp, int), pp=parse_axis(pp, int), cp=parse_axis(cp, int),
-                     micro_batch=parse_axis(micro_batch, int), recompute=parse_axis(recompute, str),
-                     zero=parse_axis(zero, int), seq_len=parse_axis(seq_len, int),
-                     global_batch=parse_axis(global_batch, int), precision=parse_axis(precision, str),
-                     framework=framework)
+    grid = SweepGrid(model=parse_axis(models, str, "models"), gpu=parse_axis(gpu_types, str, "gpu-types"),
+                     gpus=parse_axis(sizes, int, "sizes"), tp=parse_axis(tp, int, "tp"), pp=parse_axis(pp, int, "pp"),
+                     cp=parse_axis(cp, int, "cp"), micro_batch=parse_axis(micro_batch, int, "micro-batch"),
+                     recompute=parse_axis(recompute, str, "recompute"), zero=parse_axis(zero, int, "zero", 0),
+                     seq_len=parse_axis(seq_len, int, "seq-len"),
+                     global_batch=parse_axis(global_batch, int, "global-batch"),
+                     precision=parse_axis(precision, str, "precision"), framework=framework)
     for m in grid.model:
         load_model(m)
     for g in grid.gpu:
         get_gpu(g)
+    for p in grid.precision:  # values no scenario could use: one error now, not a table of failed rows
+        Layout(precision=p)
+    for r in grid.recompute:
+        Layout(recompute=r)
+    for z in grid.zero:
+        Layout(zero_stage=z)
     if log:
         res = run_sweep(grid, db, executor=executor, workers=workers, chunk=chunk, address=address,
                         progress=print_progress_line)
@@ -576,7 +601,7 @@ def calibrate(
     kind: Annotated[str | None, typer.Option(help="collective of the nccl-tests files if not in them")] = None,
     gpu: Annotated[str | None, typer.Option(help="with --nccl-tests: take compute figures from this catalog GPU "
                                             "instead of measuring here (no torch needed)")] = None,
-    timeout: Annotated[float, typer.Option(help="seconds before worker processes are killed")] = 900.0,
+    timeout: Annotated[float, _num(help="seconds before worker processes are killed")] = 900.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the profile as JSON")] = False,
 ) -> None:
     """Measure GEMMs, memory kernels, attention and collectives here; fit; write a device profile."""
@@ -642,7 +667,7 @@ def verify(
     seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 256,
     micro_batch: Annotated[int, typer.Option(help="sequences per rank")] = 4,
     steps: Annotated[int, typer.Option(help="timed steps after 2 warm-up steps")] = 6,
-    timeout: Annotated[float, typer.Option(help="seconds before worker processes are killed")] = 600.0,
+    timeout: Annotated[float, _num(help="seconds before worker processes are killed")] = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Train a small GPT for real on local processes; compare its median step with the prediction."""
@@ -686,7 +711,7 @@ def simulate(
     global_batch: GbsOpt = 128, seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | fp4")] = "bf16",
     framework: FrameworkOpt = CLI_FRAMEWORK,
-    jitter: Annotated[float, typer.Option(help="log-normal sigma of each operation's duration (0 = none)")] = 0.0,
+    jitter: Annotated[float, _num(help="log-normal sigma of each operation's duration (0 = none)")] = 0.0,
     seed: SeedOpt = 0,
     exact_stages: Annotated[bool, typer.Option("--exact-stages", help="each stage its own layers (and the last "
                                                "the head) instead of the ledger's heaviest stage")] = False,
@@ -742,7 +767,7 @@ def fabric(
     oversubscription: Annotated[str | None, typer.Option(help="down:up per tier, e.g. 1,1,2")] = None,
     planes: Annotated[int, typer.Option(help="independent network planes per NIC")] = 1,
     sharp: Annotated[bool, typer.Option("--sharp", help="in-network all-reduce (switches that support it)")] = False,
-    pue: Annotated[float, typer.Option(help="facility PUE")] = 1.1,
+    pue: Annotated[float, _num(help="facility PUE")] = 1.1,
     compare: Annotated[bool, typer.Option("--compare", help="every catalog switch x 1/2/4/8 planes side by side")]
     = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,

@@ -191,11 +191,21 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None) -> str:
 
 # ---- import ---------------------------------------------------------------------------------
 def _as_int(field: str, v: Any) -> int:
+    """A whole number from a config value (an int, a whole float, or the text of one)."""
+    ok = not isinstance(v, bool) and (isinstance(v, (int, str)) or (isinstance(v, float) and v.is_integer()))
     try:
-        out = int(v)
-    except (TypeError, ValueError):
-        raise InputError(field, f"must be an integer, got {v!r}") from None
-    return out
+        if ok:
+            return int(v)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    raise InputError(field, f"must be an integer, got {v!r}")
+
+
+def _section(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """A config's table (TOML) or object (JSON) ``name``; empty when absent."""
+    sec = cfg.get(name, {})
+    require(isinstance(sec, dict), name, f"must be a table of settings, got {sec!r}")
+    return sec
 
 
 def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
@@ -291,6 +301,7 @@ def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:
         return _as_int("data-parallel-size", explicit)
     require(num_gpus is not None, "gpus", "the config does not give the data-parallel size: pass --gpus")
     assert num_gpus is not None
+    require(model_parallel > 0, "config", f"tp x pp x cp = {model_parallel}: each degree must be at least 1")
     require(num_gpus % model_parallel == 0, "gpus",
             f"{num_gpus} is not divisible by the config's tp x pp x cp = {model_parallel}")
     return num_gpus // model_parallel
@@ -303,7 +314,7 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int
         cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError("config", f"not valid TOML: {exc}") from None
-    par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
+    par, tr = _section(cfg, "parallelism"), _section(cfg, "training")
     tp = _as_int("tensor_parallel_degree", par.get("tensor_parallel_degree", 1))
     pp = _as_int("pipeline_parallel_degree", par.get("pipeline_parallel_degree", 1))
     cp = _as_int("context_parallel_degree", par.get("context_parallel_degree", 1))
@@ -312,6 +323,7 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int
     if shard == -1:  # TorchTitan: -1 = whatever is left
         require(num_gpus is not None, "gpus", "data_parallel_shard_degree = -1 needs --gpus")
         assert num_gpus is not None
+        require(tp * pp * cp * rep > 0, "parallelism", "every degree must be at least 1")
         shard = num_gpus // (tp * pp * cp * rep)
     local = _as_int("local_batch_size", tr.get("local_batch_size", tr.get("batch_size", 1)))
     dp = rep * shard
@@ -320,8 +332,8 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int
         gbs = local * dp
     resh = par.get("fsdp_reshard_after_forward", "default")
     zero = 0 if shard == 1 else (2 if resh == "never" else 3)  # FSDP2 has no ZeRO-1
-    mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
-    fp8 = bool(cfg.get("float8", {}).get("enable", False)) or bool(cfg.get("quantize", {}).get("linear"))
+    mode = _section(cfg, "activation_checkpoint").get("mode", "selective")
+    fp8 = bool(_section(cfg, "float8").get("enable", False)) or bool(_section(cfg, "quantize").get("linear"))
     vpp = _as_int("pipeline_parallel_stages_per_rank", par.get("pipeline_parallel_stages_per_rank",
                                                                 2 if "Interleaved" in str(
                                                                     par.get("pipeline_parallel_schedule", ""))
@@ -361,9 +373,9 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
     except json.JSONDecodeError as exc:
         raise InputError("config", f"not valid JSON: {exc}") from None
     require(isinstance(cfg, dict), "config", "a DeepSpeed config must be a JSON object")
-    extra = cfg.get("supercluster", {})
-    tp = _as_int("tensor_parallel.autotp_size", cfg.get("tensor_parallel", {}).get("autotp_size", 1))
-    pp_raw = cfg.get("pipeline", {}).get("stages", 1)
+    extra = _section(cfg, "supercluster")
+    tp = _as_int("tensor_parallel.autotp_size", _section(cfg, "tensor_parallel").get("autotp_size", 1))
+    pp_raw = _section(cfg, "pipeline").get("stages", 1)
     pp = 1 if pp_raw == "auto" else _as_int("pipeline.stages", pp_raw)
     cp = _as_int("supercluster.cp", extra.get("cp", 1))
     mb = _as_int("train_micro_batch_size_per_gpu", cfg.get("train_micro_batch_size_per_gpu", 1))
@@ -374,14 +386,14 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
         gbs = _as_int("train_batch_size", cfg["train_batch_size"])
     else:
         gbs = mb * dp * _as_int("gradient_accumulation_steps", cfg["gradient_accumulation_steps"])
-    precision = str(extra.get("precision", "fp16" if cfg.get("fp16", {}).get("enabled") else "bf16"))
-    ac = cfg.get("activation_checkpointing", {})
+    precision = str(extra.get("precision", "fp16" if _section(cfg, "fp16").get("enabled") else "bf16"))
+    ac = _section(cfg, "activation_checkpointing")
     recompute = str(extra.get("recompute", "full" if ac.get("partition_activations") else "none"))
     return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=_as_int("supercluster.ep", extra.get("ep", 1)),
                   vpp=_as_int("supercluster.vpp", extra.get("vpp", 1)), micro_batch=mb, global_batch=gbs,
                   seq_len=_as_int("supercluster.seq_len", extra.get("seq_len", 2048)), precision=precision,
                   recompute=recompute, zero_stage=_as_int("zero_optimization.stage",
-                                                          cfg.get("zero_optimization", {}).get("stage", 0)),
+                                                          _section(cfg, "zero_optimization").get("stage", 0)),
                   sequence_parallel=bool(extra.get("sequence_parallel", False)))
 
 

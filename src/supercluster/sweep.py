@@ -232,17 +232,25 @@ def _run_ray(grid_json: str, chunks: list[list[int]], commit: Callable[[list[tup
             ray.shutdown()
 
 
-def parse_axis(text: str, kind: type) -> tuple[Any, ...]:
-    """``"1,2,4"`` -> (1, 2, 4); errors name the axis."""
+def parse_axis(text: str, kind: type, name: str = "sweep", minimum: int = 1) -> tuple[Any, ...]:
+    """``"1,2,4"`` -> (1, 2, 4): at least one value; integers whole and at least ``minimum``;
+    errors name the axis (``name``, the option)."""
     out = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
-        try:
-            out.append(kind(float(part)) if kind is int else kind(part))
-        except ValueError:
-            raise InputError("sweep", f"cannot read {part!r} as {kind.__name__}") from None
+        if kind is int:
+            try:
+                value = float(part)
+            except ValueError:
+                raise InputError(name, f"cannot read {part!r} as a whole number") from None
+            require(value.is_integer() and value >= minimum, name,
+                    f"{part!r} must be a whole number >= {minimum}")
+            out.append(int(value))
+        else:
+            out.append(kind(part))
+    require(bool(out), name, f"needs at least one value, got {text!r}")
     return tuple(out)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -65,7 +66,7 @@ def _int(row: dict[str, str], name: str, default: int | None = None) -> int:
         v = float(raw)
     except ValueError as exc:
         raise InputError(name, f"{raw!r} is not a number") from exc
-    if v != int(v) or v < 0:
+    if not math.isfinite(v) or v != int(v) or v < 0:
         raise InputError(name, f"{raw!r} is not a non-negative integer")
     return int(v)
 
@@ -74,6 +75,8 @@ def row_model(row: dict[str, str]) -> ModelSpec:
     """The architecture of a row; activation, head dim and embedding tying come from the preset
     with the same (layers, hidden, heads) when there is one, else from ffn = 4h (GELU) or not (SwiGLU)."""
     layers, hidden, heads = _int(row, "layers"), _int(row, "hidden"), _int(row, "heads")
+    for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads)):
+        require(v > 0, name, f"must be a positive integer, got {v}")
     ffn = _int(row, "ffn_hidden", 4 * hidden)
     # the preset with the same shape; its MLP width (dense, or expert) must match too (Nemotron 8B and
     # Llama 2 7B share 32 x 4096 x 32 but not their MLPs), then MoE-ness and vocabulary break ties
@@ -277,7 +280,14 @@ def published_ranks(path: str | Path | None = None) -> dict[str, object]:
 
 def predict_row(row: dict[str, str]) -> RowResult:
     rid = row.get("id", "?")
-    measured = float(row["step_time_s"]) if (row.get("step_time_s") or "").strip() else None
+    raw = (row.get("step_time_s") or "").strip()
+    try:
+        measured: float | None = float(raw) if raw else None
+    except ValueError:
+        measured = math.nan
+    if measured is not None and not (math.isfinite(measured) and measured > 0):
+        return RowResult(rid, None, None, None, False, f"step_time_s: {raw!r} is not a positive number of seconds",
+                         "", gpu=(row.get("gpu") or "").strip(), framework=(row.get("framework") or "").strip())
     group = f"{row.get('model_name', '')}|{row.get('gpu', '')}|{row.get('num_gpus', '')}|{row.get('precision', '')}"
     gpu_key = (row.get("gpu") or "").strip()
     try:
