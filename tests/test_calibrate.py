@@ -107,6 +107,30 @@ def test_bad_profile_is_a_clear_error(tmp_path):
         load_profile(tmp_path / "missing.toml")
 
 
+@pytest.mark.parametrize("edit,field", [
+    (("op_overhead_s = 0", "op_overhead_s = -1e-6"), "profile memory.op_overhead_s"),
+    (("rate_flops_per_s = 7.09113e+14", "rate_flops_per_s = nan"), "profile gemm.bf16.rate_flops_per_s"),
+    (("fwd_flops_per_s = 6.923e+14", "fwd_flops_per_s = -1.0"), "profile attention.fwd_flops_per_s"),
+    (("busbw_bytes_per_s = 3.62892e+11", "busbw_bytes_per_s = inf"),
+     "profile collectives.all_reduce.busbw_bytes_per_s"),
+    (("nranks = 8", "nranks = 1"), "profile collectives.all_reduce.nranks"),
+    (("[collectives.all_reduce]\n", "all_gather = 5\n[collectives.all_reduce]\n"), "profile collectives.all_gather"),
+])
+def test_a_profile_figure_that_is_negative_or_not_finite_is_refused_by_name(tmp_path, edit, field):
+    """A hand-edited profile cannot make a step negative or NaN: each figure is checked where it is read."""
+    fixture = Path(__file__).parent / "fixtures" / "all_reduce_perf_h100x8.txt"
+    good = tmp_path / "good.toml"
+    r = CliRunner().invoke(app, ["calibrate", "--nccl-tests", str(fixture), "--gpu", "h100-sxm", "--out", str(good)])
+    assert r.exit_code == 0, r.output
+    text = good.read_text()
+    assert edit[0] in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(InputError) as exc:
+        load_profile(bad)
+    assert exc.value.field == field
+
+
 def test_measured_network_without_collectives_refuses_multi_rank_groups():
     assert MeasuredNetwork(params={}).collective_time_s("all_reduce", 1.0, 2, 1) == np.inf
 

@@ -23,6 +23,7 @@ Fits are linear least squares (:func:`fit_affine`). The profile is a TOML file t
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import statistics
@@ -156,37 +157,68 @@ def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _table(t: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    sec = t.get(name, {})
+    require(isinstance(sec, dict), f"profile {where}{name}", f"must be a table, got {sec!r}")
+    return sec
+
+
+def _figure(t: dict[str, Any], key: str, where: str, positive: bool = True, default: float | None = None) -> float:
+    """A profile number: finite, and > 0 (``positive``) or >= 0; ``default`` when absent."""
+    v = t.get(key, default)
+    require(v is not None, f"profile {where}{key}", "missing")
+    ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+          and (v > 0 if positive else v >= 0))
+    require(ok, f"profile {where}{key}", f"must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+    return float(v)
+
+
 def load_profile(path: str | Path) -> Profile:
+    """A device profile written by ``calibrate`` (or by hand): every rate finite and positive, every
+    overhead finite and non-negative; an error names the field."""
     p = Path(path)
     require(p.is_file(), "profile", f"no such file: {p}")
     try:
         t = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise InputError("profile", f"{p}: not valid TOML: {exc}") from None
-    try:
-        dev, mem = t["device"], t["memory"]
-        gemm = {dt: {"rate_flops_per_s": float(g["rate_flops_per_s"]), "overhead_s": float(g["overhead_s"])}
-                for dt, g in t.get("gemm", {}).items()}
-        require(bool(gemm), "profile", f"{p}: needs at least one [gemm.<dtype>] table")
-        coll_t = dict(t.get("collectives", {}))
-        backend = str(coll_t.pop("backend", ""))
-        coll = {k: {"alpha_s": float(c["alpha_s"]), "busbw_bytes_per_s": float(c["busbw_bytes_per_s"]),
-                    "nranks": float(c["nranks"])} for k, c in coll_t.items()}
-        att = dict(t.get("attention", {}))
-        prof = Profile(device=str(dev["name"]), kind=str(dev["kind"]), threads=int(dev["threads"]),
-                       memory_bytes=float(dev["memory_bytes"]), gemm=gemm,
-                       memory_bytes_per_s=float(mem["bytes_per_s"]), op_overhead_s=float(mem["op_overhead_s"]),
-                       copy_bytes_per_s=float(mem.get("copy_bytes_per_s", 0.0)),
-                       attention=att, collectives=coll, backend=backend, source=str(t.get("source", p.name)))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError("profile", f"{p}: missing or malformed field {exc}") from None
-    for dt, g in prof.gemm.items():
-        require(g["rate_flops_per_s"] > 0 and g["overhead_s"] >= 0, f"profile gemm.{dt}", "rates must be > 0")
-    require(prof.memory_bytes_per_s > 0, "profile memory.bytes_per_s", "must be > 0")
-    for k, c in prof.collectives.items():
+    for name in ("device", "memory"):
+        require(name in t, f"profile {name}", f"{p}: missing the [{name}] table")
+    dev, mem = _table(t, "device", ""), _table(t, "memory", "")
+    gemm = {}
+    for dt, g in _table(t, "gemm", "").items():
+        require(isinstance(g, dict), f"profile gemm.{dt}", f"must be a table, got {g!r}")
+        gemm[dt] = {"rate_flops_per_s": _figure(g, "rate_flops_per_s", f"gemm.{dt}."),
+                    "overhead_s": _figure(g, "overhead_s", f"gemm.{dt}.", positive=False)}
+    require(bool(gemm), "profile gemm", f"{p}: needs at least one [gemm.<dtype>] table")
+    coll_t = dict(_table(t, "collectives", ""))
+    backend = str(coll_t.pop("backend", ""))
+    coll = {}
+    for k, c in coll_t.items():
         require(k in KINDS, "profile collectives", f"unknown kind {k!r}; allowed: {', '.join(KINDS)}")
-        require(c["busbw_bytes_per_s"] > 0 and c["alpha_s"] >= 0, f"profile collectives.{k}", "must be positive")
-    return prof
+        require(isinstance(c, dict), f"profile collectives.{k}", f"must be a table, got {c!r}")
+        where = f"collectives.{k}."
+        coll[k] = {"alpha_s": _figure(c, "alpha_s", where, positive=False),
+                   "busbw_bytes_per_s": _figure(c, "busbw_bytes_per_s", where),
+                   "nranks": _figure(c, "nranks", where)}
+        require(coll[k]["nranks"] >= 2 and coll[k]["nranks"].is_integer(), f"profile {where}nranks",
+                f"must be a whole number >= 2, got {c['nranks']!r}")
+    att = dict(_table(t, "attention", ""))
+    if att:
+        require(isinstance(att.get("dtype", "bf16"), str), "profile attention.dtype", "must be a dtype name")
+        for key in ("fwd_flops_per_s", "bwd_flops_per_s"):
+            att[key] = _figure(att, key, "attention.")
+    threads = dev.get("threads", 0)
+    require(isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0, "profile device.threads",
+            f"must be a whole number >= 0, got {threads!r}")
+    for key in ("name", "kind"):
+        require(isinstance(dev.get(key), str), f"profile device.{key}", f"must be text, got {dev.get(key)!r}")
+    return Profile(device=dev["name"], kind=dev["kind"], threads=threads,
+                   memory_bytes=_figure(dev, "memory_bytes", "device."), gemm=gemm,
+                   memory_bytes_per_s=_figure(mem, "bytes_per_s", "memory."),
+                   op_overhead_s=_figure(mem, "op_overhead_s", "memory.", positive=False),
+                   copy_bytes_per_s=_figure(mem, "copy_bytes_per_s", "memory.", positive=False, default=0.0),
+                   attention=att, collectives=coll, backend=backend, source=str(t.get("source", p.name)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
