@@ -331,6 +331,40 @@ def test_an_moe_config_without_its_top_k_is_an_error_not_a_guess():
     assert ernie.num_active_params == pytest.approx(47e9, rel=0.03)
 
 
+def test_arctic_residual_mlp_is_an_always_on_shared_expert_of_its_own_width():
+    """Snowflake Arctic (modeling_arctic.py): every MoE layer also runs a d_model-wide SwiGLU residual
+    MLP on every token; Snowflake states 480 B parameters, 17 B active."""
+    cfg = {"architectures": ["ArcticForCausalLM"], "model_type": "arctic", "hidden_size": 7168,
+           "intermediate_size": 4864, "num_hidden_layers": 35, "num_attention_heads": 56, "num_key_value_heads": 8,
+           "num_local_experts": 128, "num_experts_per_tok": 2, "moe_layer_frequency": 1,
+           "parallel_attn_mlp_res": True, "vocab_size": 32000, "tie_word_embeddings": False}
+    m = from_hf_config(cfg)
+    assert m.shared_width == 7168 and m.num_moe_layers == 35
+    assert m.num_params == pytest.approx(480e9, rel=0.005) and m.num_active_params == pytest.approx(17e9, rel=0.02)
+    plain = from_hf_config({**cfg, "parallel_attn_mlp_res": False})
+    assert m.num_active_params - plain.num_active_params == 35 * 3 * 7168 * 7168
+    # every other layer MoE: the dense ones are intermediate_size wide
+    assert from_hf_config({**cfg, "moe_layer_frequency": 2}).num_moe_layers == 17
+    # DeepSeek's moe_layer_freq counts from first_k_dense_replace
+    ds = {"hidden_size": 1024, "num_hidden_layers": 10, "num_attention_heads": 8, "vocab_size": 1000,
+          "intermediate_size": 4096, "moe_intermediate_size": 512, "n_routed_experts": 16, "num_experts_per_tok": 2,
+          "first_k_dense_replace": 2, "moe_layer_freq": 2}
+    assert from_hf_config(ds).num_moe_layers == 4  # layers 2, 4, 6, 8
+
+
+def test_chatglm_field_names_import():
+    """ChatGLM3-6B (THUDM/chatglm3-6b config.json): padded_vocab_size, kv_channels as the head width,
+    multi_query_group_num K/V heads, ffn_hidden_size; the model card's 6.24 B parameters."""
+    cfg = {"model_type": "chatglm", "architectures": ["ChatGLMModel"], "hidden_size": 4096, "kv_channels": 128,
+           "ffn_hidden_size": 13696, "multi_query_attention": True, "multi_query_group_num": 2,
+           "num_attention_heads": 32, "num_layers": 28, "padded_vocab_size": 65024, "seq_length": 8192,
+           "tie_word_embeddings": False}
+    m = from_hf_config(cfg)
+    assert (m.num_kv_heads, m.head_dim, m.vocab_size, m.mlp, m.seq_len) == (2, 128, 65024, "swiglu", 8192)
+    assert m.num_params == pytest.approx(6.24e9, rel=0.005)
+    assert from_hf_config({**cfg, "multi_query_attention": False}).num_kv_heads == 32
+
+
 def test_multi_query_configs_have_one_kv_head():
     falcon7 = from_hf_config({"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 4544,
                               "num_hidden_layers": 32, "num_attention_heads": 71, "multi_query": True,

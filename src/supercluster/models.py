@@ -49,6 +49,9 @@ class ModelSpec:
     num_experts: int = 0
     top_k: int = 0
     num_shared_experts: int = 0
+    #: the shared experts' total width when it is not ``num_shared_experts`` expert widths (Snowflake
+    #: Arctic's residual MLP, d_model wide beside 4,864-wide experts); 0 = num_shared_experts x moe_ffn_dim
+    shared_ffn_dim: int = 0
     moe_ffn_dim: int = 0
     first_dense_layers: int = 0
     q_lora_rank: int = 0
@@ -76,7 +79,7 @@ class ModelSpec:
             require(isinstance(v, int) and v > 0, f"model.{f}", f"must be a positive integer, got {v!r}")
             cap = {"num_layers": MAX_LAYERS, "seq_len": MAX_SEQ}.get(f, MAX_WIDTH)
             require(v <= cap, f"model.{f}", f"{v} is past any real model (at most {cap:,})")
-        for f in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_dim", "first_dense_layers",
+        for f in ("num_experts", "top_k", "num_shared_experts", "shared_ffn_dim", "moe_ffn_dim", "first_dense_layers",
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
                   "window_layers", "attention_chunk", "mtp_layers"):
             v = getattr(self, f)
@@ -147,15 +150,24 @@ class ModelSpec:
         return self.mlp_mats * self.d_model * self.moe_ffn_dim
 
     @property
+    def shared_width(self) -> int:
+        """Total width of an MoE layer's shared expert(s), which every token passes through."""
+        return self.shared_ffn_dim or self.num_shared_experts * self.moe_ffn_dim
+
+    @property
+    def shared_expert_params(self) -> int:
+        """Weights of an MoE layer's shared expert(s)."""
+        return self.mlp_mats * self.d_model * self.shared_width
+
+    @property
     def moe_mlp_params(self) -> int:
         """All weights of one MoE MLP: routed + shared experts + router."""
-        e = self.num_experts + self.num_shared_experts
-        return e * self.expert_params + self.d_model * self.num_experts
+        return self.num_experts * self.expert_params + self.shared_expert_params + self.d_model * self.num_experts
 
     @property
     def moe_active_mlp_params(self) -> int:
         """Weights one token touches in an MoE MLP."""
-        return (self.top_k + self.num_shared_experts) * self.expert_params + self.d_model * self.num_experts
+        return self.top_k * self.expert_params + self.shared_expert_params + self.d_model * self.num_experts
 
     def _mtp_module_params(self, mlp: int) -> int:
         """One MTP module with an MLP of ``mlp`` weights: its block's attention, its 2h -> h projection
@@ -241,7 +253,7 @@ class ModelSpec:
 
 _REQUIRED = {"name", "num_layers", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim",
              "vocab_size", "source"}
-_OPTIONAL = {"mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "moe_ffn_dim",
+_OPTIONAL = {"mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "shared_ffn_dim", "moe_ffn_dim",
              "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "seq_len",
              "sliding_window", "window_layers", "attention_chunk", "mtp_layers"}
 
@@ -303,7 +315,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     h = get("hidden_size", "n_embd", "d_model")
     layers = get("num_hidden_layers", "n_layer", "num_layers", "n_layers")
     heads = get("num_attention_heads", "n_head", "n_heads")
-    vocab = get("vocab_size")
+    vocab = get("vocab_size", "padded_vocab_size")  # ChatGLM: padded_vocab_size
     for field, val in (("hidden_size", h), ("num_hidden_layers", layers), ("num_attention_heads", heads),
                        ("vocab_size", vocab)):
         require(isinstance(val, int) and val > 0, f"config.json {field}", f"must be a positive integer, got {val!r}")
@@ -312,8 +324,10 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     ffn = get("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size",
               default=int(get("expansion_ratio", default=4) * h))  # MPT: expansion_ratio x d_model
     # (Falcon-7B, StarCoder: multi_query = one K/V head shared by all query heads)
+    # (ChatGLM: multi_query_attention with multi_query_group_num K/V heads)
     kv = get("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv",
-             default=1 if get("multi_query", default=False) is True else heads)
+             default=1 if get("multi_query", default=False) is True else
+             get("multi_query_group_num") if get("multi_query_attention", default=False) is True else heads)
     act = str(get("hidden_act", "activation_function", default="silu")).lower()
     arch = " ".join(get("architectures", default=[])).lower() + " " + str(get("model_type", default="")).lower()
     gated = _hf_family(cfg) not in _UNGATED_FAMILIES
@@ -323,7 +337,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         mlp = "geglu" if "gelu" in act else "swiglu"
     else:
         mlp = "gelu"
-    head_dim = get("head_dim", default=None)
+    head_dim = get("head_dim", "kv_channels", default=None)  # ChatGLM: kv_channels
     kv_lora = int(get("kv_lora_rank", default=0) or 0)
     fields: dict[str, Any] = {}
     if kv_lora:
@@ -377,8 +391,13 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
                 "(also read as experts_per_token, moe_topk, moe_top_k, moe_k)")
         shared = int(get("n_shared_experts", "moe_num_shared_experts", default=0) or 0)
         shared_width = int(get("shared_expert_intermediate_size", default=0) or 0)
-        if shared_width:  # Qwen-MoE: one shared expert this wide = that many expert widths
+        if get("parallel_attn_mlp_res", default=False) is True:
+            # Snowflake Arctic: each MoE layer also runs a d_model-wide SwiGLU "residual MLP" on every token
+            # (modeling_arctic.py ArcticMLP(is_residual_mlp=True): ffn_dim = hidden_size), priced as a shared expert
+            shared_width = int(h)
+        if shared_width:  # Qwen-MoE: one shared expert this wide (a whole number of expert widths there)
             shared = max(1, round(shared_width / moe_ffn))
+            fields["shared_ffn_dim"] = shared_width
         if "llama4" in arch:  # Llama4TextMoe always adds one shared expert of the expert width
             shared = max(shared, 1)
         fields.update(
@@ -395,7 +414,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
             key=key, name=str(get("_name_or_path", default=key)), num_layers=int(layers), d_model=int(h),
             ffn_dim=int(ffn), num_heads=int(heads), num_kv_heads=int(kv), head_dim=int(head_dim),
             vocab_size=int(vocab), mlp=mlp, tied_embeddings=tied,
-            seq_len=int(get("max_position_embeddings", "n_positions", "max_seq_len", default=4096)),
+            seq_len=int(get("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=4096)),
             source="config.json", **fields,
         )
     except (TypeError, ValueError) as exc:
@@ -409,6 +428,7 @@ _HF_INT_FIELDS = (
     "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers", "n_layers",
     "num_attention_heads", "n_head", "n_heads", "vocab_size", "intermediate_size", "n_inner", "ffn_dim",
     "ffn_hidden_size", "num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv", "head_dim",
+    "padded_vocab_size", "multi_query_group_num", "kv_channels", "seq_length",
     "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
     "max_window_layers", "sliding_window_pattern", "attention_chunk_size", "no_rope_layer_interval",
     "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", "moe_intermediate_size",
@@ -416,6 +436,7 @@ _HF_INT_FIELDS = (
     "moe_num_shared_experts", "shared_expert_intermediate_size", "intermediate_size_mlp",
     "num_nextn_predict_layers", "mtp_num_layers", "max_position_embeddings", "n_positions", "max_seq_len",
     "interleave_moe_layer_step", "decoder_sparse_step", "first_k_dense_replace", "moe_layer_start_index",
+    "moe_layer_frequency", "moe_layer_freq",
 )
 
 #: Hugging Face model families whose MLP is one up-projection and one down-projection (GELU, not gated),
@@ -504,7 +525,14 @@ def _hf_moe_layers(get: Any, L: int) -> int:
         step, only = int(get("decoder_sparse_step", default=1)), set(get("mlp_only_layers", default=[]) or [])
         require(step >= 1, "config.json decoder_sparse_step", f"must be >= 1, got {step}")
         return sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
-    return L - int(get("first_k_dense_replace", "moe_layer_start_index", default=0) or 0)
+    first = int(get("first_k_dense_replace", "moe_layer_start_index", default=0) or 0)
+    if get("moe_layer_frequency") is not None:  # Snowflake Arctic: layer i is MoE when (i + 1) % freq == 0
+        freq = int(get("moe_layer_frequency"))
+        require(freq >= 1, "config.json moe_layer_frequency", f"must be >= 1, got {freq}")
+        return L // freq
+    freq = int(get("moe_layer_freq", default=1) or 1)  # DeepSeek: layer i >= first_k_dense_replace, i % freq == 0
+    require(freq >= 1, "config.json moe_layer_freq", f"must be >= 1, got {freq}")
+    return sum(1 for i in range(first, L) if i % freq == 0)
 
 
 #: a model reference ending in ``+mtp`` or ``+mtpN`` trains N (1) multi-token-prediction modules

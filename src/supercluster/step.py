@@ -527,7 +527,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     # ---- data parallel and optimizer -----------------------------------------------------
     shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
-        model.num_shared_experts * model.expert_params + model.d_model * model.num_experts)
+        model.shared_expert_params + model.d_model * model.num_experts)
     # (MTP modules counted like layers: their blocks take layer slots in the split)
     mtp_experts = mtp * model.num_experts * model.expert_params
     dense_params = (L * (w_attn + 2 * h) + shared_mlp + mtp * model.mtp_block_params - mtp_experts) / (tp * pp) \
@@ -688,7 +688,7 @@ def mlp_widths(model: ModelSpec) -> tuple[float, float, float]:
     layers' top_k routed + shared experts, the routed experts alone)."""
     L = model.num_layers
     return (model.num_dense_layers * model.ffn_dim / L,
-            model.num_moe_layers * (model.top_k + model.num_shared_experts) * model.moe_ffn_dim / L,
+            model.num_moe_layers * (model.top_k * model.moe_ffn_dim + model.shared_width) / L,
             model.num_moe_layers * model.top_k * model.moe_ffn_dim / L)
 
 
@@ -780,8 +780,8 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
         per_expert = T * (e_tp / tp) * model.top_k * ep / E
         moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim), e_tp) + _gemm(T, h, E, rate, el_in, el_out,
                                                                                mem_bw)
-        if model.num_shared_experts:
-            moe = moe + mlp(T, float(model.num_shared_experts * model.moe_ffn_dim))
+        if model.shared_width:
+            moe = moe + mlp(T, float(model.shared_width))
         total = total + model.num_moe_layers * moe
     return total / model.num_layers
 
