@@ -49,7 +49,7 @@ def _finite(text: str) -> float:
     return value
 
 
-def _num(help: str) -> Any:  # noqa: A002 (typer's own name)
+def _num(help: str) -> Any:
     """A typer option for a finite number."""
     return typer.Option(parser=_finite, help=help)
 
