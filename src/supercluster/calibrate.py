@@ -157,19 +157,26 @@ def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+#: A per-operation or per-collective overhead above a second is no measurement of a kernel or a message
+MAX_OVERHEAD_S = 1.0
+
+
 def _table(t: dict[str, Any], name: str, where: str) -> dict[str, Any]:
     sec = t.get(name, {})
     require(isinstance(sec, dict), f"profile {where}{name}", f"must be a table, got {sec!r}")
     return sec
 
 
-def _figure(t: dict[str, Any], key: str, where: str, positive: bool = True, default: float | None = None) -> float:
-    """A profile number: finite, and > 0 (``positive``) or >= 0; ``default`` when absent."""
+def _figure(t: dict[str, Any], key: str, where: str, positive: bool = True, default: float | None = None,
+            at_most: float = math.inf) -> float:
+    """A profile number: finite, at least 1 (``positive``: a rate, a size, a count) or >= 0, and at
+    most ``at_most``; ``default`` when absent. (A rate of 1e-308 is positive, and overflows a step to
+    inf; so does an overhead of 1e307 s.)"""
     v = t.get(key, default)
     require(v is not None, f"profile {where}{key}", "missing")
-    ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-          and (v > 0 if positive else v >= 0))
-    require(ok, f"profile {where}{key}", f"must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+    low = 1.0 if positive else 0.0
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and low <= v <= at_most
+    require(ok, f"profile {where}{key}", f"must be a finite number from {low:g} to {at_most:g}, got {v!r}")
     return float(v)
 
 
@@ -189,7 +196,7 @@ def load_profile(path: str | Path) -> Profile:
     for dt, g in _table(t, "gemm", "").items():
         require(isinstance(g, dict), f"profile gemm.{dt}", f"must be a table, got {g!r}")
         gemm[dt] = {"rate_flops_per_s": _figure(g, "rate_flops_per_s", f"gemm.{dt}."),
-                    "overhead_s": _figure(g, "overhead_s", f"gemm.{dt}.", positive=False)}
+                    "overhead_s": _figure(g, "overhead_s", f"gemm.{dt}.", positive=False, at_most=MAX_OVERHEAD_S)}
     require(bool(gemm), "profile gemm", f"{p}: needs at least one [gemm.<dtype>] table")
     coll_t = dict(_table(t, "collectives", ""))
     backend = str(coll_t.pop("backend", ""))
@@ -198,7 +205,7 @@ def load_profile(path: str | Path) -> Profile:
         require(k in KINDS, "profile collectives", f"unknown kind {k!r}; allowed: {', '.join(KINDS)}")
         require(isinstance(c, dict), f"profile collectives.{k}", f"must be a table, got {c!r}")
         where = f"collectives.{k}."
-        coll[k] = {"alpha_s": _figure(c, "alpha_s", where, positive=False),
+        coll[k] = {"alpha_s": _figure(c, "alpha_s", where, positive=False, at_most=MAX_OVERHEAD_S),
                    "busbw_bytes_per_s": _figure(c, "busbw_bytes_per_s", where),
                    "nranks": _figure(c, "nranks", where)}
         require(coll[k]["nranks"] >= 2 and coll[k]["nranks"].is_integer(), f"profile {where}nranks",
@@ -216,7 +223,7 @@ def load_profile(path: str | Path) -> Profile:
     return Profile(device=dev["name"], kind=dev["kind"], threads=threads,
                    memory_bytes=_figure(dev, "memory_bytes", "device."), gemm=gemm,
                    memory_bytes_per_s=_figure(mem, "bytes_per_s", "memory."),
-                   op_overhead_s=_figure(mem, "op_overhead_s", "memory.", positive=False),
+                   op_overhead_s=_figure(mem, "op_overhead_s", "memory.", positive=False, at_most=MAX_OVERHEAD_S),
                    copy_bytes_per_s=_figure(mem, "copy_bytes_per_s", "memory.", positive=False, default=0.0),
                    attention=att, collectives=coll, backend=backend, source=str(t.get("source", p.name)))
 

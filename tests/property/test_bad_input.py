@@ -1,0 +1,177 @@
+"""Hypothesis: whatever a user's file holds, reading it gives a sane result or one InputError naming a
+field, never another exception, a hang or a NaN (config.json, launcher configs, device profiles)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from supercluster import launchers
+from supercluster.errors import InputError
+from supercluster.layout import Layout
+from supercluster.models import from_hf_config
+
+HF_BASES = [
+    {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+     "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "head_dim": 128},
+    {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+     "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+     "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "decoder_sparse_step": 1,
+     "mlp_only_layers": []},
+    {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+     "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+     "num_nextn_predict_layers": 1},
+    {"model_type": "mpt", "d_model": 4096, "n_layers": 32, "n_heads": 32, "expansion_ratio": 4, "vocab_size": 50432,
+     "attn_config": {"kv_n_heads": 32}},
+    {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
+     "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
+     "num_experts_per_tok": 4, "vocab_size": 201088, "sliding_window": 128,
+     "layer_types": ["sliding_attention", "full_attention"] * 18},
+]
+# what a broken or hostile file may hold where a number belongs
+ODD = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**64), st.floats(allow_nan=True, allow_infinity=True),
+                st.text(max_size=5), st.lists(st.integers(0, 3), max_size=3), st.just({}))
+
+
+@st.composite
+def mutated(draw: st.DrawFn, bases: list[dict]) -> dict:
+    cfg = dict(draw(st.sampled_from(bases)))
+    for key in draw(st.lists(st.sampled_from(sorted(cfg)), min_size=1, max_size=3, unique=True)):
+        if draw(st.booleans()):
+            del cfg[key]
+        else:
+            cfg[key] = draw(ODD)
+    return cfg
+
+
+@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated(HF_BASES))
+def test_any_config_json_imports_sanely_or_names_its_field(cfg):
+    try:
+        m = from_hf_config(json.loads(json.dumps(cfg)))
+    except InputError as exc:
+        assert exc.field
+        return
+    for v in (m.num_params, m.num_active_params, m.model_flops_per_token(4096)):
+        assert math.isfinite(v) and v > 0
+
+
+LAYOUT = Layout(tp=4, pp=4, dp=8, cp=2, vpp=2, global_batch=256, seq_len=8192, recompute="selective",
+                sequence_parallel=True)
+DS_BASE = json.loads(launchers.to_deepspeed_json(LAYOUT))
+
+
+@st.composite
+def deepspeed_configs(draw: st.DrawFn) -> dict:
+    cfg = json.loads(json.dumps(DS_BASE))
+    for key in draw(st.lists(st.sampled_from(sorted(cfg)), min_size=1, max_size=3, unique=True)):
+        sub = cfg[key]
+        if isinstance(sub, dict) and sub and draw(st.booleans()):
+            sub[draw(st.sampled_from(sorted(sub)))] = draw(ODD)
+        else:
+            cfg[key] = draw(ODD)
+    return cfg
+
+
+def _checked(read) -> None:
+    try:
+        lay = read()
+    except InputError as exc:
+        assert exc.field
+        return
+    assert lay.num_gpus >= 1 and lay.global_batch >= 1
+
+
+@settings(max_examples=200, deadline=2000)
+@given(deepspeed_configs(), st.sampled_from([None, 256, 7]))
+def test_any_deepspeed_config_reads_sanely_or_names_its_field(cfg, gpus):
+    _checked(lambda: launchers.from_deepspeed_json(json.dumps(cfg, allow_nan=True), num_gpus=gpus))
+
+
+def _toml(v: object) -> str | None:
+    """A TOML value for ``v`` (None: leave the key out)."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{}"
+    return str(v)
+
+
+TT_KEYS = [("parallelism", k) for k in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree",
+                                        "data_parallel_shard_degree", "data_parallel_replicate_degree",
+                                        "pipeline_parallel_stages_per_rank", "expert_parallel_degree")] + \
+    [("training", k) for k in ("local_batch_size", "global_batch_size", "seq_len")] + \
+    [("activation_checkpoint", "mode"), ("float8", "enable")]
+
+
+@settings(max_examples=200, deadline=2000)
+@given(st.dictionaries(st.sampled_from(TT_KEYS), ODD, max_size=5), st.sampled_from([None, 64, 7]),
+       st.sampled_from([None, "parallelism", "training"]))
+def test_any_torchtitan_config_reads_sanely_or_names_its_field(values, gpus, scalar_section):
+    tables: dict[str, list[str]] = {}
+    for (section, key), v in values.items():
+        if (text := _toml(v)) is not None:
+            tables.setdefault(section, []).append(f"{key} = {text}")
+    top = f"{scalar_section} = 3\n" if scalar_section else ""
+    body = "".join(f"[{s}]\n" + "\n".join(lines) + "\n" for s, lines in tables.items() if s != scalar_section)
+    _checked(lambda: launchers.from_torchtitan_toml(top + body, num_gpus=gpus, num_layers=32))
+
+
+PROFILE_FIGURES = [("memory", "bytes_per_s"), ("memory", "op_overhead_s"), ("gemm.bf16", "rate_flops_per_s"),
+                   ("gemm.bf16", "overhead_s"), ("attention", "fwd_flops_per_s"), ("attention", "bwd_flops_per_s"),
+                   ("device", "memory_bytes"), ("device", "threads")]
+
+
+@pytest.fixture(scope="module")
+def good_profile(tmp_path_factory) -> str:
+    from supercluster.calibrate import Profile
+
+    p = Profile(device="x", kind="cuda", threads=0, memory_bytes=80e9, gemm={"bf16": {"rate_flops_per_s": 7e14,
+                "overhead_s": 0.0}}, memory_bytes_per_s=2.8e12, op_overhead_s=0.0,
+                attention={"dtype": "bf16", "fwd_flops_per_s": 6e14, "bwd_flops_per_s": 5e14})
+    return p.to_toml()
+
+
+@settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(PROFILE_FIGURES), ODD)
+def test_any_profile_figure_loads_sanely_or_names_its_field(good_profile, tmp_path, figure, value):
+    from supercluster.calibrate import load_profile
+    from supercluster.estimate import estimate
+    from supercluster.hardware import get_gpu
+
+    section, key = figure
+    lines, current, out = good_profile.splitlines(), "", []
+    for line in lines:
+        if line.startswith("["):
+            current = line.strip("[]")
+        if current == section and line.split(" = ")[0] == key:
+            text = _toml(value)
+            if text is None:
+                continue
+            line = f"{key} = {text}"
+        out.append(line)
+    path = Path(tmp_path) / "p.toml"
+    path.write_text("\n".join(out) + "\n")
+    try:
+        prof = load_profile(path)
+    except InputError as exc:
+        assert exc.field.startswith("profile")
+        return
+    gpu = prof.gpu_spec(get_gpu("h100-sxm"))
+    b = estimate("llama3-8b", gpu=gpu, num_gpus=8, layout=Layout(tp=8, global_batch=8, seq_len=4096))
+    assert math.isfinite(b.step_time_s) and b.step_time_s > 0
