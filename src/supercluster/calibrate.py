@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, require
+from .errors import InputError, is_whole, require, subtable
 from .framework import hbm_frac
 from .hardware import GpuSpec
 from .network import KINDS, Array
@@ -161,12 +161,6 @@ def _q(s: str) -> str:
 MAX_OVERHEAD_S = 1.0
 
 
-def _table(t: dict[str, Any], name: str, where: str) -> dict[str, Any]:
-    sec = t.get(name, {})
-    require(isinstance(sec, dict), f"profile {where}{name}", f"must be a table, got {sec!r}")
-    return sec
-
-
 def _figure(t: dict[str, Any], key: str, where: str, positive: bool = True, default: float | None = None,
             at_most: float = math.inf) -> float:
     """A profile number: finite, at least 1 (``positive``: a rate, a size, a count) or >= 0, and at
@@ -191,14 +185,14 @@ def load_profile(path: str | Path) -> Profile:
         raise InputError("profile", f"{p}: not valid TOML: {exc}") from None
     for name in ("device", "memory"):
         require(name in t, f"profile {name}", f"{p}: missing the [{name}] table")
-    dev, mem = _table(t, "device", ""), _table(t, "memory", "")
+    dev, mem = subtable(t, "device", "profile device"), subtable(t, "memory", "profile memory")
     gemm = {}
-    for dt, g in _table(t, "gemm", "").items():
+    for dt, g in subtable(t, "gemm", "profile gemm").items():
         require(isinstance(g, dict), f"profile gemm.{dt}", f"must be a table, got {g!r}")
         gemm[dt] = {"rate_flops_per_s": _figure(g, "rate_flops_per_s", f"gemm.{dt}."),
                     "overhead_s": _figure(g, "overhead_s", f"gemm.{dt}.", positive=False, at_most=MAX_OVERHEAD_S)}
     require(bool(gemm), "profile gemm", f"{p}: needs at least one [gemm.<dtype>] table")
-    coll_t = dict(_table(t, "collectives", ""))
+    coll_t = dict(subtable(t, "collectives", "profile collectives"))
     backend = str(coll_t.pop("backend", ""))
     coll = {}
     for k, c in coll_t.items():
@@ -210,17 +204,17 @@ def load_profile(path: str | Path) -> Profile:
                    "nranks": _figure(c, "nranks", where)}
         require(coll[k]["nranks"] >= 2 and coll[k]["nranks"].is_integer(), f"profile {where}nranks",
                 f"must be a whole number >= 2, got {c['nranks']!r}")
-    att = dict(_table(t, "attention", ""))
+    att = dict(subtable(t, "attention", "profile attention"))
     if att:
         require(isinstance(att.get("dtype", "bf16"), str), "profile attention.dtype", "must be a dtype name")
         for key in ("fwd_flops_per_s", "bwd_flops_per_s"):
             att[key] = _figure(att, key, "attention.")
     threads = dev.get("threads", 0)
-    require(isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0, "profile device.threads",
+    require(is_whole(threads) and threads >= 0, "profile device.threads",
             f"must be a whole number >= 0, got {threads!r}")
     for key in ("name", "kind"):
         require(isinstance(dev.get(key), str), f"profile device.{key}", f"must be text, got {dev.get(key)!r}")
-    return Profile(device=dev["name"], kind=dev["kind"], threads=threads,
+    return Profile(device=dev["name"], kind=dev["kind"], threads=int(threads),
                    memory_bytes=_figure(dev, "memory_bytes", "device."), gemm=gemm,
                    memory_bytes_per_s=_figure(mem, "bytes_per_s", "memory."),
                    op_overhead_s=_figure(mem, "op_overhead_s", "memory.", positive=False, at_most=MAX_OVERHEAD_S),

@@ -260,7 +260,7 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         return
     reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}"
                                        + (f" ({layout.pp_layout})" if layout.pp_layout else "")
-                                       + f", {layout.precision}, {framework}", layout, fw)
+                                       + f", {layout.precision}, {framework}", (layout, fw))
     if ev is not None:
         _out().print(ev.line(), style="dim", markup=False)
 

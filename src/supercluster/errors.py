@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 
 class InputError(ValueError):
     """A user mistake. ``field`` names the input; the message says what is allowed."""
@@ -15,3 +18,18 @@ def require(cond: bool, field: str, message: str) -> None:
     """Raise :class:`InputError` for ``field`` unless ``cond`` holds."""
     if not cond:
         raise InputError(field, message)
+
+
+def is_whole(v: Any) -> bool:
+    """A count read from a user's file: an int (not a bool) or a finite float with no fraction."""
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
+
+
+def subtable(cfg: dict[str, Any], name: str, field: str | None = None) -> dict[str, Any]:
+    """``cfg[name]`` when it is a table (TOML) or object (JSON), empty when absent; anything else is
+    an :class:`InputError` for ``field`` (default: ``name``)."""
+    sec = cfg.get(name, {})
+    require(isinstance(sec, dict), field or name, f"must be a table of settings, got {sec!r}")
+    return sec

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import pplayout
-from .errors import InputError, require
+from .errors import InputError, is_whole, require, subtable
 from .layout import Layout
 from .models import ModelSpec
 
@@ -192,20 +192,14 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None) -> str:
 # ---- import ---------------------------------------------------------------------------------
 def _as_int(field: str, v: Any) -> int:
     """A whole number from a config value (an int, a whole float, or the text of one)."""
-    ok = not isinstance(v, bool) and (isinstance(v, (int, str)) or (isinstance(v, float) and v.is_integer()))
-    try:
-        if ok:
+    if isinstance(v, str):
+        try:
             return int(v)
-    except (TypeError, ValueError, OverflowError):
-        pass
+        except ValueError:
+            pass
+    elif is_whole(v):
+        return int(v)
     raise InputError(field, f"must be an integer, got {v!r}")
-
-
-def _section(cfg: dict[str, Any], name: str) -> dict[str, Any]:
-    """A config's table (TOML) or object (JSON) ``name``; empty when absent."""
-    sec = cfg.get(name, {})
-    require(isinstance(sec, dict), name, f"must be a table of settings, got {sec!r}")
-    return sec
 
 
 def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
@@ -314,7 +308,7 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int
         cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError("config", f"not valid TOML: {exc}") from None
-    par, tr = _section(cfg, "parallelism"), _section(cfg, "training")
+    par, tr = subtable(cfg, "parallelism"), subtable(cfg, "training")
     tp = _as_int("tensor_parallel_degree", par.get("tensor_parallel_degree", 1))
     pp = _as_int("pipeline_parallel_degree", par.get("pipeline_parallel_degree", 1))
     cp = _as_int("context_parallel_degree", par.get("context_parallel_degree", 1))
@@ -332,8 +326,8 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int
         gbs = local * dp
     resh = par.get("fsdp_reshard_after_forward", "default")
     zero = 0 if shard == 1 else (2 if resh == "never" else 3)  # FSDP2 has no ZeRO-1
-    mode = _section(cfg, "activation_checkpoint").get("mode", "selective")
-    fp8 = bool(_section(cfg, "float8").get("enable", False)) or bool(_section(cfg, "quantize").get("linear"))
+    mode = subtable(cfg, "activation_checkpoint").get("mode", "selective")
+    fp8 = bool(subtable(cfg, "float8").get("enable", False)) or bool(subtable(cfg, "quantize").get("linear"))
     vpp = _as_int("pipeline_parallel_stages_per_rank", par.get("pipeline_parallel_stages_per_rank",
                                                                 2 if "Interleaved" in str(
                                                                     par.get("pipeline_parallel_schedule", ""))
@@ -373,9 +367,9 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
     except json.JSONDecodeError as exc:
         raise InputError("config", f"not valid JSON: {exc}") from None
     require(isinstance(cfg, dict), "config", "a DeepSpeed config must be a JSON object")
-    extra = _section(cfg, "supercluster")
-    tp = _as_int("tensor_parallel.autotp_size", _section(cfg, "tensor_parallel").get("autotp_size", 1))
-    pp_raw = _section(cfg, "pipeline").get("stages", 1)
+    extra = subtable(cfg, "supercluster")
+    tp = _as_int("tensor_parallel.autotp_size", subtable(cfg, "tensor_parallel").get("autotp_size", 1))
+    pp_raw = subtable(cfg, "pipeline").get("stages", 1)
     pp = 1 if pp_raw == "auto" else _as_int("pipeline.stages", pp_raw)
     cp = _as_int("supercluster.cp", extra.get("cp", 1))
     mb = _as_int("train_micro_batch_size_per_gpu", cfg.get("train_micro_batch_size_per_gpu", 1))
@@ -386,14 +380,14 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
         gbs = _as_int("train_batch_size", cfg["train_batch_size"])
     else:
         gbs = mb * dp * _as_int("gradient_accumulation_steps", cfg["gradient_accumulation_steps"])
-    precision = str(extra.get("precision", "fp16" if _section(cfg, "fp16").get("enabled") else "bf16"))
-    ac = _section(cfg, "activation_checkpointing")
+    precision = str(extra.get("precision", "fp16" if subtable(cfg, "fp16").get("enabled") else "bf16"))
+    ac = subtable(cfg, "activation_checkpointing")
     recompute = str(extra.get("recompute", "full" if ac.get("partition_activations") else "none"))
     return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=_as_int("supercluster.ep", extra.get("ep", 1)),
                   vpp=_as_int("supercluster.vpp", extra.get("vpp", 1)), micro_batch=mb, global_batch=gbs,
                   seq_len=_as_int("supercluster.seq_len", extra.get("seq_len", 2048)), precision=precision,
                   recompute=recompute, zero_stage=_as_int("zero_optimization.stage",
-                                                          _section(cfg, "zero_optimization").get("stage", 0)),
+                                                          subtable(cfg, "zero_optimization").get("stage", 0)),
                   sequence_parallel=bool(extra.get("sequence_parallel", False)))
 
 

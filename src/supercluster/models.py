@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ._toml import check_keys, load_package_toml
-from .errors import InputError, require
+from .errors import InputError, is_whole, require
 
 GATED = {"swiglu": True, "geglu": True, "gelu": False, "relu2": False, "relu": False}
 #: Sanity ceilings on a model's counts, far past any published model (the largest have a few hundred
@@ -308,9 +308,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     _refuse_unmodelled_layers(cfg)
     for field in _HF_INT_FIELDS:
         v = cfg.get(field)
-        require(v is None or (not isinstance(v, bool) and isinstance(v, int))
-                or (isinstance(v, float) and v.is_integer()),
-                f"config.json {field}", f"must be a whole number, got {v!r}")
+        require(v is None or is_whole(v), f"config.json {field}", f"must be a whole number, got {v!r}")
     cfg = {k: int(v) if k in _HF_INT_FIELDS and isinstance(v, float) else v for k, v in cfg.items()}
     h = get("hidden_size", "n_embd", "d_model")
     layers = get("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -525,11 +523,11 @@ def _hf_moe_layers(get: Any, L: int) -> int:
         step, only = int(get("decoder_sparse_step", default=1)), set(get("mlp_only_layers", default=[]) or [])
         require(step >= 1, "config.json decoder_sparse_step", f"must be >= 1, got {step}")
         return sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
-    first = int(get("first_k_dense_replace", "moe_layer_start_index", default=0) or 0)
     if get("moe_layer_frequency") is not None:  # Snowflake Arctic: layer i is MoE when (i + 1) % freq == 0
         freq = int(get("moe_layer_frequency"))
         require(freq >= 1, "config.json moe_layer_frequency", f"must be >= 1, got {freq}")
         return L // freq
+    first = int(get("first_k_dense_replace", "moe_layer_start_index", default=0) or 0)
     freq = int(get("moe_layer_freq", default=1) or 1)  # DeepSeek: layer i >= first_k_dense_replace, i % freq == 0
     require(freq >= 1, "config.json moe_layer_freq", f"must be >= 1, got {freq}")
     return sum(1 for i in range(first, L) if i % freq == 0)

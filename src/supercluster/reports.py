@@ -46,8 +46,8 @@ def breakdown_json(b: StepBreakdown, fit: tuple[Layout, Framework | None] | None
     }
 
 
-def print_breakdown(console: Console, b: StepBreakdown, title: str, layout: Layout | None = None,
-                    fw: Framework | None = None) -> None:
+def print_breakdown(console: Console, b: StepBreakdown, title: str,
+                    fit: tuple[Layout, Framework | None] | None = None) -> None:
     t = Table(title=title, show_lines=False)
     t.add_column("ledger (per step)")
     t.add_column("seconds", justify="right")
@@ -72,7 +72,7 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str, layout: Layo
         f"other {fmt_bytes(m['mem_other_bytes'])}"
     )
     if not b.fits:
-        console.print(f"[yellow]does not fit: {fit_reason(b, layout, fw)}[/yellow]")
+        console.print(f"[yellow]does not fit: {fit_reason(b, *(fit or ()))}[/yellow]")
 
 
 def fit_reason(b: StepBreakdown, layout: Layout | None = None, fw: Framework | None = None) -> str:
@@ -81,7 +81,7 @@ def fit_reason(b: StepBreakdown, layout: Layout | None = None, fw: Framework | N
     parts = {k: v for k, v in b.memory.items() if k != "memory_per_gpu_bytes"}
     top = max(parts, key=lambda k: parts[k])
     over = (b.memory_per_gpu_bytes - b.hbm_bytes) / GiB
-    if layout is None:
+    if layout is None:  # no layout given: advise every remedy
         tp, zero, mb, recompute, sp = 1, 0, 2, "none", False
     else:
         tp, zero, mb, recompute = layout.tp, layout.zero_stage, layout.micro_batch, layout.recompute
