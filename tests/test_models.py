@@ -231,8 +231,14 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16
 @pytest.mark.parametrize(("extra", "field"), [
     # Qwen3-Next: Gated DeltaNet layers with full attention every 4th layer
     ({"model_type": "qwen3_next", "full_attention_interval": 4, "linear_num_key_heads": 16}, "linear_num_key_heads"),
-    # Nemotron-H: Mamba-2 / attention / MLP pattern
-    ({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M-M*-M-M-"}, "hybrid_override_pattern"),
+    # Jamba: Mamba-1 (selective scan) layers between attention layers
+    ({"model_type": "jamba", "attn_layer_period": 8, "mamba_d_state": 16}, "mamba_d_state"),
+    # Nemotron 3 Super: a Mamba-2 hybrid whose experts work in a narrower latent space
+    ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E" * 12, "moe_latent_size": 1024,
+      "n_routed_experts": 512, "num_experts_per_tok": 22, "mamba_head_dim": 64, "ssm_state_size": 128},
+     "moe_latent_size"),
+    # Granite 4.0-H: Mamba-2 hybrid layers listed in layer_types (not read)
+    ({"model_type": "granitemoehybrid", "layer_types": ["mamba"] * 40 + ["attention"] * 8}, "layer_types"),
     # DeepSeek-V3.2: sparse attention through a top-k indexer
     ({"model_type": "deepseek_v32", "index_topk": 2048, "index_n_heads": 64}, "index_topk"),
     # a layer_types list naming a kind that is not softmax attention

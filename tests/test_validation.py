@@ -143,7 +143,9 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     ones (DeepSeek-V3, Qwen3 235B) on NVL72 racks within 12 %; on 8-GPU nodes with the all-to-all
     dispatcher (a host sync per layer, no CUDA graphs) and for the small ones (Qwen3 30B-A3B,
     GPT-OSS 120B: 3-5 B active) the runs are up to 70 % slower than priced:
-    host-side and per-layer fixed overheads are not modelled. MosaicML's MPT tables: bounded on their own."""
+    host-side and per-layer fixed overheads are not modelled. MosaicML's MPT tables: bounded on their own.
+    Nemotron-H 56B (Mamba-2 hybrid, DGX Cloud recipe): the same 128-H100 layout took 15.5 s a step in NeMo
+    25.04.01 and 11.9 s in a later release; priced 12.3 s (-23 .. +3 %), and 128 GB200 -14 %."""
     from supercluster.validate import load_rows
 
     res = validate("heldout")
@@ -151,10 +153,12 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     assert len(rows) >= 140 and res["supported_fraction"] == 1.0
     moe = [r for r in rows if any(k in r.id for k in ("QWEN3", "DSV3", "GPTOSS"))]
     mpt = [r for r in rows if r.id.startswith("MPT-")]
-    dense = [r for r in rows if r not in moe and r not in mpt]
+    hybrid = [r for r in rows if r.kind == "hybrid"]
+    dense = [r for r in rows if r not in moe and r not in mpt and r not in hybrid]
     mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe),
-                                                                            ("mpt", mpt))}
+                                                                            ("mpt", mpt), ("hybrid", hybrid))}
     assert mape["dense"] <= 0.08 and max(abs(r.error) for r in dense) <= 0.30
+    assert len(hybrid) == 9 and mape["hybrid"] <= 0.19 and max(abs(r.error) for r in hybrid) <= 0.25
     assert mape["moe"] <= 0.27
     # MosaicML's MPT tables (2023, Composer + FSDP, 125M-70B on 8-128 A100 / H100, BF16 and the H100 FP8
     # table): today 8.2 %, 57 rows, -27 .. +15 %. Their attention is FlashAttention in Triton (the

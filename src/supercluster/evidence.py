@@ -5,10 +5,11 @@ see :mod:`supercluster.validate`) say how far that model has been from measureme
 kind. :func:`evidence_for` picks the scored runs closest to a configuration, loosening the match
 until at least :data:`MIN_RUNS` remain:
 
-1. same framework family, GPU architecture, dense / MoE and GEMM precision class (16-bit or 8/4-bit)
-2. same framework family, architecture and dense / MoE
-3. same architecture and dense / MoE
-4. dense / MoE
+1. same framework family, GPU architecture, kind (dense, MoE, or hybrid: with Mamba layers) and GEMM
+   precision class (16-bit or 8/4-bit)
+2. same framework family, architecture and kind
+3. same architecture and kind
+4. kind
 
 and reports the spread of the model's errors on them (predicted / measured - 1), computed now from
 the shipped files and the current cost model, never stored. It is a record of past accuracy, not a
@@ -85,13 +86,18 @@ def _low(precision: str) -> bool:
     return precision in ("fp8", "fp4")
 
 
+def model_kind(model: ModelSpec) -> str:
+    """The kind of model a basis matches on, as printed: dense, MoE or hybrid (:attr:`ModelSpec.kind`)."""
+    return {"moe": "MoE"}.get(model.kind, model.kind)
+
+
 @dataclass(frozen=True, slots=True)
 class _Run:
     set_name: str
     id: str
     family: str
     arch: str
-    moe: bool
+    kind: str
     low: bool
     active_params: float
     gpus: int
@@ -113,7 +119,7 @@ def _runs() -> tuple[_Run, ...]:
                 gpus, seq = _int(row, "num_gpus"), _int(row, "seq_len")
             except InputError:
                 continue
-            out.append(_Run(set_name, row["id"], fw.family, arch, spec.is_moe,
+            out.append(_Run(set_name, row["id"], fw.family, arch, model_kind(spec),
                             _low(parse_precision(row.get("precision", ""))), float(spec.num_active_params), gpus, seq))
     return tuple(out)
 
@@ -151,14 +157,14 @@ def evidence_for(model: ModelSpec, gpu: GpuSpec, framework: str, precision: str,
     ``precision`` (see the module docstring for the order of bases), naming the :data:`NEAREST` of them
     closest in size, GPU count (``num_gpus``) and ``seq_len``; None if even the loosest basis has
     fewer than :data:`MIN_RUNS` scored runs."""
-    fam, moe, low = get_framework(framework).family, model.is_moe, _low(precision)
-    kind, prec = ("MoE" if moe else "dense"), ("8/4-bit" if low else "16-bit")
+    fam, kind, low = get_framework(framework).family, model_kind(model), _low(precision)
+    prec = "8/4-bit" if low else "16-bit"
     bases: tuple[tuple[str, Callable[[_Run], bool]], ...] = (
         (f"{fam}, {gpu.arch}, {kind}, {prec}",
-         lambda r: r.family == fam and r.arch == gpu.arch and r.moe == moe and r.low == low),
-        (f"{fam}, {gpu.arch}, {kind}", lambda r: r.family == fam and r.arch == gpu.arch and r.moe == moe),
-        (f"any framework, {gpu.arch}, {kind}", lambda r: r.arch == gpu.arch and r.moe == moe),
-        (f"any framework or GPU, {kind}", lambda r: r.moe == moe),
+         lambda r: r.family == fam and r.arch == gpu.arch and r.kind == kind and r.low == low),
+        (f"{fam}, {gpu.arch}, {kind}", lambda r: r.family == fam and r.arch == gpu.arch and r.kind == kind),
+        (f"any framework, {gpu.arch}, {kind}", lambda r: r.arch == gpu.arch and r.kind == kind),
+        (f"any framework or GPU, {kind}", lambda r: r.kind == kind),
     )
     active = float(model.num_active_params)
     for basis, match in bases:

@@ -4,7 +4,10 @@ Letter legend used in formulas: L layers, h width (d_model), F FFN width, a quer
 k KV heads, d head dim, V vocab, E experts, s sequence, b micro-batch.
 A model is a stack of identical attention blocks plus dense or MoE MLPs; its cost is the sum
 over layers (``first_dense_layers`` of them are dense, the rest MoE when E > 0: the first ones in
-DeepSeek, interleaved in Llama 4 Maverick; only the count enters the cost).
+DeepSeek, interleaved in Llama 4 Maverick; only the count enters the cost). A Mamba-2 hybrid
+(Nemotron-H) replaces the attention of ``ssm_layers`` layers with a Mamba-2 mixer, and its layers may
+hold one block each (an MLP alone, or a mixer alone: Megatron-Core's hybrid pattern); the cost model
+prices a layer as the average over the kinds, so again only the counts enter.
 """
 
 from __future__ import annotations
@@ -69,6 +72,24 @@ class ModelSpec:
     #: like the model's last and the shared output head with its own loss, on the last pipeline
     #: stage (Megatron-Core ``--mtp-num-layers``; Hugging Face ``num_nextn_predict_layers``)
     mtp_layers: int = 0
+    #: Mamba-2 mixers (state-space duality, Dao & Gu 2024, arXiv:2405.21060) in place of attention
+    #: on ``ssm_layers`` of the layers: ``ssm_heads`` x ``ssm_head_dim`` = the inner width, B and C in
+    #: ``ssm_groups`` groups of ``ssm_state``, a depthwise causal convolution of ``ssm_conv`` taps,
+    #: the scan in chunks of ``ssm_chunk`` tokens (Megatron-Core MambaMixer's defaults: 4 and 128)
+    ssm_layers: int = 0
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_state: int = 0
+    ssm_groups: int = 0
+    ssm_conv: int = 4
+    ssm_chunk: int = 128
+    #: hybrid stacks whose layers are one block each (Megatron-Core's hybrid pattern, Nemotron-H):
+    #: layers that are an MLP alone (``-`` / ``E``) and layers that are a mixer alone (``M`` / ``*``);
+    #: a transformer layer (and a Jamba- or Granite-style hybrid's) has a mixer and an MLP
+    mlp_only_layers: int = 0
+    mixer_only_layers: int = 0
+    #: Megatron-Core's hybrid_override_pattern (M Mamba, * attention, - MLP, E MoE), when known
+    hybrid_pattern: str = ""
     seq_len: int = 2048
     source: str = ""
 
@@ -81,21 +102,38 @@ class ModelSpec:
             require(v <= cap, f"model.{f}", f"{v} is past any real model (at most {cap:,})")
         for f in ("num_experts", "top_k", "num_shared_experts", "shared_ffn_dim", "moe_ffn_dim", "first_dense_layers",
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
-                  "window_layers", "attention_chunk", "mtp_layers"):
+                  "window_layers", "attention_chunk", "mtp_layers", "ssm_layers", "ssm_heads", "ssm_head_dim",
+                  "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "mlp_only_layers", "mixer_only_layers"):
             v = getattr(self, f)
             require(isinstance(v, int) and v >= 0, f"model.{f}", f"must be an integer >= 0, got {v!r}")
             require(v <= MAX_WIDTH, f"model.{f}", f"{v} is past any real model (at most {MAX_WIDTH:,})")
+        if self.hybrid_pattern:
+            counts = hybrid_counts(self.hybrid_pattern, "model.hybrid_pattern")
+            require(all(getattr(self, k) == v for k, v in counts.items()), "model.hybrid_pattern",
+                    f"its layer counts {counts} differ from the model's")
         require(self.mlp in GATED, "model.mlp", f"unknown activation {self.mlp!r}; allowed: {sorted(GATED)}")
         require(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads",
                 f"{self.num_kv_heads} must divide num_heads {self.num_heads}")
+        require(self.mlp_only_layers + self.mixer_only_layers <= self.num_layers, "model.mlp_only_layers",
+                f"{self.mlp_only_layers} MLP-only + {self.mixer_only_layers} mixer-only layers exceed "
+                f"num_layers={self.num_layers}")
+        require(self.ssm_layers <= self.num_layers - self.mlp_only_layers, "model.ssm_layers",
+                f"{self.ssm_layers} Mamba layers exceed the {self.num_layers - self.mlp_only_layers} "
+                "layers with a mixer")
+        if self.ssm_layers:
+            for f in ("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk"):
+                require(getattr(self, f) > 0, f"model.{f}", f"must be > 0 for a model with Mamba layers, "
+                                                              f"got {getattr(self, f)}")
+            require(self.ssm_heads % self.ssm_groups == 0, "model.ssm_groups",
+                    f"{self.ssm_groups} must divide ssm_heads {self.ssm_heads}")
         if self.num_experts:
             require(0 < self.top_k <= self.num_experts, "model.top_k",
                     f"must be in 1..num_experts={self.num_experts}, got {self.top_k}")
             require(self.moe_ffn_dim > 0, "model.moe_ffn_dim", "must be > 0 for an MoE model")
-            require(self.first_dense_layers < self.num_layers, "model.first_dense_layers",
-                    f"must be < num_layers={self.num_layers}")
-        require(self.window_layers <= self.num_layers, "model.window_layers",
-                f"must be <= num_layers={self.num_layers}, got {self.window_layers}")
+            require(self.first_dense_layers < self.mlp_layers, "model.first_dense_layers",
+                    f"must be < the {self.mlp_layers} layers with an MLP")
+        require(self.window_layers <= self.attention_layers, "model.window_layers",
+                f"must be <= the {self.attention_layers} attention layers, got {self.window_layers}")
         require(not (self.sliding_window and self.attention_chunk), "model.attention_chunk",
                 "local attention is a sliding window or chunks, not both")
         require((self.sliding_window + self.attention_chunk > 0) == (self.window_layers > 0), "model.window_layers",
@@ -107,17 +145,94 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
+    def kind(self) -> str:
+        """hybrid (with Mamba layers), moe or dense: how validation and the evidence line group models."""
+        return "hybrid" if self.ssm_layers else ("moe" if self.is_moe else "dense")
+
+    @property
     def mlp_mats(self) -> int:
         """Weight matrices per MLP: 3 for gated (SwiGLU/GeGLU), 2 otherwise."""
         return 3 if GATED[self.mlp] else 2
 
+    def splits_over_tp(self, tp: int) -> bool:
+        """Whether tensor parallelism ``tp`` divides the model's heads (attention: the query heads, and
+        the KV heads or they it; Mamba: its heads and groups). :meth:`Layout.check_model` says why not."""
+        ok = self.num_heads % tp == 0 and (self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0)
+        return ok and (not self.ssm_layers or (self.ssm_heads % tp == 0 and self.ssm_groups % tp == 0))
+
+    @property
+    def context_parallel_ok(self) -> bool:
+        """Context parallelism is priced for attention only (not for Mamba layers)."""
+        return self.ssm_layers == 0
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers whose mixer is softmax attention (all of a transformer's)."""
+        return self.num_layers - self.ssm_layers - self.mlp_only_layers
+
+    @property
+    def mlp_layers(self) -> int:
+        """Layers with an MLP (dense or MoE; all of a transformer's)."""
+        return self.num_layers - self.mixer_only_layers
+
     @property
     def num_moe_layers(self) -> int:
-        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+        return self.mlp_layers - self.first_dense_layers if self.is_moe else 0
 
     @property
     def num_dense_layers(self) -> int:
-        return self.num_layers - self.num_moe_layers
+        """Layers with a dense MLP."""
+        return self.mlp_layers - self.num_moe_layers
+
+    @property
+    def sublayers(self) -> int:
+        """Mixer and MLP blocks over all layers, each with its own norm and residual add (2 L in a
+        transformer)."""
+        return 2 * self.num_layers - self.mlp_only_layers - self.mixer_only_layers
+
+    @property
+    def layer_shares(self) -> tuple[float, float, float]:
+        """Per layer on average: the share of layers with attention, the share with a Mamba mixer,
+        and the blocks (mixer, MLP) each holds: (1, 0, 2) for a transformer."""
+        L = self.num_layers
+        return self.attention_layers / L, self.ssm_layers / L, self.sublayers / L
+
+    @property
+    def ssm_inner(self) -> int:
+        """A Mamba-2 mixer's inner width (heads x head dim)."""
+        return self.ssm_heads * self.ssm_head_dim
+
+    @property
+    def ssm_in_proj_width(self) -> int:
+        """Outputs of a Mamba-2 mixer's input projection: z and x (inner width each), B and C
+        (groups x state each) and one dt per head."""
+        return 2 * self.ssm_inner + 2 * self.ssm_groups * self.ssm_state + self.ssm_heads
+
+    @property
+    def ssm_matmul_params(self) -> int:
+        """A Mamba-2 mixer's matmul weights: its input and output projections."""
+        return self.d_model * self.ssm_in_proj_width + self.ssm_inner * self.d_model
+
+    @property
+    def ssm_params(self) -> int:
+        """One Mamba-2 mixer's weights: projections, the depthwise convolution over x, B and C (with
+        bias), A, D and the dt bias per head, and the gated RMSNorm's weight."""
+        conv_ch = self.ssm_inner + 2 * self.ssm_groups * self.ssm_state
+        return self.ssm_matmul_params + conv_ch * (self.ssm_conv + 1) + 3 * self.ssm_heads + self.ssm_inner
+
+    @property
+    def mixer_params(self) -> int:
+        """All layers' mixer weights (attention and Mamba)."""
+        return self.attention_layers * self.attn_params + self.ssm_layers * self.ssm_params
+
+    def ssm_scan_flops_per_token(self) -> float:
+        """Forward FLOPs per token of the Mamba layers' chunked scan (SSD, beyond its projections), over
+        all layers: within a chunk of Q tokens C B^T (2 Q N per group) and its product with x (2 Q per
+        inner channel); the chunk states B^T x and their read-out C h (2 N per inner channel each).
+        The count of NVIDIA's Nemotron-H recipe (dgxc-benchmarking nemotron-h/README.md)."""
+        q, n = float(self.ssm_chunk), float(self.ssm_state)
+        per_layer = 2.0 * q * n * self.ssm_groups + 2.0 * q * self.ssm_inner + 4.0 * n * self.ssm_inner
+        return self.ssm_layers * per_layer
 
     @property
     def qk_dim(self) -> int:
@@ -192,17 +307,15 @@ class ModelSpec:
     @property
     def num_params(self) -> int:
         """All parameters (norm weights included, biases ignored)."""
-        per_layer = self.attn_params + 2 * self.d_model
         mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_mlp_params
-        return (self.num_layers * per_layer + mlp + self.embedding_params + self.d_model
+        return (self.mixer_params + self.sublayers * self.d_model + mlp + self.embedding_params + self.d_model
                 + self.mtp_layers * self.mtp_block_params)
 
     @property
     def num_active_params(self) -> int:
         """Parameters used per token (MoE: top-k plus shared experts; MTP modules included)."""
-        per_layer = self.attn_params + 2 * self.d_model
         mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_active_mlp_params
-        return (self.num_layers * per_layer + mlp + self.embedding_params + self.d_model
+        return (self.mixer_params + self.sublayers * self.d_model + mlp + self.embedding_params + self.d_model
                 + self.mtp_layers * self.mtp_active_params)
 
     # ---- FLOPs ---------------------------------------------------------------------------
@@ -212,7 +325,8 @@ class ModelSpec:
         mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_active_mlp_params
         h = self.d_model
         mtp = self.mtp_layers * (self.mtp_active_params - 4 * h + self.vocab_size * h)
-        return self.num_layers * self.attn_params + mlp + self.vocab_size * h + mtp
+        return (self.attention_layers * self.attn_params + self.ssm_layers * self.ssm_matmul_params + mlp
+                + self.vocab_size * h + mtp)
 
     def mean_keys(self, seq_len: Any, causal: bool) -> Any:
         """Keys a query attends to, averaged over tokens and layers (numpy arrays welcome).
@@ -225,7 +339,8 @@ class ModelSpec:
         s = np.asarray(seq_len, dtype=float)
         full = s / 2.0 if causal else s
         if not self.window_layers:
-            return full
+            # (a hybrid's Mamba and MLP-only layers attend to no keys)
+            return full if self.attention_layers == self.num_layers else full * self.attention_layers / self.num_layers
         if self.attention_chunk:
             c = float(self.attention_chunk)
             n, r = np.floor(s / c), np.mod(s, c)
@@ -233,7 +348,7 @@ class ModelSpec:
         else:
             w = float(self.sliding_window)
             local = np.where(s >= w, w - w * w / (2.0 * s), s / 2.0) if causal else np.minimum(s, w)
-        return ((self.num_layers - self.window_layers) * full + self.window_layers * local) / self.num_layers
+        return ((self.attention_layers - self.window_layers) * full + self.window_layers * local) / self.num_layers
 
     def attention_flops_per_token(self, seq_len: Any, causal: bool) -> Any:
         """Forward QK^T and A.V FLOPs per token over all layers (PaLM: 2 x 2 x L x a x d x s); an
@@ -248,23 +363,42 @@ class ModelSpec:
         ``causal=False`` is the PaLM / Megatron / NeMo convention (full s^2 attention):
         6 N_matmul + 12 L a d s for d = qk = v head dim.
         """
-        return 3.0 * (2.0 * self.matmul_params_per_token() + self.attention_flops_per_token(seq_len, causal))
+        return 3.0 * (2.0 * self.matmul_params_per_token() + self.attention_flops_per_token(seq_len, causal)
+                      + self.ssm_scan_flops_per_token())
 
 
-_REQUIRED = {"name", "num_layers", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim",
-             "vocab_size", "source"}
-_OPTIONAL = {"mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "shared_ffn_dim", "moe_ffn_dim",
-             "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "seq_len",
-             "sliding_window", "window_layers", "attention_chunk", "mtp_layers"}
+_REQUIRED = {"name", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "source"}
+_OPTIONAL = {"num_layers", "mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "shared_ffn_dim",
+             "moe_ffn_dim", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
+             "seq_len", "sliding_window", "window_layers", "attention_chunk", "mtp_layers", "ssm_heads", "ssm_head_dim",
+             "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "hybrid_pattern"}
+
+#: Megatron-Core's hybrid layer symbols (megatron/core/ssm/mamba_hybrid_layer_allocation.py)
+HYBRID_SYMBOLS = {"M": "Mamba", "*": "attention", "-": "MLP", "E": "MoE"}
+
+
+def hybrid_counts(pattern: str, field: str = "hybrid_pattern") -> dict[str, int]:
+    """The layer counts of a Megatron-Core hybrid pattern such as ``M-M*-``: every symbol is one
+    layer holding one block (M a Mamba mixer, * attention, - a dense MLP, E an MoE MLP)."""
+    require(isinstance(pattern, str) and len(pattern) > 0, field, f"must be a non-empty string, got {pattern!r}")
+    bad = sorted(set(pattern) - set(HYBRID_SYMBOLS))
+    require(not bad, field, f"unknown layer symbols {bad}; allowed: "
+                            + ", ".join(f"{k} ({v})" for k, v in HYBRID_SYMBOLS.items()))
+    n = {c: pattern.count(c) for c in HYBRID_SYMBOLS}
+    require(n["M"] + n["*"] > 0, field, "has no mixer (M or *)")
+    return dict(num_layers=len(pattern), ssm_layers=n["M"], mixer_only_layers=n["M"] + n["*"],
+                mlp_only_layers=n["-"] + n["E"], first_dense_layers=n["-"] if n["E"] else 0)
 
 
 @cache
 def model_catalog() -> dict[str, ModelSpec]:
-    """All preset models by key."""
+    """All preset models by key (a hybrid preset gives its pattern, which sets its layer counts)."""
     out = {}
     for key, t in load_package_toml("models.toml").items():
         check_keys(f"model {key}", t, _REQUIRED, _OPTIONAL)
-        out[key] = ModelSpec(key=key, **t)
+        counts = hybrid_counts(t["hybrid_pattern"], f"model {key}.hybrid_pattern") if "hybrid_pattern" in t else {}
+        require("num_layers" in t or counts, f"model {key}.num_layers", "missing (or give a hybrid_pattern)")
+        out[key] = ModelSpec(key=key, **{**t, **counts})
     return out
 
 
@@ -305,7 +439,8 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
                 return cfg[n]
         return default
 
-    _refuse_unmodelled_layers(cfg)
+    hybrid = _hf_nemotron_h(cfg)  # Mamba-2 hybrid fields (Nemotron-H), refused below otherwise
+    _refuse_unmodelled_layers(cfg, hybrid=bool(hybrid))
     for field in _HF_INT_FIELDS:
         v = cfg.get(field)
         require(v is None or is_whole(v), f"config.json {field}", f"must be a whole number, got {v!r}")
@@ -326,7 +461,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     kv = get("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv",
              default=1 if get("multi_query", default=False) is True else
              get("multi_query_group_num") if get("multi_query_attention", default=False) is True else heads)
-    act = str(get("hidden_act", "activation_function", default="silu")).lower()
+    act = str(get("mlp_hidden_act", "hidden_act", "activation_function", default="silu")).lower()
     arch = " ".join(get("architectures", default=[])).lower() + " " + str(get("model_type", default="")).lower()
     gated = _hf_family(cfg) not in _UNGATED_FAMILIES
     if "relu2" in act or "squared" in act:
@@ -380,7 +515,8 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if n_chunked:
             fields.update(attention_chunk=chunk, window_layers=n_chunked)
     experts = int(get("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0) or 0)
-    n_moe = _hf_moe_layers(get, int(layers))
+    n_moe = hybrid["moe_layers"] if hybrid else _hf_moe_layers(get, int(layers))
+    mlp_layers = int(layers) - hybrid.get("mixer_only_layers", 0)
     if experts and n_moe > 0:
         moe_ffn = int(get("moe_intermediate_size", default=ffn))
         top_k = get("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_top_k", "moe_k")
@@ -388,7 +524,8 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
                 f"missing for an MoE config ({experts} experts): the routed experts per token are needed "
                 "(also read as experts_per_token, moe_topk, moe_top_k, moe_k)")
         shared = int(get("n_shared_experts", "moe_num_shared_experts", default=0) or 0)
-        shared_width = int(get("shared_expert_intermediate_size", default=0) or 0)
+        shared_width = int(get("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+                               default=0) or 0)
         if get("parallel_attn_mlp_res", default=False) is True:
             # Snowflake Arctic: each MoE layer also runs a d_model-wide SwiGLU "residual MLP" on every token
             # (modeling_arctic.py ArcticMLP(is_residual_mlp=True): ffn_dim = hidden_size), priced as a shared expert
@@ -401,11 +538,12 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         fields.update(
             num_experts=experts,
             top_k=int(top_k),
-            num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=int(layers) - n_moe,
+            num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=mlp_layers - n_moe,
         )
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
         ffn = get("intermediate_size_mlp", default=ffn)
     fields["mtp_layers"] = int(get("num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
+    fields.update({k: v for k, v in hybrid.items() if k not in ("moe_layers", "first_dense_layers", "num_layers")})
     tied = bool(get("tie_word_embeddings", default=_hf_family(cfg) in _TIED_FAMILIES))
     try:
         return ModelSpec(
@@ -434,7 +572,7 @@ _HF_INT_FIELDS = (
     "moe_num_shared_experts", "shared_expert_intermediate_size", "intermediate_size_mlp",
     "num_nextn_predict_layers", "mtp_num_layers", "max_position_embeddings", "n_positions", "max_seq_len",
     "interleave_moe_layer_step", "decoder_sparse_step", "first_k_dense_replace", "moe_layer_start_index",
-    "moe_layer_frequency", "moe_layer_freq",
+    "moe_layer_frequency", "moe_layer_freq", "moe_shared_expert_intermediate_size",
 )
 
 #: Hugging Face model families whose MLP is one up-projection and one down-projection (GELU, not gated),
@@ -480,17 +618,62 @@ _UNMODELLED_FIELDS = {
     "attn_type_list": "lightning (linear) attention layers (MiniMax)",
     "index_topk": "DeepSeek Sparse Attention (top-k indexer, DeepSeek-V3.2)",
 }
+def _hf_nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A Nemotron-H config.json's hybrid fields (``model_type`` nemotron_h, a
+    ``hybrid_override_pattern`` of Mamba-2, attention, MLP and MoE layers; Mamba-2 widths in
+    ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``,
+    ``chunk_size``), plus ``moe_layers`` (the E layers); {} for any other config. Latent MoE
+    (``moe_latent_size``, Nemotron 3 Super) is refused: its experts work in a narrower space."""
+    pattern = cfg.get("hybrid_override_pattern")
+    blocks = cfg.get("layers_block_type")  # the same as a list (newer configs): mamba, attention, mlp, moe
+    if pattern is None and isinstance(blocks, list) and blocks:
+        symbol = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+        bad = sorted({str(b) for b in blocks} - set(symbol))
+        require(not bad, "config.json layers_block_type", f"unknown layer kinds {bad}; allowed: {sorted(symbol)}")
+        pattern = "".join(symbol[b] for b in blocks)
+    if pattern is None or _hf_family(cfg) != "nemotronh":
+        return {}
+    if cfg.get("moe_latent_size") is not None:
+        raise InputError("config.json moe_latent_size", "latent MoE (experts in a narrower latent space, "
+                                                        "Nemotron 3 Super) is not modelled")
+    counts = hybrid_counts(pattern, "config.json hybrid_override_pattern")
+    layers = cfg.get("num_hidden_layers", counts["num_layers"])
+    require(layers == counts["num_layers"], "config.json hybrid_override_pattern",
+            f"has {counts['num_layers']} layers; num_hidden_layers is {layers!r}")
+    out: dict[str, Any] = {**counts, "hybrid_pattern": pattern, "moe_layers": pattern.count("E")}
+    h = cfg.get("hidden_size")
+    for key, names, default in (("ssm_head_dim", ("mamba_head_dim",), None), ("ssm_state", ("ssm_state_size",), None),
+                                ("ssm_groups", ("n_groups",), 1), ("ssm_conv", ("conv_kernel",), 4),
+                                ("ssm_chunk", ("chunk_size",), 128)):
+        v = next((cfg[n] for n in names if cfg.get(n) is not None), default)
+        require(is_whole(v) and v > 0, f"config.json {names[0]}", f"must be a whole number > 0, got {v!r}")
+        out[key] = int(v)
+    heads = cfg.get("mamba_num_heads")
+    if heads is None:  # expand x hidden_size wide
+        expand, hd = cfg.get("expand", 2), out["ssm_head_dim"]
+        require(is_whole(expand) and is_whole(h) and expand * h % hd == 0, "config.json mamba_num_heads",
+                f"missing, and expand x hidden_size ({expand!r} x {h!r}) is no multiple of mamba_head_dim {hd}")
+        heads = expand * h // hd
+    require(is_whole(heads) and heads > 0, "config.json mamba_num_heads", f"must be a whole number > 0, got {heads!r}")
+    out["ssm_heads"] = int(heads)
+    return out
+
+
 _MODELLED_LAYER_TYPES = ("full_attention", "sliding_attention", "attention", "global", "local", "sliding",
                          "chunked_attention")
 #: families (as :func:`_hf_family` spells them) whose layers are state-space, linear or sparse attention
-_SSM_FAMILIES = ("mamba", "rwkv", "jamba", "nemotronh", "falconh1", "qwen3next", "zamba", "bamba", "kimilinear",
-                 "deepseekv32", "lfm2", "recurrentgemma", "xlstm")
+#: (nemotronh passes where :func:`_hf_nemotron_h` reads its Mamba-2 layers)
+_SSM_FAMILIES = ("mamba", "rwkv", "jamba", "nemotronh", "falconh1", "granitemoehybrid", "qwen3next", "zamba", "bamba",
+                 "kimilinear", "deepseekv32", "lfm2", "recurrentgemma", "xlstm")
 
 
-def _refuse_unmodelled_layers(cfg: dict[str, Any]) -> None:
+def _refuse_unmodelled_layers(cfg: dict[str, Any], hybrid: bool = False) -> None:
     """An :class:`InputError` naming the config.json field when the model has layers other than
-    softmax attention + MLP / MoE (only full, sliding-window and chunked attention are priced)."""
+    softmax attention + MLP / MoE (only full, sliding-window and chunked attention are priced) or,
+    with ``hybrid`` (a Nemotron-H config read by :func:`_hf_nemotron_h`), Mamba-2 mixers."""
     for field, what in _UNMODELLED_FIELDS.items():
+        if hybrid and field == "hybrid_override_pattern":
+            continue
         if cfg.get(field) is not None:
             raise InputError(f"config.json {field}",
                              f"{what} are not modelled; supported: decoder layers of full, sliding-window "
@@ -502,7 +685,7 @@ def _refuse_unmodelled_layers(cfg: dict[str, Any]) -> None:
             raise InputError("config.json layer_types",
                              f"layer kinds {other} are not modelled; allowed: {list(_MODELLED_LAYER_TYPES)}")
     kind = _hf_family(cfg)
-    if any(kind.startswith(t) for t in _SSM_FAMILIES):
+    if not hybrid and any(kind.startswith(t) for t in _SSM_FAMILIES):
         raise InputError("config.json model_type",
                          f"{kind!r} has state-space, linear or sparse attention layers, which are not "
                          "modelled; supported: decoder layers of full, sliding-window or chunked softmax attention")

@@ -155,12 +155,12 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     rows: list[tuple[int, int, int, int]] = []
     for n in counts:
         for tp in _pow2_upto(min(tp_cap, model.num_heads)):
-            if n % tp or model.num_heads % tp or not (model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0):
+            if n % tp or not model.splits_over_tp(tp):
                 continue
             for pp in _divisors(n // tp):
                 if pp > model.num_layers or (max_pp is not None and pp > max_pp):
                     break
-                for cp in _pow2_upto(min(max_cp, n // (tp * pp))):
+                for cp in _pow2_upto(min(max_cp if model.context_parallel_ok else 1, n // (tp * pp))):
                     if (n // tp // pp) % cp or (cp > 1 and seq_len % (2 * cp)):
                         continue
                     rows.append((n, tp, pp, cp))

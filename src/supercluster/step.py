@@ -277,7 +277,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)
     a, k, dq, dv = float(model.num_heads), float(model.num_kv_heads), float(model.qk_dim), float(model.v_dim)
     f_moe = model.num_moe_layers / L
-    w_attn = float(model.attn_params)
+    # (a hybrid: w_attn is its mixers' matmul weights per layer, attention and Mamba)
+    w_attn = (model.attention_layers * model.attn_params + model.ssm_layers * model.ssm_matmul_params) / L
     w_mlp = (model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * model.moe_active_mlp_params) / L
     f_act = mean_mlp_width(model)
     act_passes = 3.0 if GATED[model.mlp] else 2.0
@@ -302,6 +303,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                                   source="calibration")
     elif not unfused:
         att = attention_efficiency(fw.attention, gpu.arch)
+    require(not (model.ssm_layers and unfused and gpu.attention_frac is None), "framework",
+            f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s Mamba layers need the "
+            "fused SSD kernels of Megatron-Core / NeMo stacks")
     mem_bw = gpu.hbm_bytes_per_s * hbm_frac()
 
     m = gbs / (dp * mb)
@@ -327,14 +331,23 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         t_attn_f = attn_f / (peak16 * gpu.clock_frac * att.fwd_frac)
         t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
         t_score_f = t_score_b = np.zeros_like(tp)
+    # Mamba-2's chunked scan (SSD, mamba_chunk_scan_combined): Triton kernels of chunked matmuls with
+    # masking, like FlashAttention's, priced at the attention kernel's efficiency and with its 2.5x
+    # backward (no published SSD kernel rate; an assumption). 0 in a transformer.
+    ssd_f = T * model.ssm_scan_flops_per_token() / L / tp
+    if model.ssm_layers:
+        t_ssd_f = ssd_f / (peak16 * gpu.clock_frac * att.fwd_frac)
+        t_ssd_b = 2.5 * ssd_f / (peak16 * gpu.clock_frac * att.bwd_frac)
+    else:
+        t_ssd_f = t_ssd_b = np.zeros_like(tp)
     if fw.elementwise == "eager":
         bytes_f = _eager_layer_bytes(model, T, tok_sp, tp, kv_local, el, f_act, f_moe)
     else:
         bytes_f = _fused_layer_bytes(model, T, tok_sp, tp, kv_local, el, act_passes, f_act, f_moe)
     bytes_f = bytes_f + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
     t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
-    t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f
-    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b
+    t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f + t_ssd_f
+    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b + t_ssd_b
     # Megatron-Core selective recompute modules (0 = core_attn alone, Korthikanti et al. 2022)
     rcm = _col(cols, "rcm").astype(np.int64) if "rcm" in cols else np.zeros(tp.shape, dtype=np.int64)
     mods = np.where(rc == 1, np.where(rcm == 0, RECOMPUTE_MODULE_BIT["core_attn"], rcm), 0)
@@ -375,7 +388,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ar = net.collective_time_s("all_reduce", act_bytes, tp, s_tp)
     # Attention and a dense MLP each all-gather / reduce-scatter (SP) or all-reduce their activations;
     # an MoE MLP does not: its dispatcher moves the tokens (below), so MoE layers keep half of these.
-    dense_share = 1.0 - 0.5 * f_moe
+    # (a hybrid's single-block layers: one mixer or one MLP each, one set of collectives)
+    dense_share = 1.0 - 0.5 * (f_moe + (model.mlp_only_layers + model.mixer_only_layers) / L)
     tp_f = np.where(sp, 4.0 * half, 2.0 * ar) * dense_share
     tp_b = np.where(sp, 6.0 * half, 2.0 * ar) * dense_share  # SP re-gathers the input for the weight gradient
     if fw.tp_comm_overlap:
@@ -385,7 +399,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     else:
         tp_fx, tp_bx = tp_f, tp_b
     # a recomputed dense MLP gathers its (SP) input and reduces its output again
-    tp_x = tp_fx + tp_bx + frc * tp_fx + np.where(has["mlp"], tp_fx * (1.0 - f_moe) / (2.0 - f_moe), 0.0)
+    tp_x = tp_fx + tp_bx + frc * tp_fx + np.where(
+        has["mlp"], tp_fx * (1.0 - f_moe - model.mixer_only_layers / L) / (2.0 * dense_share), 0.0)
 
     kv_el = T * (a / tp if fw.cp_kv_repeated else kv_local) * (dq + dv)  # this rank's K and V
     if fw.cp_rotate == "allgather":
@@ -530,8 +545,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         model.shared_expert_params + model.d_model * model.num_experts)
     # (MTP modules counted like layers: their blocks take layer slots in the split)
     mtp_experts = mtp * model.num_experts * model.expert_params
-    dense_params = (L * (w_attn + 2 * h) + shared_mlp + mtp * model.mtp_block_params - mtp_experts) / (tp * pp) \
-        + V * h / tp
+    dense_params = (model.mixer_params + model.sublayers * h + shared_mlp + mtp * model.mtp_block_params
+                    - mtp_experts) / (tp * pp) + V * h / tp
     expert_params = (model.num_moe_layers * model.num_experts * model.expert_params + mtp_experts) / (pp * ep * etp)
     if dual:
         # DualPipe keeps two stages' parameters on every rank (Table 2: "Parameter 2x"): their weights,
@@ -606,12 +621,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     # ---- the ledger -----------------------------------------------------------------------
     # (Lc layers and head_on heads: the heaviest stage's work per micro-batch, which sums to t_stage)
-    ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * attn_f / peak16) + heads * 3.0 * head_f / peak16
+    ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * (attn_f + ssd_f) / peak16) + heads * 3.0 * head_f / peak16
                  + projs * 3.0 * proj_f / peak)
     gemm_ineff = m * (Lc * 3.0 * (t_gemm_f - gemm_f / peak)
                       + heads * 3.0 * (head_f / ceiling16 - head_f / peak16)
                       + projs * (t_proj - 3.0 * proj_f / peak))
-    attn_ineff = m * Lc * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16)
+    attn_ineff = m * Lc * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16 + t_ssd_f + t_ssd_b - 3.0 * ssd_f / peak16)
     mem_ops = m * (Lc * (3.0 * t_mem_f + t_score_f + t_score_b + cp_mem_f + cp_mem_b)
                    + heads * 5.0 * 4.0 * T * V / tp / mem_bw)
     ledger = {
@@ -632,7 +647,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     tokens = gbs * seq
     model_flops = tokens * model.model_flops_per_token(seq, causal=False)
     fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - (1.0 + mtp) * V * h) + tokens * \
-        model.attention_flops_per_token(seq, causal=False)
+        (model.attention_flops_per_token(seq, causal=False) + model.ssm_scan_flops_per_token())
     sel_flops = tokens * (np.where(has["core_attn"], model.attention_flops_per_token(seq, causal=False), 0.0)
                           + 2.0 * L * (np.where(has["mlp"], w_dense, 0.0) + np.where(has["moe"], w_moe, 0.0)
                                        + np.where(has["mla_up_proj"], w_up, 0.0)))
@@ -701,15 +716,31 @@ def mean_mlp_width(model: ModelSpec) -> float:
 def _fused_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray, kv_local: np.ndarray,
                        el: np.ndarray, act_passes: float, f_act: float, f_moe: float) -> np.ndarray:
     """Forward HBM bytes of a layer's memory-bound ops as fused kernels (Transformer Engine, apex,
-    Megatron): each norm, add, activation and RoPE reads its inputs and writes its output once."""
+    Megatron): each norm, add, activation and RoPE reads its inputs and writes its output once.
+    (Per layer, averaged over a hybrid's layers: attention's share, each block's norm and add, and
+    the Mamba mixers' own passes.)"""
     h, a, dq, dv = float(model.d_model), float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    f_att, f_ssm, n_sub = model.layer_shares
     return el * (
-        10.0 * h * tok_sp  # LN1, residual add, LN2, residual add (read + write passes)
+        5.0 * n_sub * h * tok_sp  # each block's norm and residual add (read + write passes): LN1, add, LN2, add
         + T * act_passes * f_act / tp  # activation function: read inputs, write output
-        + T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
-        + T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
+        + f_att * T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
+        + f_att * T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
         + f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute, dispatch + combine
-    )
+    ) + f_ssm * _ssm_layer_bytes(model, T, tp, el)
+
+
+def _ssm_layer_bytes(model: ModelSpec, T: np.ndarray, tp: np.ndarray, el: np.ndarray) -> np.ndarray:
+    """Forward HBM bytes of one Mamba-2 mixer's memory-bound work (Megatron-Core MambaMixer with
+    mamba_ssm's kernels), its inner width, heads and groups split over TP: the causal depthwise
+    convolution with SiLU reads and writes x, B and C; the chunked scan reads x, B, C and dt and
+    writes y, its chunk states (fp32, heads x head dim x state per chunk) written by the chunk-state
+    pass, read and written by the state passing and read by the output pass; the gated RMSNorm reads
+    y and z and writes its output."""
+    d, gn, heads = float(model.ssm_inner), float(model.ssm_groups * model.ssm_state), float(model.ssm_heads)
+    xbc = d + 2.0 * gn
+    states = 4.0 * 4.0 * d * model.ssm_state / model.ssm_chunk
+    return T * (el * (2.0 * xbc + xbc + heads + d + 3.0 * d) + states) / tp
 
 
 def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray,
@@ -723,18 +754,19 @@ def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
     2 el; SDPA reads q and the repeated k, v and writes o; MoE permutes as fused.
     """
     h, a, dq, dv = float(model.d_model), float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    f_att, f_ssm, n_sub = model.layer_shares
     heads = a / tp
     gqa = heads > kv_local
     kv_eff = np.where(gqa, heads, kv_local)
     return (
-        2.0 * (4.0 * el + 28.0) * h * tok_sp  # two RMSNorms
-        + 2.0 * 3.0 * el * h * tok_sp  # two residual adds
-        + T * (heads + kv_local) * dq * (2.0 * el + 16.0)  # RoPE on q and k
-        + np.where(gqa, el * T * (kv_local + heads) * (dq + dv), 0.0)  # repeat_kv: read k, v, write expanded
+        n_sub * (4.0 * el + 28.0) * h * tok_sp  # two RMSNorms (one per block)
+        + n_sub * 3.0 * el * h * tok_sp  # two residual adds
+        + f_att * T * (heads + kv_local) * dq * (2.0 * el + 16.0)  # RoPE on q and k
+        + np.where(gqa, f_att * el * T * (kv_local + heads) * (dq + dv), 0.0)  # repeat_kv: read k, v, write expanded
         + el * T * f_act / tp * (5.0 if GATED[model.mlp] else 2.0)  # activation
-        + el * T * (heads * dq + kv_eff * (dq + dv) + heads * dv)  # SDPA reads q, k, v, writes o
+        + f_att * el * T * (heads * dq + kv_eff * (dq + dv) + heads * dv)  # SDPA reads q, k, v, writes o
         + el * f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute
-    )
+    ) + f_ssm * _ssm_layer_bytes(model, T, tp, el)
 
 
 def _gemm(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.ndarray, el_in: np.ndarray,
@@ -771,7 +803,12 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
         return _gemm(tokens, h, up * width / split, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
             tokens, width / split, h, rate, el_in, el_out, mem_bw, q_el, q_w)
 
-    total = model.num_layers * attn
+    total = model.attention_layers * attn
+    if model.ssm_layers:  # Mamba-2: the input projection (z, x, B, C, dt) and the output projection
+        d = float(model.ssm_inner)
+        total = total + model.ssm_layers * (
+            _gemm(T, h, model.ssm_in_proj_width / tp, rate, el_in, el_out, mem_bw, q_el, q_w)
+            + _gemm(T, d / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w))
     if model.num_dense_layers:
         total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
     if model.num_moe_layers:
@@ -877,7 +914,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     local = dense_params + expert_params
     shard = dense_params / dpg + expert_params / edpg
     # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded).
-    gathered = 2.0 * (model.attn_params + model.dense_mlp_params) / tp
+    gathered = 2.0 * (max(model.attn_params, model.ssm_params) + model.dense_mlp_params) / tp
     low = lowp > 0
     # bf16 weights, plus their fp8 / fp4 copy for the GEMMs, or that copy alone (fp8_param_gather)
     w_bytes = np.where(fp32, 4.0, np.where(low, np.where(fw.fp8_param_gather, 0.0, 2.0) + low_el, 2.0))
@@ -901,7 +938,10 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     f_moe = model.num_moe_layers / model.num_layers
     f_dense, f_moew, f_routed = mlp_widths(model)
     sp_frac = np.where(sp, 1.0 / tp, 1.0)  # the share of an h-wide tensor a rank keeps (SP shards it)
-    ln_in = (4.0 + (2.0 if fw.dropout else 0.0)) * h * sp_frac  # the two norms' inputs (and dropout masks)
+    # (a hybrid: per layer on average, attention's tensors on its share of the layers, one norm and one
+    # linear input per block, and the Mamba mixers' own)
+    f_att, f_ssm, n_sub = model.layer_shares
+    ln_in = 0.5 * n_sub * (4.0 + (2.0 if fw.dropout else 0.0)) * h * sp_frac  # the norms' inputs (and dropout masks)
     lin_in = low_el * h * sp_frac  # the QKV input; likewise the FC1 input (an MoE layer's router / dispatch input)
 
     def mlp_int(width: float) -> np.ndarray:  # FC1 output(s) in 16 bits, the FC2 input in the GEMM precision
@@ -912,7 +952,10 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
         2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
         + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))
-    per_tok = ln_in + 2.0 * lin_in + attn + mlp_int(f_act) + moe_tok
+    # Mamba-2 (mamba_ssm's fused conv + scan saves its input projection's output and the scan output y
+    # and recomputes the rest; the output projection keeps its input in the GEMM precision)
+    ssm = (2.0 * (model.ssm_in_proj_width + model.ssm_inner) + low_el * model.ssm_inner) / tp
+    per_tok = ln_in + n_sub * lin_in + f_att * attn + mlp_int(f_act) + moe_tok + f_ssm * ssm
     none_tok = per_tok + score_tok  # what a layer keeps without recompute
     # Selective recompute drops what the recomputed modules saved (Megatron-Core recompute_modules;
     # its default, core_attn, drops the attention scores: Korthikanti et al. 2022): the MoE layers'

@@ -92,6 +92,10 @@ def row_model(row: dict[str, str]) -> ModelSpec:
         mlp = "gelu" if ffn == 4 * hidden else "swiglu"
         head_dim, tied = hidden // heads, mlp == "gelu"
     experts = _int(row, "moe_experts", 0)
+    if preset is not None and preset.hybrid_pattern and experts == preset.num_experts:
+        # nor for a hybrid's Mamba layers and layer pattern: a matching hybrid preset supplies them
+        return dataclasses.replace(preset, key=row.get("id", "row"), name=row.get("model_name", preset.name),
+                                   seq_len=_int(row, "seq_len"), mtp_layers=mtp)
     if preset is not None and preset.is_moe and experts == preset.num_experts:
         # The CSV has no columns for shared experts, leading dense layers, expert width or MLA: a
         # matching MoE preset supplies them; the row's own columns must agree with it.
@@ -302,7 +306,7 @@ def predict_row(row: dict[str, str]) -> RowResult:
     reason = "; ".join(x for x in (note, f"{fw.key}, {layout.recompute_label} recompute, zero {layout.zero_stage}")
                        if x)
     return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short(), gpu=gpu_key,
-                     framework=fw.key, kind="moe" if model.is_moe else "dense")
+                     framework=fw.key, kind=model.kind)
 
 
 #: Runs shipped in the package: ``public`` (../shared/validation/public-runs.csv, the default) and

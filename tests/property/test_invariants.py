@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from supercluster.estimate import default_network
@@ -16,8 +16,9 @@ from supercluster.network import TwoLevelNetwork
 from supercluster.step import LEDGER, step_columns
 
 MODEL = load_model("llama3-70b")
-# the same with a multi-token-prediction module on its last stage (the pricing DeepSeek-V3 runs use)
-MODELS = st.sampled_from([MODEL, dataclasses.replace(MODEL, mtp_layers=1)])
+# the same with a multi-token-prediction module on its last stage (the pricing DeepSeek-V3 runs use), and a
+# Mamba-2 hybrid (Nemotron-H 8B: Mamba, attention and MLP layers of one block each)
+MODELS = st.sampled_from([MODEL, dataclasses.replace(MODEL, mtp_layers=1), load_model("nemotronh-8b")])
 GPU = get_gpu("h100-sxm")
 # Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
 FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
@@ -33,8 +34,15 @@ layouts = st.fixed_dictionaries({
 })
 
 
-def cols(d: dict[str, int]) -> dict[str, np.ndarray]:
+def priced(fw, model) -> None:
+    """Skip what is refused, not priced: a hybrid's Mamba layers under a pre-FlashAttention stack."""
+    assume(not (model.ssm_layers and fw.attention == "unfused"))
+
+
+def cols(d: dict[str, int], model=MODEL) -> dict[str, np.ndarray]:
     c = {k: np.array([v]) for k, v in d.items() if k != "accum"}
+    if not model.context_parallel_ok:  # (CP of Mamba layers is refused, not priced)
+        c["cp"] = np.array([1])
     c["vpp"] = np.array([d["vpp"] if d["pp"] > 1 else 1])
     c["ep"] = np.array([1])
     c["gbs"] = np.array([d["dp"] * d["mb"] * d["accum"]])
@@ -44,7 +52,8 @@ def cols(d: dict[str, int]) -> dict[str, np.ndarray]:
 @settings(max_examples=150, deadline=None)
 @given(layouts, FRAMEWORKS, MODELS)
 def test_ledger_sums_exactly_and_parts_are_non_negative(d, fw, model):
-    out = step_columns(model, GPU, NET, fw, cols(d))
+    priced(fw, model)
+    out = step_columns(model, GPU, NET, fw, cols(d, model))
     total = sum(out[name] for name in LEDGER)
     assert np.allclose(total, out["step_time_s"], rtol=1e-12)
     assert all(np.all(out[name] >= 0) for name in LEDGER)
@@ -54,31 +63,34 @@ def test_ledger_sums_exactly_and_parts_are_non_negative(d, fw, model):
 @settings(max_examples=100, deadline=None)
 @given(layouts, st.floats(1.0, 10.0), st.floats(1.0, 10.0), FRAMEWORKS, MODELS)
 def test_more_bandwidth_is_never_slower(d, up, out_factor, fw, model):
+    priced(fw, model)
     faster = TwoLevelNetwork(domain_size=NET.domain_size, scaleup_busbw_bytes_per_s=NET.scaleup_busbw_bytes_per_s * up,
                              scaleout_bytes_per_s=NET.scaleout_bytes_per_s * out_factor)
-    a = step_columns(model, GPU, NET, fw, cols(d))["step_time_s"]
-    b = step_columns(model, GPU, faster, fw, cols(d))["step_time_s"]
+    a = step_columns(model, GPU, NET, fw, cols(d, model))["step_time_s"]
+    b = step_columns(model, GPU, faster, fw, cols(d, model))["step_time_s"]
     assert np.all(b <= a * (1 + 1e-12))
 
 
 @settings(max_examples=100, deadline=None)
-@given(layouts, st.floats(1.0, 4.0), st.floats(1.0, 4.0), FRAMEWORKS)
-def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm, fw):
+@given(layouts, st.floats(1.0, 4.0), st.floats(1.0, 4.0), FRAMEWORKS, MODELS)
+def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm, fw, model):
+    priced(fw, model)
     gpu = dataclasses.replace(GPU, peak_flops_per_s={k: v * flops for k, v in GPU.peak_flops_per_s.items()},
                               hbm_bytes_per_s=GPU.hbm_bytes_per_s * hbm)
-    a = step_columns(MODEL, GPU, NET, fw, cols(d))["step_time_s"]
-    b = step_columns(MODEL, gpu, NET, fw, cols(d))["step_time_s"]
+    a = step_columns(model, GPU, NET, fw, cols(d, model))["step_time_s"]
+    b = step_columns(model, gpu, NET, fw, cols(d, model))["step_time_s"]
     assert np.all(b <= a * (1 + 1e-12))
 
 
 @settings(max_examples=100, deadline=None)
 @given(layouts, FRAMEWORKS, MODELS)
 def test_memory_never_grows_with_tp_pp_or_zero(d, fw, model):
-    base = step_columns(model, GPU, NET, fw, cols(d))["memory_per_gpu_bytes"]
+    priced(fw, model)
+    base = step_columns(model, GPU, NET, fw, cols(d, model))["memory_per_gpu_bytes"]
     for key, values in (("tp", [1, 2, 4, 8]), ("zero", [0, 1, 2, 3])):
         bigger = [v for v in values if v > d[key]]
         if bigger:
-            more = step_columns(model, GPU, NET, fw, cols({**d, key: bigger[0]}))["memory_per_gpu_bytes"]
+            more = step_columns(model, GPU, NET, fw, cols({**d, key: bigger[0]}, model))["memory_per_gpu_bytes"]
             assert np.all(more <= base * (1 + 1e-12)), key
     # One documented exception: torchtitan keeps each stage's FSDP parameters gathered once PP is on
     # (reshard_after_forward off, gradients accumulated unsharded; its published 405B TP8 PP8 memory
@@ -88,7 +100,7 @@ def test_memory_never_grows_with_tp_pp_or_zero(d, fw, model):
     # turning PP on (1 -> 2) holds 3/2 of the model's layers' activations; more stages never do.
     turns_on_dualpipe = fw.pipeline_schedule == "dualpipe" and d["pp"] == 1
     if d["pp"] < 8 and d["vpp"] == 1 and not turns_on_gathered_stages and not turns_on_dualpipe:
-        more = step_columns(MODEL, GPU, NET, fw, cols({**d, "pp": d["pp"] * 2}))["memory_per_gpu_bytes"]
+        more = step_columns(model, GPU, NET, fw, cols({**d, "pp": d["pp"] * 2}, model))["memory_per_gpu_bytes"]
         assert np.all(more <= base * (1 + 1e-12))
 
 
@@ -107,8 +119,6 @@ def test_torchtitan_pp_memory_exception_is_exactly_the_gathered_stage():
 
 
 # ---- goodput ------------------------------------------------------------------------------------
-from hypothesis import assume  # noqa: E402
-
 from supercluster.errors import InputError  # noqa: E402
 from supercluster.goodput import RunSpec, expected_ettr, simulate  # noqa: E402
 

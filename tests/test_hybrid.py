@@ -1,0 +1,179 @@
+"""Mamba-2 hybrids (Nemotron-H): layer counts, parameters, FLOPs, import, pricing and refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from supercluster.errors import InputError
+from supercluster.estimate import default_network
+from supercluster.framework import get_framework
+from supercluster.hardware import get_gpu
+from supercluster.launchers import to_megatron_args
+from supercluster.layout import Layout
+from supercluster.models import ModelSpec, from_hf_config, hybrid_counts, load_model
+from supercluster.step import LEDGER, step_breakdown
+
+NH56 = load_model("nemotronh-56b")
+H100 = get_gpu("h100-sxm")
+
+# nvidia/Nemotron-H-56B-Base-8K config.json (the fields read)
+NH56_HF = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 8192,
+    "hybrid_override_pattern": NH56.hybrid_pattern, "num_hidden_layers": 118, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 32768, "mamba_num_heads": 256,
+    "mamba_head_dim": 64, "ssm_state_size": 256, "n_groups": 8, "conv_kernel": 4, "chunk_size": 128, "expand": 2,
+    "mlp_hidden_act": "relu2", "vocab_size": 131072, "tie_word_embeddings": False, "max_position_embeddings": 8192,
+}
+# nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B config.json: Mamba-2, attention and MoE layers
+NANO_HF = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 2688,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", "num_hidden_layers": 52,
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 1856,
+    "moe_intermediate_size": 1856, "moe_shared_expert_intermediate_size": 3712, "n_routed_experts": 128,
+    "n_shared_experts": 1, "num_experts_per_tok": 6, "mamba_num_heads": 64, "mamba_head_dim": 64,
+    "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "chunk_size": 128, "expand": 2, "mlp_hidden_act": "relu2",
+    "vocab_size": 131072, "tie_word_embeddings": False,
+}
+
+
+def test_pattern_counts_and_the_56b_presets_layers():
+    # 118 layers of one block each: 54 Mamba-2 mixers, 10 attention, 54 squared-ReLU MLPs (NVIDIA's count)
+    assert (NH56.num_layers, NH56.ssm_layers, NH56.attention_layers, NH56.mlp_layers) == (118, 54, 10, 54)
+    assert NH56.sublayers == 118 and NH56.kind == "hybrid"
+    assert hybrid_counts("M-*E") == dict(num_layers=4, ssm_layers=1, mixer_only_layers=2, mlp_only_layers=2,
+                                         first_dense_layers=1)
+    llama = load_model("llama3-70b")  # a transformer: every layer is attention + MLP
+    assert (llama.attention_layers, llama.mlp_layers, llama.sublayers, llama.kind) == (80, 80, 160, "dense")
+
+
+@pytest.mark.parametrize(("key", "published_b"), [("nemotronh-8b", 8.0), ("nemotronh-47b", 47.0),
+                                                  ("nemotronh-56b", 56.0)])
+def test_preset_sizes_match_the_published_names(key, published_b):
+    assert load_model(key).num_params / 1e9 == pytest.approx(published_b, rel=0.015)
+
+
+def test_mamba2_mixer_weights_by_hand():
+    # in_proj: h x (2 d_inner + 2 G N + H) = 8192 x (32768 + 4096 + 256); out_proj: 16384 x 8192;
+    # conv over x, B, C (16384 + 4096 channels, 4 taps + bias); A, D, dt bias per head; gated-norm weight
+    assert NH56.ssm_matmul_params == 8192 * 37120 + 16384 * 8192
+    assert NH56.ssm_params == NH56.ssm_matmul_params + 20480 * 5 + 3 * 256 + 16384
+
+
+def test_model_flops_match_nvidias_count_for_nemotron_h_56b():
+    # dgxc-benchmarking nemotron-h/README.md: 2.816e15 model FLOPs per 8,192-token sequence, counted with
+    # a 256-token scan chunk, full (non-causal) attention and no norms
+    m = dataclasses.replace(NH56, ssm_chunk=256)
+    assert m.model_flops_per_token(8192) * 8192 == pytest.approx(2.816e15, rel=1e-3)
+    # the scan's own FLOPs (beyond its projections): 2 Q N G + 2 Q d_inner + 4 N d_inner per Mamba layer
+    assert NH56.ssm_scan_flops_per_token() == 54 * (2 * 128 * 256 * 8 + 2 * 128 * 16384 + 4 * 256 * 16384)
+
+
+def test_nemotron_h_config_json_imports_as_the_preset(tmp_path):
+    got = from_hf_config(NH56_HF)
+    differ = {f.name for f in dataclasses.fields(ModelSpec) if getattr(got, f.name) != getattr(NH56, f.name)}
+    assert differ == {"key", "name", "source"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(NH56_HF))
+    assert load_model(str(path)).num_params == NH56.num_params
+
+
+def test_nemotron_3_nano_imports_with_its_moe_layers():
+    # NVIDIA: 31.6 B parameters, 3.6 B active counting the embeddings (3.2 B without the input embedding)
+    m = from_hf_config(NANO_HF)
+    assert (m.ssm_layers, m.attention_layers, m.num_moe_layers, m.num_dense_layers) == (23, 6, 23, 0)
+    assert m.num_params / 1e9 == pytest.approx(31.6, abs=0.05)
+    assert m.num_active_params / 1e9 == pytest.approx(3.6, abs=0.05)
+    assert (m.num_active_params - m.vocab_size * m.d_model) / 1e9 == pytest.approx(3.2, abs=0.05)
+    # newer configs list the same layers by name
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    listed = {k: v for k, v in NANO_HF.items() if k != "hybrid_override_pattern"}
+    listed["layers_block_type"] = [names[c] for c in NANO_HF["hybrid_override_pattern"]]
+    assert from_hf_config(listed).num_params == m.num_params
+
+
+@pytest.mark.parametrize(("change", "field", "says"), [
+    ({"hybrid_override_pattern": "M-X*"}, "hybrid_override_pattern", "unknown layer symbols"),
+    ({"num_hidden_layers": 120}, "hybrid_override_pattern", "118 layers"),
+    ({"mamba_head_dim": 0}, "mamba_head_dim", "whole number > 0"),
+    ({"n_groups": 1.5}, "n_groups", "whole number > 0"),
+    ({"layers_block_type": ["mamba", "rnn"], "hybrid_override_pattern": None}, "layers_block_type", "rnn"),
+])
+def test_a_malformed_hybrid_config_names_its_field(change, field, says):
+    with pytest.raises(InputError, match=f"^config.json {field}: .*{says}"):
+        from_hf_config({**NH56_HF, **change})
+
+
+def test_a_pattern_that_disagrees_with_the_counts_is_refused():
+    with pytest.raises(InputError, match="^model.hybrid_pattern: its layer counts"):
+        dataclasses.replace(NH56, ssm_layers=53)
+    with pytest.raises(InputError, match="^model.ssm_heads: must be > 0"):
+        dataclasses.replace(NH56, hybrid_pattern="", ssm_heads=0)
+
+
+def _layout(**kw) -> Layout:
+    d = dict(tp=8, pp=1, dp=4, cp=1, ep=1, vpp=1, micro_batch=1, global_batch=96, seq_len=8192, precision="fp8",
+             recompute="none", zero_stage=1)
+    return Layout(**{**d, **kw})
+
+
+def _price(model: ModelSpec, layout: Layout, fw: str = "nemo-megatron"):
+    return step_breakdown(model, layout=layout, gpu=H100, net=default_network(H100, num_gpus=layout.num_gpus),
+                          fw=get_framework(fw))
+
+
+def test_tp_must_divide_the_mamba_heads_and_groups_and_cp_is_refused():
+    small = dataclasses.replace(NH56, hybrid_pattern="", ssm_groups=4, ssm_heads=256)  # 4 groups
+    with pytest.raises(InputError, match="^tp: 8 must divide the 4 Mamba groups"):
+        _price(small, _layout())
+    with pytest.raises(InputError, match="^cp: context parallelism of Mamba layers is not modelled"):
+        _price(NH56, _layout(cp=2, dp=2, global_batch=48))
+    with pytest.raises(InputError, match="^framework: megatron-legacy runs attention unfused"):
+        _price(NH56, _layout(), "megatron-legacy")
+
+
+def test_ideal_compute_is_the_models_flop_count_at_peak():
+    # one GPU, bf16: the layer-averaged pricing of Mamba, attention and MLP layers adds up to the model's
+    # own count (causal attention, the scan, the head), each at the bf16 peak
+    m = load_model("nemotronh-8b")
+    lay = _layout(tp=1, dp=1, global_batch=2, precision="bf16", seq_len=4096)
+    b = _price(m, lay, "megatron")
+    tokens = 2 * 4096
+    assert b.ledger["ideal_compute"] * H100.peak("bf16") == pytest.approx(
+        tokens * m.model_flops_per_token(4096, causal=True), rel=1e-9)
+    assert sum(b.ledger[k] for k in LEDGER) == pytest.approx(b.step_time_s, rel=1e-12)
+
+
+def test_a_mamba_layer_costs_more_than_nothing_and_less_than_attention_at_long_context():
+    # the same stack with its Mamba mixers swapped for attention: slower at 64K tokens (attention is
+    # quadratic in the sequence, the scan linear); with FlashAttention both keep O(s) activations, the
+    # Mamba mixer more (its input projection's 18,560-wide output against q, k, v and o)
+    m = load_model("nemotronh-8b")
+    attn = dataclasses.replace(m, hybrid_pattern=m.hybrid_pattern.replace("M", "*"), ssm_layers=0)
+    lay = _layout(tp=8, dp=1, global_batch=1, seq_len=65536, precision="bf16")
+    hyb, full = _price(m, lay), _price(attn, lay)
+    assert hyb.step_time_s < full.step_time_s
+    assert hyb.memory["mem_activations_bytes"] > full.memory["mem_activations_bytes"] > 0
+    # at 4K tokens a Mamba mixer's wider projections (32 M vs 25 M weights) cost more than attention does
+    short = _layout(tp=8, dp=1, global_batch=8, seq_len=4096, precision="bf16")
+    assert _price(m, short).step_time_s > _price(attn, short).step_time_s
+
+
+def test_megatron_export_carries_the_pattern_and_mamba_widths():
+    args = to_megatron_args(_layout(), NH56)
+    assert f"--hybrid-override-pattern '{NH56.hybrid_pattern}'" in args
+    assert "--mamba-num-heads 256 --mamba-head-dim 64 --mamba-state-dim 256 --mamba-num-groups 8" in args
+    patternless = dataclasses.replace(NH56, hybrid_pattern="")
+    with pytest.raises(InputError, match="^model: .*without its layer pattern"):
+        to_megatron_args(_layout(), patternless)
+
+
+def test_planner_keeps_to_layouts_a_hybrid_can_run():
+    from supercluster.planner import candidate_columns
+
+    cols = candidate_columns(NH56, H100, 256, global_batch=768, seq_len=8192, precisions=("fp8",))
+    assert set(np.unique(cols["cp"])) == {1}
+    assert all(256 % t == 0 and 8 % t == 0 for t in np.unique(cols["tp"]))
