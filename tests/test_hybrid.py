@@ -101,6 +101,7 @@ def test_nemotron_3_nano_imports_with_its_moe_layers():
     ({"mamba_head_dim": 0}, "mamba_head_dim", "whole number > 0"),
     ({"n_groups": 1.5}, "n_groups", "whole number > 0"),
     ({"layers_block_type": ["mamba", "rnn"], "hybrid_override_pattern": None}, "layers_block_type", "rnn"),
+    ({"hybrid_override_pattern": None}, "hybrid_override_pattern", "missing: a Nemotron-H config lists its layers"),
 ])
 def test_a_malformed_hybrid_config_names_its_field(change, field, says):
     with pytest.raises(InputError, match=f"^config.json {field}: .*{says}"):

@@ -462,7 +462,9 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
              default=1 if get("multi_query", default=False) is True else
              get("multi_query_group_num") if get("multi_query_attention", default=False) is True else heads)
     act = str(get("mlp_hidden_act", "hidden_act", "activation_function", default="silu")).lower()
-    arch = " ".join(get("architectures", default=[])).lower() + " " + str(get("model_type", default="")).lower()
+    archs = get("architectures", default=[])
+    arch = (" ".join(map(str, archs)) if isinstance(archs, list) else str(archs)).lower() + " " + str(
+        get("model_type", default="")).lower()
     gated = _hf_family(cfg) not in _UNGATED_FAMILIES
     if "relu2" in act or "squared" in act:
         mlp = "relu2"
@@ -608,7 +610,7 @@ def _hf_family(cfg: dict[str, Any]) -> str:
 #: indexer's top-k keys through a separate indexer; counting any of them as softmax attention would
 #: print a wrong number without saying so
 _UNMODELLED_FIELDS = {
-    "hybrid_override_pattern": "Mamba / hybrid layers (Nemotron-H)",
+    "hybrid_override_pattern": "Mamba / hybrid layers outside a Nemotron-H config (model_type nemotron_h)",
     "mamba_d_state": "Mamba layers (Jamba)",
     "attn_layer_period": "Mamba layers between attention layers (Jamba)",
     "ssm_cfg": "state-space (Mamba) layers",
@@ -631,8 +633,10 @@ def _hf_nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
         bad = sorted({str(b) for b in blocks} - set(symbol))
         require(not bad, "config.json layers_block_type", f"unknown layer kinds {bad}; allowed: {sorted(symbol)}")
         pattern = "".join(symbol[b] for b in blocks)
-    if pattern is None or _hf_family(cfg) != "nemotronh":
+    if _hf_family(cfg) != "nemotronh":
         return {}
+    require(pattern is not None, "config.json hybrid_override_pattern",
+            "missing: a Nemotron-H config lists its layers there (or in layers_block_type)")
     if cfg.get("moe_latent_size") is not None:
         raise InputError("config.json moe_latent_size", "latent MoE (experts in a narrower latent space, "
                                                         "Nemotron 3 Super) is not modelled")
