@@ -95,6 +95,42 @@ def test_nemotron_3_nano_imports_with_its_moe_layers():
     assert from_hf_config(listed).num_params == m.num_params
 
 
+# ibm-granite/granite-4.0-h-small config.json (the fields read; its Mamba heads and head dim are the
+# config class defaults: 128 heads, head dim "auto" = expand x hidden / heads)
+GRANITE_SMALL_HF = {
+    "model_type": "granitemoehybrid", "hidden_size": 4096, "num_hidden_layers": 40, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_local_experts": 72, "num_experts_per_tok": 10, "shared_intermediate_size": 1536,
+    "intermediate_size": 768, "mamba_d_state": 128, "mamba_d_conv": 4, "mamba_expand": 2, "tie_word_embeddings": True,
+    "vocab_size": 100352, "layer_types": (["mamba"] * 4 + ["attention"] + ["mamba"] * 5) * 4,
+}
+# ibm-ai-platform/Bamba-9B: Mamba-2 everywhere but three attention layers, each layer with a SwiGLU MLP
+BAMBA_HF = {
+    "model_type": "bamba", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "attn_layer_indices": [9, 18, 27],
+    "mamba_n_heads": 128, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_expand": 2,
+    "tie_word_embeddings": False,
+}
+
+
+def test_granite_4_h_and_bamba_import_with_a_mixer_and_an_mlp_in_every_layer():
+    # IBM: Granite 4.0-H-Small 32 B total, 9 B active; Bamba-9B 9.78 B
+    g = from_hf_config(GRANITE_SMALL_HF)
+    assert (g.ssm_layers, g.attention_layers, g.num_moe_layers, g.sublayers) == (36, 4, 40, 80)
+    assert (g.ssm_heads, g.ssm_head_dim, g.ssm_groups, g.ssm_chunk, g.shared_width) == (128, 64, 1, 256, 1536)
+    assert g.num_params / 1e9 == pytest.approx(32.2, abs=0.1)
+    assert g.num_active_params / 1e9 == pytest.approx(9, abs=0.25)
+    b = from_hf_config(BAMBA_HF)
+    assert (b.ssm_layers, b.attention_layers, b.num_dense_layers, b.mlp) == (29, 3, 32, "swiglu")
+    assert b.num_params / 1e9 == pytest.approx(9.78, abs=0.01)
+    # a dense Granite 4.0-H: no experts, its MLP is the shared one
+    dense = from_hf_config({**GRANITE_SMALL_HF, "num_local_experts": 0, "shared_intermediate_size": 8192})
+    assert not dense.is_moe and dense.ffn_dim == 8192
+    # each prices (no Megatron pattern to export: their layers hold a mixer and an MLP)
+    assert _price(b, _layout(tp=1, dp=8, global_batch=8, seq_len=4096, precision="bf16")).step_time_s > 0
+    with pytest.raises(InputError, match="^model: .*without its layer pattern"):
+        to_megatron_args(_layout(), b)
+
+
 @pytest.mark.parametrize(("change", "field", "says"), [
     ({"hybrid_override_pattern": "M-X*"}, "hybrid_override_pattern", "unknown layer symbols"),
     ({"num_hidden_layers": 120}, "hybrid_override_pattern", "118 layers"),
@@ -102,10 +138,23 @@ def test_nemotron_3_nano_imports_with_its_moe_layers():
     ({"n_groups": 1.5}, "n_groups", "whole number > 0"),
     ({"layers_block_type": ["mamba", "rnn"], "hybrid_override_pattern": None}, "layers_block_type", "rnn"),
     ({"hybrid_override_pattern": None}, "hybrid_override_pattern", "missing: a Nemotron-H config lists its layers"),
+    ({"mamba_head_dim": None, "mamba_num_heads": None}, "mamba_num_heads", "dividing expand x hidden_size"),
 ])
 def test_a_malformed_hybrid_config_names_its_field(change, field, says):
     with pytest.raises(InputError, match=f"^config.json {field}: .*{says}"):
         from_hf_config({**NH56_HF, **change})
+
+
+@pytest.mark.parametrize(("base", "change", "field", "says"), [
+    (GRANITE_SMALL_HF, {"layer_types": ["mamba"] * 39}, "layer_types", "must list the 40 layers"),
+    (GRANITE_SMALL_HF, {"layer_types": ["mamba"] * 39 + ["rnn"]}, "layer_types", "rnn"),
+    (GRANITE_SMALL_HF, {"mamba_n_heads": 100}, "mamba_n_heads", "dividing mamba_expand x hidden_size"),
+    (BAMBA_HF, {"attn_layer_indices": [9, 40]}, "attn_layer_indices", "indices in 0..31"),
+    (BAMBA_HF, {"mamba_d_state": -1}, "mamba_d_state", "whole number > 0"),
+])
+def test_a_malformed_granite_or_bamba_config_names_its_field(base, change, field, says):
+    with pytest.raises(InputError, match=f"^config.json {field}: .*{says}"):
+        from_hf_config({**base, **change})
 
 
 def test_a_pattern_that_disagrees_with_the_counts_is_refused():

@@ -237,8 +237,8 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16
     ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E" * 12, "moe_latent_size": 1024,
       "n_routed_experts": 512, "num_experts_per_tok": 22, "mamba_head_dim": 64, "ssm_state_size": 128},
      "moe_latent_size"),
-    # Granite 4.0-H: Mamba-2 hybrid layers listed in layer_types (not read)
-    ({"model_type": "granitemoehybrid", "layer_types": ["mamba"] * 40 + ["attention"] * 8}, "layer_types"),
+    # Falcon-H1: attention and Mamba-2 side by side in every layer
+    ({"model_type": "falcon_h1", "mamba_d_state": 256, "mamba_n_heads": 24}, "mamba_d_state"),
     # DeepSeek-V3.2: sparse attention through a top-k indexer
     ({"model_type": "deepseek_v32", "index_topk": 2048, "index_n_heads": 64}, "index_topk"),
     # a layer_types list naming a kind that is not softmax attention

@@ -439,7 +439,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
                 return cfg[n]
         return default
 
-    hybrid = _hf_nemotron_h(cfg)  # Mamba-2 hybrid fields (Nemotron-H), refused below otherwise
+    hybrid = _hf_mamba2_hybrid(cfg)  # Mamba-2 hybrid fields (Nemotron-H, Granite 4.0-H, Bamba); refused below otherwise
     _refuse_unmodelled_layers(cfg, hybrid=bool(hybrid))
     for field in _HF_INT_FIELDS:
         v = cfg.get(field)
@@ -456,6 +456,8 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         require(val <= cap, f"config.json {field}", f"{val} is past any real model (at most {cap:,})")
     ffn = get("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size",
               default=int(get("expansion_ratio", default=4) * h))  # MPT: expansion_ratio x d_model
+    if hybrid.get("ffn") is not None:  # a dense Granite 4.0-H: its MLP is the shared one
+        ffn = hybrid["ffn"]
     # (Falcon-7B, StarCoder: multi_query = one K/V head shared by all query heads)
     # (ChatGLM: multi_query_attention with multi_query_group_num K/V heads)
     kv = get("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv",
@@ -527,7 +529,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
                 "(also read as experts_per_token, moe_topk, moe_top_k, moe_k)")
         shared = int(get("n_shared_experts", "moe_num_shared_experts", default=0) or 0)
         shared_width = int(get("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
-                               default=0) or 0)
+                               "shared_intermediate_size", default=0) or 0)
         if get("parallel_attn_mlp_res", default=False) is True:
             # Snowflake Arctic: each MoE layer also runs a d_model-wide SwiGLU "residual MLP" on every token
             # (modeling_arctic.py ArcticMLP(is_residual_mlp=True): ffn_dim = hidden_size), priced as a shared expert
@@ -545,7 +547,8 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
         ffn = get("intermediate_size_mlp", default=ffn)
     fields["mtp_layers"] = int(get("num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
-    fields.update({k: v for k, v in hybrid.items() if k not in ("moe_layers", "first_dense_layers", "num_layers")})
+    fields.update({k: v for k, v in hybrid.items()
+                   if k not in ("moe_layers", "first_dense_layers", "num_layers", "ffn")})
     tied = bool(get("tie_word_embeddings", default=_hf_family(cfg) in _TIED_FAMILIES))
     try:
         return ModelSpec(
@@ -574,7 +577,7 @@ _HF_INT_FIELDS = (
     "moe_num_shared_experts", "shared_expert_intermediate_size", "intermediate_size_mlp",
     "num_nextn_predict_layers", "mtp_num_layers", "max_position_embeddings", "n_positions", "max_seq_len",
     "interleave_moe_layer_step", "decoder_sparse_step", "first_k_dense_replace", "moe_layer_start_index",
-    "moe_layer_frequency", "moe_layer_freq", "moe_shared_expert_intermediate_size",
+    "moe_layer_frequency", "moe_layer_freq", "moe_shared_expert_intermediate_size", "shared_intermediate_size",
 )
 
 #: Hugging Face model families whose MLP is one up-projection and one down-projection (GELU, not gated),
@@ -611,7 +614,8 @@ def _hf_family(cfg: dict[str, Any]) -> str:
 #: print a wrong number without saying so
 _UNMODELLED_FIELDS = {
     "hybrid_override_pattern": "Mamba / hybrid layers outside a Nemotron-H config (model_type nemotron_h)",
-    "mamba_d_state": "Mamba layers (Jamba)",
+    "mamba_d_state": "Mamba layers other than Nemotron-H's, Granite 4.0-H's and Bamba's Mamba-2 (Jamba's Mamba-1, "
+                     "Falcon-H1's attention and Mamba side by side)",
     "attn_layer_period": "Mamba layers between attention layers (Jamba)",
     "ssm_cfg": "state-space (Mamba) layers",
     "linear_num_key_heads": "linear-attention (Gated DeltaNet) layers (Qwen3-Next)",
@@ -620,53 +624,98 @@ _UNMODELLED_FIELDS = {
     "attn_type_list": "lightning (linear) attention layers (MiniMax)",
     "index_topk": "DeepSeek Sparse Attention (top-k indexer, DeepSeek-V3.2)",
 }
-def _hf_nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A Nemotron-H config.json's hybrid fields (``model_type`` nemotron_h, a
-    ``hybrid_override_pattern`` of Mamba-2, attention, MLP and MoE layers; Mamba-2 widths in
-    ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``,
-    ``chunk_size``), plus ``moe_layers`` (the E layers); {} for any other config. Latent MoE
-    (``moe_latent_size``, Nemotron 3 Super) is refused: its experts work in a narrower space."""
-    pattern = cfg.get("hybrid_override_pattern")
-    blocks = cfg.get("layers_block_type")  # the same as a list (newer configs): mamba, attention, mlp, moe
-    if pattern is None and isinstance(blocks, list) and blocks:
-        symbol = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
-        bad = sorted({str(b) for b in blocks} - set(symbol))
-        require(not bad, "config.json layers_block_type", f"unknown layer kinds {bad}; allowed: {sorted(symbol)}")
-        pattern = "".join(symbol[b] for b in blocks)
-    if _hf_family(cfg) != "nemotronh":
+#: each Mamba-2 hybrid family's config.json names for (heads, head dim, state, groups, conv taps, chunk,
+#: expand) and the defaults of its Hugging Face config class where a field is absent (Nemotron-H's head dim
+#: and state are required; Granite's and Bamba's head dim "auto" is expand x hidden_size / heads)
+_MAMBA2_GRANITE = ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv",
+                   "mamba_chunk_size", "mamba_expand")
+_MAMBA2_NAMES = {
+    "nemotronh": (("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
+                   "expand"), (None, None, None, 1, 4, 128)),
+    "granitemoehybrid": (_MAMBA2_GRANITE, (128, "auto", 256, 1, 4, 256)),
+    "bamba": (_MAMBA2_GRANITE, (128, "auto", 256, 1, 4, 256)),
+}
+
+
+def _hf_mamba2_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A Mamba-2 hybrid config.json's fields, {} for any other config: the layer counts and the
+    Mamba-2 widths (:data:`_MAMBA2_NAMES`), plus ``moe_layers`` (how many layers' MLP is MoE) and, for
+    a dense Granite, ``ffn`` (its MLP is the ``shared_intermediate_size``-wide shared MLP).
+
+    Nemotron-H (``nemotron_h``): a ``hybrid_override_pattern`` (or ``layers_block_type`` list) of
+    Mamba-2, attention, MLP and MoE layers, one block each; latent MoE (``moe_latent_size``, Nemotron 3
+    Super) is refused: its experts work in a narrower space. Granite 4.0-H (``granitemoehybrid``): a
+    ``layer_types`` list of mamba / attention mixers, each layer with an MLP, MoE where
+    ``num_local_experts`` > 0 (experts ``intermediate_size`` wide beside a shared MLP). Bamba: Mamba-2
+    mixers except on ``attn_layer_indices``, each layer with a dense MLP."""
+    family = _hf_family(cfg)
+    if family not in _MAMBA2_NAMES:
         return {}
-    require(pattern is not None, "config.json hybrid_override_pattern",
-            "missing: a Nemotron-H config lists its layers there (or in layers_block_type)")
-    if cfg.get("moe_latent_size") is not None:
-        raise InputError("config.json moe_latent_size", "latent MoE (experts in a narrower latent space, "
-                                                        "Nemotron 3 Super) is not modelled")
-    counts = hybrid_counts(pattern, "config.json hybrid_override_pattern")
-    layers = cfg.get("num_hidden_layers", counts["num_layers"])
-    require(layers == counts["num_layers"], "config.json hybrid_override_pattern",
-            f"has {counts['num_layers']} layers; num_hidden_layers is {layers!r}")
-    out: dict[str, Any] = {**counts, "hybrid_pattern": pattern, "moe_layers": pattern.count("E")}
-    h = cfg.get("hidden_size")
-    for key, names, default in (("ssm_head_dim", ("mamba_head_dim",), None), ("ssm_state", ("ssm_state_size",), None),
-                                ("ssm_groups", ("n_groups",), 1), ("ssm_conv", ("conv_kernel",), 4),
-                                ("ssm_chunk", ("chunk_size",), 128)):
-        v = next((cfg[n] for n in names if cfg.get(n) is not None), default)
-        require(is_whole(v) and v > 0, f"config.json {names[0]}", f"must be a whole number > 0, got {v!r}")
+    layers = cfg.get("num_hidden_layers")
+    out: dict[str, Any]
+    if family == "nemotronh":
+        pattern = cfg.get("hybrid_override_pattern")
+        blocks = cfg.get("layers_block_type")  # the same as a list (newer configs): mamba, attention, mlp, moe
+        if pattern is None and isinstance(blocks, list) and blocks:
+            symbol = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+            bad = sorted({str(b) for b in blocks} - set(symbol))
+            require(not bad, "config.json layers_block_type", f"unknown layer kinds {bad}; allowed: {sorted(symbol)}")
+            pattern = "".join(symbol[b] for b in blocks)
+        require(pattern is not None, "config.json hybrid_override_pattern",
+                "missing: a Nemotron-H config lists its layers there (or in layers_block_type)")
+        if cfg.get("moe_latent_size") is not None:
+            raise InputError("config.json moe_latent_size", "latent MoE (experts in a narrower latent space, "
+                                                            "Nemotron 3 Super) is not modelled")
+        counts = hybrid_counts(pattern, "config.json hybrid_override_pattern")
+        require(layers is None or layers == counts["num_layers"], "config.json hybrid_override_pattern",
+                f"has {counts['num_layers']} layers; num_hidden_layers is {layers!r}")
+        out = {**counts, "hybrid_pattern": pattern, "moe_layers": pattern.count("E")}
+    else:
+        require(is_whole(layers) and 0 < layers <= MAX_LAYERS, "config.json num_hidden_layers",
+                f"must be a whole number in 1..{MAX_LAYERS:,}, got {layers!r}")
+        if family == "granitemoehybrid":
+            kinds = cfg.get("layer_types")
+            require(isinstance(kinds, list) and len(kinds) == layers, "config.json layer_types",
+                    f"must list the {layers} layers' mixers (mamba or attention), got {kinds!r}"[:200])
+            bad = sorted({str(k) for k in kinds} - {"mamba", "attention"})
+            require(not bad, "config.json layer_types", f"unknown layer kinds {bad}; allowed: ['attention', 'mamba']")
+            n_ssm = kinds.count("mamba")
+        else:
+            attn = cfg.get("attn_layer_indices")
+            require(isinstance(attn, list) and all(is_whole(i) and 0 <= i < layers for i in attn),
+                    "config.json attn_layer_indices",
+                    f"must list attention layers' indices in 0..{layers - 1}, got {attn!r}"[:200])
+            n_ssm = layers - len(set(attn))
+        experts = cfg.get("num_local_experts") or 0
+        out = {"ssm_layers": n_ssm, "moe_layers": layers if family == "granitemoehybrid" and experts else 0}
+        if family == "granitemoehybrid" and not experts:
+            out["ffn"] = cfg.get("shared_intermediate_size")
+    names, defaults = _MAMBA2_NAMES[family]
+    for key, name, default in zip(("ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk"), names[2:6], defaults[2:6],
+                                  strict=True):
+        v = cfg[name] if cfg.get(name) is not None else default
+        require(is_whole(v) and v > 0, f"config.json {name}", f"must be a whole number > 0, got {v!r}")
         out[key] = int(v)
-    heads = cfg.get("mamba_num_heads")
-    if heads is None:  # expand x hidden_size wide
-        expand, hd = cfg.get("expand", 2), out["ssm_head_dim"]
-        require(is_whole(expand) and is_whole(h) and expand * h % hd == 0, "config.json mamba_num_heads",
-                f"missing, and expand x hidden_size ({expand!r} x {h!r}) is no multiple of mamba_head_dim {hd}")
-        heads = expand * h // hd
-    require(is_whole(heads) and heads > 0, "config.json mamba_num_heads", f"must be a whole number > 0, got {heads!r}")
-    out["ssm_heads"] = int(heads)
+    # heads x head dim = expand x hidden_size; either may be left to the other ("auto": Granite, Bamba)
+    h, expand = cfg.get("hidden_size"), cfg.get(names[6], 2)
+    heads = cfg.get(names[0], defaults[0])
+    dim = cfg.get(names[1], defaults[1])
+    if dim in (None, "auto") or heads is None:
+        known, other = (names[0], heads) if dim in (None, "auto") else (names[1], dim)
+        require(is_whole(other) and other > 0 and is_whole(expand) and is_whole(h) and expand * h % other == 0,
+                f"config.json {known}", f"must be a whole number > 0 dividing {names[6]} x hidden_size "
+                                        f"({expand!r} x {h!r}), got {other!r}")
+        heads, dim = (other, expand * h // other) if known == names[0] else (expand * h // other, other)
+    for name, v in ((names[0], heads), (names[1], dim)):
+        require(is_whole(v) and v > 0, f"config.json {name}", f"must be a whole number > 0, got {v!r}")
+    out["ssm_heads"], out["ssm_head_dim"] = int(heads), int(dim)
     return out
 
 
 _MODELLED_LAYER_TYPES = ("full_attention", "sliding_attention", "attention", "global", "local", "sliding",
                          "chunked_attention")
 #: families (as :func:`_hf_family` spells them) whose layers are state-space, linear or sparse attention
-#: (nemotronh passes where :func:`_hf_nemotron_h` reads its Mamba-2 layers)
+#: (nemotronh, granitemoehybrid and bamba pass where :func:`_hf_mamba2_hybrid` reads their Mamba-2 layers)
 _SSM_FAMILIES = ("mamba", "rwkv", "jamba", "nemotronh", "falconh1", "granitemoehybrid", "qwen3next", "zamba", "bamba",
                  "kimilinear", "deepseekv32", "lfm2", "recurrentgemma", "xlstm")
 
@@ -674,16 +723,16 @@ _SSM_FAMILIES = ("mamba", "rwkv", "jamba", "nemotronh", "falconh1", "granitemoeh
 def _refuse_unmodelled_layers(cfg: dict[str, Any], hybrid: bool = False) -> None:
     """An :class:`InputError` naming the config.json field when the model has layers other than
     softmax attention + MLP / MoE (only full, sliding-window and chunked attention are priced) or,
-    with ``hybrid`` (a Nemotron-H config read by :func:`_hf_nemotron_h`), Mamba-2 mixers."""
+    with ``hybrid`` (a config read by :func:`_hf_mamba2_hybrid`), its Mamba-2 mixers."""
     for field, what in _UNMODELLED_FIELDS.items():
-        if hybrid and field == "hybrid_override_pattern":
+        if hybrid and field in ("hybrid_override_pattern", "mamba_d_state"):
             continue
         if cfg.get(field) is not None:
             raise InputError(f"config.json {field}",
                              f"{what} are not modelled; supported: decoder layers of full, sliding-window "
                              "or chunked softmax attention with a dense or MoE MLP")
     types = cfg.get("layer_types")
-    if isinstance(types, list):
+    if isinstance(types, list) and not hybrid:
         other = sorted({str(t) for t in types} - set(_MODELLED_LAYER_TYPES))
         if other:
             raise InputError("config.json layer_types",
