@@ -625,8 +625,9 @@ _UNMODELLED_FIELDS = {
     "index_topk": "DeepSeek Sparse Attention (top-k indexer, DeepSeek-V3.2)",
 }
 #: each Mamba-2 hybrid family's config.json names for (heads, head dim, state, groups, conv taps, chunk,
-#: expand) and the defaults of its Hugging Face config class where a field is absent (Nemotron-H's head dim
-#: and state are required; Granite's and Bamba's head dim "auto" is expand x hidden_size / heads)
+#: expand) and the defaults of its Hugging Face config class where a field is absent (a Nemotron-H config
+#: must give its state and its heads or head dim; heads x head dim = expand x hidden_size, so a missing or
+#: "auto" one, Granite's and Bamba's default head dim, follows from the other)
 _MAMBA2_GRANITE = ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv",
                    "mamba_chunk_size", "mamba_expand")
 _MAMBA2_NAMES = {
