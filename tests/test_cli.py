@@ -218,10 +218,11 @@ def test_estimate_takes_megatron_recompute_modules():
 
 def test_estimate_refuses_a_hybrid_config_json_in_one_line(tmp_path):
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48,
-                             "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
-                             "full_attention_interval": 4}))
+    # MiniMax-01: lightning (linear) attention on seven layers in eight
+    p.write_text(json.dumps({"model_type": "minimax", "hidden_size": 6144, "num_hidden_layers": 80,
+                             "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 200064,
+                             "attn_type_list": ([0] * 7 + [1]) * 10}))
     r = run("estimate", "--model", str(p), "--gpus", "8", "--tp", "1", "--pp", "1")
     assert r.returncode == 2
-    assert "config.json full_attention_interval" in r.stderr + r.stdout and "not modelled" in r.stderr + r.stdout
+    assert "config.json attn_type_list" in r.stderr + r.stdout and "not modelled" in r.stderr + r.stdout
     assert "Traceback" not in r.stderr

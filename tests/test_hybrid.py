@@ -179,7 +179,7 @@ def test_tp_must_divide_the_mamba_heads_and_groups_and_cp_is_refused():
     small = dataclasses.replace(NH56, hybrid_pattern="", ssm_groups=4, ssm_heads=256)  # 4 groups
     with pytest.raises(InputError, match="^tp: 8 must divide the 4 Mamba groups"):
         _price(small, _layout())
-    with pytest.raises(InputError, match="^cp: context parallelism of Mamba layers is not modelled"):
+    with pytest.raises(InputError, match="^cp: context parallelism of Mamba / Gated DeltaNet layers is not modelled"):
         _price(NH56, _layout(cp=2, dp=2, global_batch=48))
     with pytest.raises(InputError, match="^framework: megatron-legacy runs attention unfused"):
         _price(NH56, _layout(), "megatron-legacy")
@@ -227,3 +227,70 @@ def test_planner_keeps_to_layouts_a_hybrid_can_run():
     cols = candidate_columns(NH56, H100, 256, global_batch=768, seq_len=8192, precisions=("fp8",))
     assert set(np.unique(cols["cp"])) == {1}
     assert all(256 % t == 0 and 8 % t == 0 for t in np.unique(cols["tp"]))
+
+
+# Qwen/Qwen3-Next-80B-A3B (Qwen3-Coder-Next) config.json: Gated DeltaNet on three layers in four, gated
+# attention on the fourth, 512 experts of 512 (top 10) and a shared expert in every layer
+QWEN3_NEXT_HF = {
+    "model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "vocab_size": 151936, "head_dim": 256,
+    "num_attention_heads": 16, "num_key_value_heads": 2, "num_experts": 512, "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "intermediate_size": 5120,
+    "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False,
+}
+
+
+def test_qwen3_next_imports_with_its_gated_deltanet_and_gated_attention_layers():
+    m = from_hf_config(QWEN3_NEXT_HF)
+    assert (m.gdn_layers, m.attention_layers, m.num_moe_layers, m.attn_output_gate, m.kind) == (36, 12, 48, True,
+                                                                                                "hybrid")
+    # the safetensors headers count 79,674,391,296 weights, 3,874,929,408 of them active; the import leaves
+    # out only each layer's shared-expert gate (2,048 weights) and each attention layer's q / k norms (512)
+    left_out = 48 * 2048 + 12 * 512
+    assert m.num_params + left_out == 79_674_391_296
+    assert m.num_active_params + left_out == 3_874_929_408
+    # a Gated DeltaNet mixer by hand: in-projections 2048 x (2 x 2048 + 2 x 4096 + 2 x 32), out 4096 x 2048,
+    # conv over q, k, v (8192 channels, 4 taps, no bias), A and dt bias per value head, norm weight 128
+    assert m.gdn_matmul_params == 2048 * 12352 + 4096 * 2048
+    assert m.gdn_params == m.gdn_matmul_params + 8192 * 4 + 2 * 32 + 128
+    # the chunked delta rule per value head and token: 6 C dk + 4 C dv + 6 dk dv + 2 C^2 / 3 (C = 64)
+    assert m.gdn_flops_per_token() == pytest.approx(36 * 32 * (6 * 64 * 128 + 4 * 64 * 128 + 6 * 128 * 128
+                                                                + 2 * 64 * 64 / 3))
+    # the same layers spelled as a layer_types list (Qwen3.5)
+    listed = {**QWEN3_NEXT_HF, "model_type": "qwen3_5_moe",
+              "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 12}
+    assert from_hf_config(listed).num_params == m.num_params
+
+
+def test_a_gated_deltanet_model_prices_and_keeps_to_layouts_it_can_run():
+    m = from_hf_config(QWEN3_NEXT_HF)
+    lay = _layout(tp=1, dp=8, ep=8, global_batch=64, seq_len=4096, precision="bf16")
+    b = _price(m, lay, "megatron")
+    assert sum(b.ledger[k] for k in LEDGER) == pytest.approx(b.step_time_s, rel=1e-12)
+    # at one GPU the layer-averaged pricing adds up to the model's own FLOP count at peak
+    one = _price(m, _layout(tp=1, dp=1, ep=1, global_batch=1, seq_len=4096, precision="bf16"), "megatron")
+    assert one.ledger["ideal_compute"] * H100.peak("bf16") == pytest.approx(
+        4096 * m.model_flops_per_token(4096, causal=True), rel=1e-9)
+    four = dataclasses.replace(m, gdn_k_heads=4)
+    with pytest.raises(InputError, match="^tp: 8 must divide the 4 Gated DeltaNet key heads"):
+        _price(four, _layout(tp=8, dp=1, global_batch=4, seq_len=4096))
+    with pytest.raises(InputError, match="^cp: context parallelism of Mamba / Gated DeltaNet layers"):
+        _price(m, _layout(tp=1, cp=2, dp=4, ep=8, global_batch=64, seq_len=4096))
+    from supercluster.planner import candidate_columns
+
+    cols = candidate_columns(m, H100, 64, global_batch=512, seq_len=4096)
+    assert set(np.unique(cols["cp"])) == {1}
+
+
+@pytest.mark.parametrize(("change", "field", "says"), [
+    ({"layer_types": ["linear_attention"] * 47}, "layer_types", "must list the 48 layers"),
+    ({"layer_types": ["linear_attention"] * 47 + ["mamba"]}, "layer_types", "mamba"),
+    ({"full_attention_interval": 0}, "full_attention_interval", "whole number >= 1"),
+    ({"linear_num_value_heads": 24}, "gdn_k_heads", "16 must divide gdn_v_heads 24"),
+    ({"linear_key_head_dim": "auto"}, "linear_key_head_dim", "whole number > 0"),
+    ({"attn_output_gate": "yes"}, "attn_output_gate", "true or false"),
+])
+def test_a_malformed_gated_deltanet_config_names_its_field(change, field, says):
+    with pytest.raises(InputError, match=f"^(config.json|model.) ?{field}: .*{says}"):
+        from_hf_config({**QWEN3_NEXT_HF, **change})

@@ -229,8 +229,10 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16
 
 
 @pytest.mark.parametrize(("extra", "field"), [
-    # Qwen3-Next: Gated DeltaNet layers with full attention every 4th layer
-    ({"model_type": "qwen3_next", "full_attention_interval": 4, "linear_num_key_heads": 16}, "linear_num_key_heads"),
+    # MiniMax-01: lightning (linear) attention layers listed in attn_type_list
+    ({"model_type": "minimax", "attn_type_list": [0] * 7 + [1]}, "attn_type_list"),
+    # Kimi Linear: Kimi Delta Attention layers
+    ({"model_type": "kimi_linear", "linear_attn_config": {"kda_layers": [1, 2, 3]}}, "linear_attn_config"),
     # Jamba: Mamba-1 (selective scan) layers between attention layers
     ({"model_type": "jamba", "attn_layer_period": 8, "mamba_d_state": 16}, "mamba_d_state"),
     # Nemotron 3 Super: a Mamba-2 hybrid whose experts work in a narrower latent space

@@ -88,7 +88,7 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
             a.append(f"--num-experts {model.num_experts} --moe-router-topk {model.top_k}")
         if model.mtp_layers:
             a.append(f"--mtp-num-layers {model.mtp_layers}")
-        if model.ssm_layers or model.mlp_only_layers or model.mixer_only_layers:
+        if model.recurrent_layers or model.mlp_only_layers or model.mixer_only_layers:
             # a hybrid (Megatron-LM pretrain_mamba.py): its layer pattern and Mamba-2 widths
             require(bool(model.hybrid_pattern), "model",
                     f"{model.name} is a hybrid without its layer pattern (hybrid_pattern); Megatron needs it")

@@ -124,11 +124,14 @@ class Layout:
                 f"{self.tp} must divide the {model.num_heads} attention heads of {model.name}")
         require(model.num_kv_heads % self.tp == 0 or self.tp % model.num_kv_heads == 0, "tp",
                 f"{self.tp} and the {model.num_kv_heads} KV heads of {model.name} must divide one another")
-        if model.ssm_layers:
-            for what, n in (("Mamba heads", model.ssm_heads), ("Mamba groups", model.ssm_groups)):
-                require(n % self.tp == 0, "tp", f"{self.tp} must divide the {n} {what} of {model.name}")
+        if model.recurrent_layers:
+            for what, n, has in (("Mamba heads", model.ssm_heads, model.ssm_layers),
+                                 ("Mamba groups", model.ssm_groups, model.ssm_layers),
+                                 ("Gated DeltaNet key heads", model.gdn_k_heads, model.gdn_layers),
+                                 ("Gated DeltaNet value heads", model.gdn_v_heads, model.gdn_layers)):
+                require(not has or n % self.tp == 0, "tp", f"{self.tp} must divide the {n} {what} of {model.name}")
             require(self.cp == 1 or model.context_parallel_ok, "cp",
-                    f"context parallelism of Mamba layers is not modelled ({model.name}); use cp 1")
+                    f"context parallelism of Mamba / Gated DeltaNet layers is not modelled ({model.name}); use cp 1")
         if self.pp_layout is not None:  # the layout says where every layer goes
             pplayout.check(pplayout.parse(self.pp_layout), pp=self.pp, vpp=self.vpp, num_layers=model.num_layers,
                            mtp_layers=model.mtp_layers, name=model.name)

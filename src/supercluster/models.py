@@ -90,6 +90,21 @@ class ModelSpec:
     mixer_only_layers: int = 0
     #: Megatron-Core's hybrid_override_pattern (M Mamba, * attention, - MLP, E MoE), when known
     hybrid_pattern: str = ""
+    #: Gated DeltaNet mixers (linear attention with the gated delta rule, Yang, Kautz & Hatamizadeh,
+    #: ICLR 2025, arXiv:2412.06464; Qwen3-Next, Qwen3.5) in place of attention on ``gdn_layers`` of the
+    #: layers: ``gdn_k_heads`` query / key heads of ``gdn_k_dim``, ``gdn_v_heads`` value heads of
+    #: ``gdn_v_dim`` (the keys shared by value heads as GQA shares them), a causal convolution of
+    #: ``gdn_conv`` taps over q, k and v, the recurrence in chunks of ``gdn_chunk`` tokens (FLA's 64)
+    gdn_layers: int = 0
+    gdn_k_heads: int = 0
+    gdn_v_heads: int = 0
+    gdn_k_dim: int = 0
+    gdn_v_dim: int = 0
+    gdn_conv: int = 4
+    gdn_chunk: int = 64
+    #: gated attention (Qwen3-Next, Qwen3.5: ``attn_output_gate``): the query projection also emits a
+    #: per-channel sigmoid gate on the attention output, as wide as the query
+    attn_output_gate: bool = False
     seq_len: int = 2048
     source: str = ""
 
@@ -103,7 +118,8 @@ class ModelSpec:
         for f in ("num_experts", "top_k", "num_shared_experts", "shared_ffn_dim", "moe_ffn_dim", "first_dense_layers",
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
                   "window_layers", "attention_chunk", "mtp_layers", "ssm_layers", "ssm_heads", "ssm_head_dim",
-                  "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "mlp_only_layers", "mixer_only_layers"):
+                  "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "mlp_only_layers", "mixer_only_layers",
+                  "gdn_layers", "gdn_k_heads", "gdn_v_heads", "gdn_k_dim", "gdn_v_dim", "gdn_conv", "gdn_chunk"):
             v = getattr(self, f)
             require(isinstance(v, int) and v >= 0, f"model.{f}", f"must be an integer >= 0, got {v!r}")
             require(v <= MAX_WIDTH, f"model.{f}", f"{v} is past any real model (at most {MAX_WIDTH:,})")
@@ -117,9 +133,15 @@ class ModelSpec:
         require(self.mlp_only_layers + self.mixer_only_layers <= self.num_layers, "model.mlp_only_layers",
                 f"{self.mlp_only_layers} MLP-only + {self.mixer_only_layers} mixer-only layers exceed "
                 f"num_layers={self.num_layers}")
-        require(self.ssm_layers <= self.num_layers - self.mlp_only_layers, "model.ssm_layers",
-                f"{self.ssm_layers} Mamba layers exceed the {self.num_layers - self.mlp_only_layers} "
-                "layers with a mixer")
+        require(self.ssm_layers + self.gdn_layers <= self.num_layers - self.mlp_only_layers, "model.ssm_layers",
+                f"{self.ssm_layers} Mamba + {self.gdn_layers} Gated DeltaNet layers exceed the "
+                f"{self.num_layers - self.mlp_only_layers} layers with a mixer")
+        if self.gdn_layers:
+            for f in ("gdn_k_heads", "gdn_v_heads", "gdn_k_dim", "gdn_v_dim", "gdn_conv", "gdn_chunk"):
+                require(getattr(self, f) > 0, f"model.{f}", f"must be > 0 for a model with Gated DeltaNet layers, "
+                                                              f"got {getattr(self, f)}")
+            require(self.gdn_v_heads % self.gdn_k_heads == 0, "model.gdn_k_heads",
+                    f"{self.gdn_k_heads} must divide gdn_v_heads {self.gdn_v_heads}")
         if self.ssm_layers:
             for f in ("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk"):
                 require(getattr(self, f) > 0, f"model.{f}", f"must be > 0 for a model with Mamba layers, "
@@ -147,7 +169,7 @@ class ModelSpec:
     @property
     def kind(self) -> str:
         """hybrid (with Mamba layers), moe or dense: how validation and the evidence line group models."""
-        return "hybrid" if self.ssm_layers else ("moe" if self.is_moe else "dense")
+        return "hybrid" if self.recurrent_layers else ("moe" if self.is_moe else "dense")
 
     @property
     def mlp_mats(self) -> int:
@@ -158,17 +180,23 @@ class ModelSpec:
         """Whether tensor parallelism ``tp`` divides the model's heads (attention: the query heads, and
         the KV heads or they it; Mamba: its heads and groups). :meth:`Layout.check_model` says why not."""
         ok = self.num_heads % tp == 0 and (self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0)
-        return ok and (not self.ssm_layers or (self.ssm_heads % tp == 0 and self.ssm_groups % tp == 0))
+        ok = ok and (not self.ssm_layers or (self.ssm_heads % tp == 0 and self.ssm_groups % tp == 0))
+        return ok and (not self.gdn_layers or (self.gdn_k_heads % tp == 0 and self.gdn_v_heads % tp == 0))
 
     @property
     def context_parallel_ok(self) -> bool:
-        """Context parallelism is priced for attention only (not for Mamba layers)."""
-        return self.ssm_layers == 0
+        """Context parallelism is priced for attention only (not for Mamba or Gated DeltaNet layers)."""
+        return self.recurrent_layers == 0
+
+    @property
+    def recurrent_layers(self) -> int:
+        """Layers whose mixer is a recurrence run in chunks (Mamba-2, Gated DeltaNet) instead of attention."""
+        return self.ssm_layers + self.gdn_layers
 
     @property
     def attention_layers(self) -> int:
         """Layers whose mixer is softmax attention (all of a transformer's)."""
-        return self.num_layers - self.ssm_layers - self.mlp_only_layers
+        return self.num_layers - self.recurrent_layers - self.mlp_only_layers
 
     @property
     def mlp_layers(self) -> int:
@@ -191,11 +219,11 @@ class ModelSpec:
         return 2 * self.num_layers - self.mlp_only_layers - self.mixer_only_layers
 
     @property
-    def layer_shares(self) -> tuple[float, float, float]:
-        """Per layer on average: the share of layers with attention, the share with a Mamba mixer,
-        and the blocks (mixer, MLP) each holds: (1, 0, 2) for a transformer."""
+    def layer_shares(self) -> tuple[float, float]:
+        """Per layer on average: the share of layers with attention, and the blocks (mixer, MLP) each
+        holds: (1, 2) for a transformer."""
         L = self.num_layers
-        return self.attention_layers / L, self.ssm_layers / L, self.sublayers / L
+        return self.attention_layers / L, self.sublayers / L
 
     @property
     def ssm_inner(self) -> int:
@@ -221,9 +249,111 @@ class ModelSpec:
         return self.ssm_matmul_params + conv_ch * (self.ssm_conv + 1) + 3 * self.ssm_heads + self.ssm_inner
 
     @property
+    def gdn_key_width(self) -> int:
+        """A Gated DeltaNet mixer's query (and key) width: key heads x key head dim."""
+        return self.gdn_k_heads * self.gdn_k_dim
+
+    @property
+    def gdn_value_width(self) -> int:
+        """A Gated DeltaNet mixer's value (and output) width: value heads x value head dim."""
+        return self.gdn_v_heads * self.gdn_v_dim
+
+    @property
+    def gdn_in_proj_width(self) -> int:
+        """Outputs of a Gated DeltaNet mixer's input projections: q and k (key width each), v and the
+        output gate z (value width each), and per value head the write strength beta and the decay."""
+        return 2 * self.gdn_key_width + 2 * self.gdn_value_width + 2 * self.gdn_v_heads
+
+    @property
+    def gdn_matmul_params(self) -> int:
+        """A Gated DeltaNet mixer's matmul weights: its input and output projections."""
+        return self.d_model * self.gdn_in_proj_width + self.gdn_value_width * self.d_model
+
+    @property
+    def gdn_params(self) -> int:
+        """One Gated DeltaNet mixer's weights: projections, the depthwise convolution over q, k and v
+        (no bias), the decay's A and dt bias per value head, and the gated RMSNorm's weight (per head dim)."""
+        conv_ch = 2 * self.gdn_key_width + self.gdn_value_width
+        return self.gdn_matmul_params + conv_ch * self.gdn_conv + 2 * self.gdn_v_heads + self.gdn_v_dim
+
+    def gdn_flops_per_token(self) -> float:
+        """Forward FLOPs per token of the Gated DeltaNet layers' chunked recurrence (beyond its
+        projections), over all layers. Per value head, with chunk C and head dims dk, dv, the chunkwise
+        form (WY representation): K K^T (2 C dk), the triangular inverse (2 C^2 / 3), W = T K and
+        U = T V (2 C dk, 2 C dv), the masked Q K^T and its product with the corrected values
+        (2 C dk, 2 C dv), and three dk x dv products with the chunk state: W S, Q S and the update K^T V
+        (6 dk dv)."""
+        c, dk, dv = float(self.gdn_chunk), float(self.gdn_k_dim), float(self.gdn_v_dim)
+        per_head = 6.0 * c * dk + 4.0 * c * dv + 6.0 * dk * dv + 2.0 * c * c / 3.0
+        return self.gdn_layers * self.gdn_v_heads * per_head
+
+    def recurrent_flops_per_token(self) -> float:
+        """Forward FLOPs per token of all chunked recurrences beyond their projections (Mamba-2's scan
+        and Gated DeltaNet's delta rule), over all layers; 0 in a transformer."""
+        return self.ssm_scan_flops_per_token() + self.gdn_flops_per_token()
+
+    @property
+    def recurrent_projections(self) -> tuple[tuple[int, int, int], ...]:
+        """The recurrent mixers' GEMMs, as (layers, input projection's outputs, output projection's
+        inputs) per kind: Mamba-2, then Gated DeltaNet (kinds the model lacks left out)."""
+        kinds = ((self.ssm_layers, self.ssm_in_proj_width, self.ssm_inner),
+                 (self.gdn_layers, self.gdn_in_proj_width, self.gdn_value_width))
+        return tuple(k for k in kinds if k[0])
+
+    def recurrent_bytes_per_token(self, el: Any) -> Any:
+        """Forward HBM bytes per token of the recurrent mixers' memory-bound work, averaged over the
+        layers, before tensor parallelism splits it (``el`` bytes an activation element).
+
+        Mamba-2 (Megatron-Core MambaMixer with mamba_ssm's kernels): the causal conv with SiLU reads and
+        writes x, B and C; the chunked scan reads x, B, C and dt and writes y, and its fp32 chunk states
+        (heads x head dim x state per chunk) are written, read and written by the state passing, and
+        read by the output pass; the gated RMSNorm reads y and z and writes its output. Gated DeltaNet
+        (FLA's chunked kernels): the conv with SiLU reads and writes q, k and v; q and k are
+        L2-normalised (read, write); the chunk kernels read q, k, v and the gates and write the WY
+        factors W and U, the fp32 chunk states (written once, read once) and the output; the gated
+        RMSNorm reads the output and z and writes its result."""
+        L = self.num_layers
+        out = 0.0
+        if self.ssm_layers:
+            d, gn, heads = float(self.ssm_inner), float(self.ssm_groups * self.ssm_state), float(self.ssm_heads)
+            xbc = d + 2.0 * gn
+            states = 4.0 * 4.0 * d * self.ssm_state / self.ssm_chunk
+            out = out + self.ssm_layers / L * (el * (2.0 * xbc + xbc + heads + d + 3.0 * d) + states)
+        if self.gdn_layers:
+            kd, vd = float(self.gdn_key_width), float(self.gdn_value_width)
+            qkv = 2.0 * kd + vd
+            states = 2.0 * 4.0 * vd * self.gdn_k_dim / self.gdn_chunk
+            out = out + self.gdn_layers / L * (el * (2.0 * qkv + 2.0 * 2.0 * kd + qkv + kd + vd + vd + 3.0 * vd)
+                                               + states)
+        return out
+
+    def recurrent_saved_per_token(self, low_el: Any) -> Any:
+        """Activation bytes per token the recurrent mixers keep for the backward, averaged over the
+        layers, before tensor parallelism splits them: Mamba-2 (mamba_ssm's fused conv + scan saves its
+        input projection's output and the scan output y and recomputes the rest) and Gated DeltaNet
+        (the projections' outputs, the conv output and the recurrence output, in 16 bits); the output
+        projection keeps its input in the GEMM precision (``low_el`` bytes)."""
+        L = self.num_layers
+        out = 0.0
+        if self.ssm_layers:
+            out = out + self.ssm_layers / L * (2.0 * (self.ssm_in_proj_width + self.ssm_inner)
+                                               + low_el * self.ssm_inner)
+        if self.gdn_layers:
+            qkv = 2 * self.gdn_key_width + self.gdn_value_width
+            out = out + self.gdn_layers / L * (2.0 * (self.gdn_in_proj_width + qkv + self.gdn_value_width)
+                                               + low_el * self.gdn_value_width)
+        return out
+
+    @property
+    def recurrent_matmul_params(self) -> int:
+        """All layers' recurrent mixers' matmul weights (Mamba-2 and Gated DeltaNet projections)."""
+        return self.ssm_layers * self.ssm_matmul_params + self.gdn_layers * self.gdn_matmul_params
+
+    @property
     def mixer_params(self) -> int:
-        """All layers' mixer weights (attention and Mamba)."""
-        return self.attention_layers * self.attn_params + self.ssm_layers * self.ssm_params
+        """All layers' mixer weights (attention, Mamba and Gated DeltaNet)."""
+        return (self.attention_layers * self.attn_params + self.ssm_layers * self.ssm_params
+                + self.gdn_layers * self.gdn_params)
 
     def ssm_scan_flops_per_token(self) -> float:
         """Forward FLOPs per token of the Mamba layers' chunked scan (SSD, beyond its projections), over
@@ -253,7 +383,8 @@ class ModelSpec:
             q = h * self.q_lora_rank + self.q_lora_rank * a * d if self.q_lora_rank else h * a * d
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * a * (nope + dv)
             return q + kv + a * dv * h
-        return h * a * d + 2 * h * k * d + a * dv * h
+        # (gated attention: the query projection also emits the output gate, a query's width)
+        return h * a * d * (2 if self.attn_output_gate else 1) + 2 * h * k * d + a * dv * h
 
     @property
     def dense_mlp_params(self) -> int:
@@ -325,8 +456,7 @@ class ModelSpec:
         mlp = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_active_mlp_params
         h = self.d_model
         mtp = self.mtp_layers * (self.mtp_active_params - 4 * h + self.vocab_size * h)
-        return (self.attention_layers * self.attn_params + self.ssm_layers * self.ssm_matmul_params + mlp
-                + self.vocab_size * h + mtp)
+        return self.attention_layers * self.attn_params + self.recurrent_matmul_params + mlp + self.vocab_size * h + mtp
 
     def mean_keys(self, seq_len: Any, causal: bool) -> Any:
         """Keys a query attends to, averaged over tokens and layers (numpy arrays welcome).
@@ -364,7 +494,7 @@ class ModelSpec:
         6 N_matmul + 12 L a d s for d = qk = v head dim.
         """
         return 3.0 * (2.0 * self.matmul_params_per_token() + self.attention_flops_per_token(seq_len, causal)
-                      + self.ssm_scan_flops_per_token())
+                      + self.recurrent_flops_per_token())
 
 
 _REQUIRED = {"name", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "source"}
@@ -439,7 +569,9 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
                 return cfg[n]
         return default
 
-    hybrid = _hf_mamba2_hybrid(cfg)  # Mamba-2 hybrid fields (Nemotron-H, Granite 4.0-H, Bamba); refused below otherwise
+    # hybrid fields (Mamba-2: Nemotron-H, Granite 4.0-H, Bamba; Gated DeltaNet: Qwen3-Next, Qwen3.5);
+    # other non-attention layers are refused below
+    hybrid = _hf_mamba2_hybrid(cfg) or _hf_gdn_hybrid(cfg)
     _refuse_unmodelled_layers(cfg, hybrid=bool(hybrid))
     for field in _HF_INT_FIELDS:
         v = cfg.get(field)
@@ -519,7 +651,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if n_chunked:
             fields.update(attention_chunk=chunk, window_layers=n_chunked)
     experts = int(get("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0) or 0)
-    n_moe = hybrid["moe_layers"] if hybrid else _hf_moe_layers(get, int(layers))
+    n_moe = hybrid["moe_layers"] if "moe_layers" in hybrid else _hf_moe_layers(get, int(layers))
     mlp_layers = int(layers) - hybrid.get("mixer_only_layers", 0)
     if experts and n_moe > 0:
         moe_ffn = int(get("moe_intermediate_size", default=ffn))
@@ -618,8 +750,10 @@ _UNMODELLED_FIELDS = {
                      "Falcon-H1's attention and Mamba side by side)",
     "attn_layer_period": "Mamba layers between attention layers (Jamba)",
     "ssm_cfg": "state-space (Mamba) layers",
-    "linear_num_key_heads": "linear-attention (Gated DeltaNet) layers (Qwen3-Next)",
-    "full_attention_interval": "linear-attention layers between full-attention layers (Qwen3-Next)",
+    "linear_num_key_heads": "Gated DeltaNet layers outside a Qwen3-Next or Qwen3.5 config (model_type qwen3_next, "
+                            "qwen3_5...)",
+    "full_attention_interval": "linear-attention layers outside a Qwen3-Next or Qwen3.5 config (model_type "
+                               "qwen3_next, qwen3_5...)",
     "linear_attn_config": "linear-attention layers (Kimi Linear)",
     "attn_type_list": "lightning (linear) attention layers (MiniMax)",
     "index_topk": "DeepSeek Sparse Attention (top-k indexer, DeepSeek-V3.2)",
@@ -713,10 +847,54 @@ def _hf_mamba2_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Gated DeltaNet hybrids' config.json widths: (field, config name, Hugging Face default)
+_GDN_NAMES = (("gdn_k_heads", "linear_num_key_heads", 16), ("gdn_v_heads", "linear_num_value_heads", 32),
+              ("gdn_k_dim", "linear_key_head_dim", 128), ("gdn_v_dim", "linear_value_head_dim", 128),
+              ("gdn_conv", "linear_conv_kernel_dim", 4))
+
+
+def _hf_gdn_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A Gated DeltaNet hybrid config.json's fields (Qwen3-Next ``qwen3_next``, Qwen3.5 ``qwen3_5`` /
+    ``qwen3_5_moe``), {} for any other config: which layers are linear attention (a ``layer_types``
+    list of linear_attention / full_attention, else every ``full_attention_interval``-th layer full
+    attention), the Gated DeltaNet widths (``linear_*``, Hugging Face's defaults where absent) and
+    gated attention (``attn_output_gate``, on unless the config says otherwise). Each layer has an MLP
+    (dense or MoE, read as for Qwen-MoE)."""
+    family = _hf_family(cfg)
+    if not (family.startswith("qwen3next") or family.startswith("qwen35")):
+        return {}
+    layers = cfg.get("num_hidden_layers")
+    require(is_whole(layers) and 0 < layers <= MAX_LAYERS, "config.json num_hidden_layers",
+            f"must be a whole number in 1..{MAX_LAYERS:,}, got {layers!r}")
+    kinds = cfg.get("layer_types")
+    if kinds is not None:
+        require(isinstance(kinds, list) and len(kinds) == layers, "config.json layer_types",
+                f"must list the {layers} layers' kinds (linear_attention or full_attention), got {kinds!r}"[:200])
+        bad = sorted({str(k) for k in kinds} - {"linear_attention", "full_attention"})
+        require(not bad, "config.json layer_types",
+                f"unknown layer kinds {bad}; allowed: ['full_attention', 'linear_attention']")
+        n_gdn = kinds.count("linear_attention")
+    else:
+        every = cfg.get("full_attention_interval", 4)
+        require(is_whole(every) and every >= 1, "config.json full_attention_interval",
+                f"must be a whole number >= 1, got {every!r}")
+        n_gdn = sum(1 for i in range(int(layers)) if (i + 1) % int(every))
+    out: dict[str, Any] = {"gdn_layers": n_gdn}
+    for key, name, default in _GDN_NAMES:
+        v = cfg[name] if cfg.get(name) is not None else default
+        require(is_whole(v) and v > 0, f"config.json {name}", f"must be a whole number > 0, got {v!r}")
+        out[key] = int(v)
+    gate = cfg.get("attn_output_gate", True)
+    require(isinstance(gate, bool), "config.json attn_output_gate", f"must be true or false, got {gate!r}")
+    out["attn_output_gate"] = gate
+    return out
+
+
 _MODELLED_LAYER_TYPES = ("full_attention", "sliding_attention", "attention", "global", "local", "sliding",
                          "chunked_attention")
 #: families (as :func:`_hf_family` spells them) whose layers are state-space, linear or sparse attention
-#: (nemotronh, granitemoehybrid and bamba pass where :func:`_hf_mamba2_hybrid` reads their Mamba-2 layers)
+#: (nemotronh, granitemoehybrid and bamba pass where :func:`_hf_mamba2_hybrid` reads their Mamba-2 layers,
+#: qwen3next and qwen3_5 where :func:`_hf_gdn_hybrid` reads their Gated DeltaNet layers)
 _SSM_FAMILIES = ("mamba", "rwkv", "jamba", "nemotronh", "falconh1", "granitemoehybrid", "qwen3next", "zamba", "bamba",
                  "kimilinear", "deepseekv32", "lfm2", "recurrentgemma", "xlstm")
 
@@ -726,7 +904,8 @@ def _refuse_unmodelled_layers(cfg: dict[str, Any], hybrid: bool = False) -> None
     softmax attention + MLP / MoE (only full, sliding-window and chunked attention are priced) or,
     with ``hybrid`` (a config read by :func:`_hf_mamba2_hybrid`), its Mamba-2 mixers."""
     for field, what in _UNMODELLED_FIELDS.items():
-        if hybrid and field in ("hybrid_override_pattern", "mamba_d_state"):
+        if hybrid and field in ("hybrid_override_pattern", "mamba_d_state", "linear_num_key_heads",
+                                "full_attention_interval"):
             continue
         if cfg.get(field) is not None:
             raise InputError(f"config.json {field}",

@@ -130,7 +130,8 @@ def models_table(models: dict[str, ModelSpec]) -> Table:
         t.add_column(c)
     for k, m in models.items():
         ex = f"{m.top_k}/{m.num_experts}" if m.is_moe else ""
-        layers = str(m.num_layers) + (f" ({m.ssm_layers} Mamba, {m.attention_layers} attn)" if m.ssm_layers else "")
+        kinds = [f"{n} {k}" for n, k in ((m.ssm_layers, "Mamba"), (m.gdn_layers, "GDN")) if n]
+        layers = str(m.num_layers) + (f" ({', '.join(kinds)}, {m.attention_layers} attn)" if kinds else "")
         t.add_row(k, m.name, f"{m.num_params / 1e9:.1f}", f"{m.num_active_params / 1e9:.1f}", layers,
                   str(m.d_model), f"{m.num_heads}/{m.num_kv_heads}", str(m.ffn_dim), ex)
     return t

@@ -277,8 +277,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)
     a, k, dq, dv = float(model.num_heads), float(model.num_kv_heads), float(model.qk_dim), float(model.v_dim)
     f_moe = model.num_moe_layers / L
-    # (a hybrid: w_attn is its mixers' matmul weights per layer, attention and Mamba)
-    w_attn = (model.attention_layers * model.attn_params + model.ssm_layers * model.ssm_matmul_params) / L
+    # (a hybrid: w_attn is its mixers' matmul weights per layer, attention and the recurrent ones)
+    w_attn = (model.attention_layers * model.attn_params + model.recurrent_matmul_params) / L
     w_mlp = (model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * model.moe_active_mlp_params) / L
     f_act = mean_mlp_width(model)
     act_passes = 3.0 if GATED[model.mlp] else 2.0
@@ -303,9 +303,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                                   source="calibration")
     elif not unfused:
         att = attention_efficiency(fw.attention, gpu.arch)
-    require(not (model.ssm_layers and unfused and gpu.attention_frac is None), "framework",
-            f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s Mamba layers need the "
-            "fused SSD kernels of Megatron-Core / NeMo stacks")
+    require(not (model.recurrent_layers and unfused and gpu.attention_frac is None), "framework",
+            f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s Mamba / Gated DeltaNet "
+            "layers need the fused chunked kernels of newer stacks")
     mem_bw = gpu.hbm_bytes_per_s * hbm_frac()
 
     m = gbs / (dp * mb)
@@ -331,11 +331,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         t_attn_f = attn_f / (peak16 * gpu.clock_frac * att.fwd_frac)
         t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
         t_score_f = t_score_b = np.zeros_like(tp)
-    # Mamba-2's chunked scan (SSD, mamba_chunk_scan_combined): Triton kernels of chunked matmuls with
-    # masking, like FlashAttention's, priced at the attention kernel's efficiency and with its 2.5x
-    # backward (no published SSD kernel rate; an assumption). 0 in a transformer.
-    ssd_f = T * model.ssm_scan_flops_per_token() / L / tp
-    if model.ssm_layers:
+    # The chunked recurrences (Mamba-2's SSD scan, mamba_chunk_scan_combined; Gated DeltaNet's delta
+    # rule, FLA's chunk_gated_delta_rule): Triton kernels of chunked matmuls with masking, like
+    # FlashAttention's, priced at the attention kernel's efficiency and with its 2.5x backward (no
+    # published rate for these kernels; an assumption). 0 in a transformer.
+    ssd_f = T * model.recurrent_flops_per_token() / L / tp
+    if model.recurrent_layers:
         t_ssd_f = ssd_f / (peak16 * gpu.clock_frac * att.fwd_frac)
         t_ssd_b = 2.5 * ssd_f / (peak16 * gpu.clock_frac * att.bwd_frac)
     else:
@@ -647,7 +648,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     tokens = gbs * seq
     model_flops = tokens * model.model_flops_per_token(seq, causal=False)
     fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - (1.0 + mtp) * V * h) + tokens * \
-        (model.attention_flops_per_token(seq, causal=False) + model.ssm_scan_flops_per_token())
+        (model.attention_flops_per_token(seq, causal=False) + model.recurrent_flops_per_token())
     sel_flops = tokens * (np.where(has["core_attn"], model.attention_flops_per_token(seq, causal=False), 0.0)
                           + 2.0 * L * (np.where(has["mlp"], w_dense, 0.0) + np.where(has["moe"], w_moe, 0.0)
                                        + np.where(has["mla_up_proj"], w_up, 0.0)))
@@ -718,29 +719,16 @@ def _fused_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
     """Forward HBM bytes of a layer's memory-bound ops as fused kernels (Transformer Engine, apex,
     Megatron): each norm, add, activation and RoPE reads its inputs and writes its output once.
     (Per layer, averaged over a hybrid's layers: attention's share, each block's norm and add, and
-    the Mamba mixers' own passes.)"""
+    the recurrent mixers' own passes.)"""
     h, a, dq, dv = float(model.d_model), float(model.num_heads), float(model.qk_dim), float(model.v_dim)
-    f_att, f_ssm, n_sub = model.layer_shares
+    f_att, n_sub = model.layer_shares
     return el * (
         5.0 * n_sub * h * tok_sp  # each block's norm and residual add (read + write passes): LN1, add, LN2, add
         + T * act_passes * f_act / tp  # activation function: read inputs, write output
         + f_att * T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
         + f_att * T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
         + f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute, dispatch + combine
-    ) + f_ssm * _ssm_layer_bytes(model, T, tp, el)
-
-
-def _ssm_layer_bytes(model: ModelSpec, T: np.ndarray, tp: np.ndarray, el: np.ndarray) -> np.ndarray:
-    """Forward HBM bytes of one Mamba-2 mixer's memory-bound work (Megatron-Core MambaMixer with
-    mamba_ssm's kernels), its inner width, heads and groups split over TP: the causal depthwise
-    convolution with SiLU reads and writes x, B and C; the chunked scan reads x, B, C and dt and
-    writes y, its chunk states (fp32, heads x head dim x state per chunk) written by the chunk-state
-    pass, read and written by the state passing and read by the output pass; the gated RMSNorm reads
-    y and z and writes its output."""
-    d, gn, heads = float(model.ssm_inner), float(model.ssm_groups * model.ssm_state), float(model.ssm_heads)
-    xbc = d + 2.0 * gn
-    states = 4.0 * 4.0 * d * model.ssm_state / model.ssm_chunk
-    return T * (el * (2.0 * xbc + xbc + heads + d + 3.0 * d) + states) / tp
+    ) + T * model.recurrent_bytes_per_token(el) / tp
 
 
 def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray,
@@ -754,7 +742,7 @@ def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
     2 el; SDPA reads q and the repeated k, v and writes o; MoE permutes as fused.
     """
     h, a, dq, dv = float(model.d_model), float(model.num_heads), float(model.qk_dim), float(model.v_dim)
-    f_att, f_ssm, n_sub = model.layer_shares
+    f_att, n_sub = model.layer_shares
     heads = a / tp
     gqa = heads > kv_local
     kv_eff = np.where(gqa, heads, kv_local)
@@ -766,7 +754,7 @@ def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
         + el * T * f_act / tp * (5.0 if GATED[model.mlp] else 2.0)  # activation
         + f_att * el * T * (heads * dq + kv_eff * (dq + dv) + heads * dv)  # SDPA reads q, k, v, writes o
         + el * f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute
-    ) + f_ssm * _ssm_layer_bytes(model, T, tp, el)
+    ) + T * model.recurrent_bytes_per_token(el) / tp
 
 
 def _gemm(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.ndarray, el_in: np.ndarray,
@@ -804,11 +792,11 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
             tokens, width / split, h, rate, el_in, el_out, mem_bw, q_el, q_w)
 
     total = model.attention_layers * attn
-    if model.ssm_layers:  # Mamba-2: the input projection (z, x, B, C, dt) and the output projection
-        d = float(model.ssm_inner)
-        total = total + model.ssm_layers * (
-            _gemm(T, h, model.ssm_in_proj_width / tp, rate, el_in, el_out, mem_bw, q_el, q_w)
-            + _gemm(T, d / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w))
+    # the recurrent mixers' input projection (Mamba-2: z, x, B, C, dt; Gated DeltaNet: q, k, v, z, beta,
+    # decay) and output projection
+    for layers, in_width, out_width in model.recurrent_projections:
+        total = total + layers * (_gemm(T, h, in_width / tp, rate, el_in, el_out, mem_bw, q_el, q_w)
+                                  + _gemm(T, out_width / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w))
     if model.num_dense_layers:
         total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
     if model.num_moe_layers:
@@ -914,7 +902,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     local = dense_params + expert_params
     shard = dense_params / dpg + expert_params / edpg
     # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded).
-    gathered = 2.0 * (max(model.attn_params, model.ssm_params) + model.dense_mlp_params) / tp
+    gathered = 2.0 * (max(model.attn_params, model.ssm_params, model.gdn_params) + model.dense_mlp_params) / tp
     low = lowp > 0
     # bf16 weights, plus their fp8 / fp4 copy for the GEMMs, or that copy alone (fp8_param_gather)
     w_bytes = np.where(fp32, 4.0, np.where(low, np.where(fw.fp8_param_gather, 0.0, 2.0) + low_el, 2.0))
@@ -940,7 +928,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     sp_frac = np.where(sp, 1.0 / tp, 1.0)  # the share of an h-wide tensor a rank keeps (SP shards it)
     # (a hybrid: per layer on average, attention's tensors on its share of the layers, one norm and one
     # linear input per block, and the Mamba mixers' own)
-    f_att, f_ssm, n_sub = model.layer_shares
+    f_att, n_sub = model.layer_shares
     ln_in = 0.5 * n_sub * (4.0 + (2.0 if fw.dropout else 0.0)) * h * sp_frac  # the norms' inputs (and dropout masks)
     lin_in = low_el * h * sp_frac  # the QKV input; likewise the FC1 input (an MoE layer's router / dispatch input)
 
@@ -948,14 +936,14 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
         return (2.0 * (mlp_tensors - 1.0) + low_el) * width / tp
 
     attn = 2.0 * ((a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv) + np.where(low, low_el * (a / tp) * dv, 0.0)
+    if model.attn_output_gate:  # gated attention keeps its gate (a query's width) for the gating's backward
+        attn = attn + 2.0 * (a / tp) * dv
     moe_tok = f_moe * model.top_k * h * (
         2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
         + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))
-    # Mamba-2 (mamba_ssm's fused conv + scan saves its input projection's output and the scan output y
-    # and recomputes the rest; the output projection keeps its input in the GEMM precision)
-    ssm = (2.0 * (model.ssm_in_proj_width + model.ssm_inner) + low_el * model.ssm_inner) / tp
-    per_tok = ln_in + n_sub * lin_in + f_att * attn + mlp_int(f_act) + moe_tok + f_ssm * ssm
+    per_tok = (ln_in + n_sub * lin_in + f_att * attn + mlp_int(f_act) + moe_tok
+               + model.recurrent_saved_per_token(low_el) / tp)
     none_tok = per_tok + score_tok  # what a layer keeps without recompute
     # Selective recompute drops what the recomputed modules saved (Megatron-Core recompute_modules;
     # its default, core_attn, drops the attention scores: Korthikanti et al. 2022): the MoE layers'
