@@ -4,10 +4,11 @@ Letter legend used in formulas: L layers, h width (d_model), F FFN width, a quer
 k KV heads, d head dim, V vocab, E experts, s sequence, b micro-batch.
 A model is a stack of identical attention blocks plus dense or MoE MLPs; its cost is the sum
 over layers (``first_dense_layers`` of them are dense, the rest MoE when E > 0: the first ones in
-DeepSeek, interleaved in Llama 4 Maverick; only the count enters the cost). A Mamba-2 hybrid
-(Nemotron-H) replaces the attention of ``ssm_layers`` layers with a Mamba-2 mixer, and its layers may
-hold one block each (an MLP alone, or a mixer alone: Megatron-Core's hybrid pattern); the cost model
-prices a layer as the average over the kinds, so again only the counts enter.
+DeepSeek, interleaved in Llama 4 Maverick; only the count enters the cost). A hybrid replaces the
+attention of ``ssm_layers`` layers with a Mamba-2 mixer (Nemotron-H, Granite 4.0-H, Bamba) or of
+``gdn_layers`` with a Gated DeltaNet mixer (Qwen3-Next, Qwen3.5), and its layers may hold one block
+each (an MLP alone, or a mixer alone: Megatron-Core's hybrid pattern); the cost model prices a layer
+as the average over the kinds, so again only the counts enter.
 """
 
 from __future__ import annotations
