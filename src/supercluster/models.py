@@ -137,18 +137,17 @@ class ModelSpec:
         require(self.ssm_layers + self.gdn_layers <= self.num_layers - self.mlp_only_layers, "model.ssm_layers",
                 f"{self.ssm_layers} Mamba + {self.gdn_layers} Gated DeltaNet layers exceed the "
                 f"{self.num_layers - self.mlp_only_layers} layers with a mixer")
-        if self.gdn_layers:
-            for f in ("gdn_k_heads", "gdn_v_heads", "gdn_k_dim", "gdn_v_dim", "gdn_conv", "gdn_chunk"):
-                require(getattr(self, f) > 0, f"model.{f}", f"must be > 0 for a model with Gated DeltaNet layers, "
-                                                              f"got {getattr(self, f)}")
-            require(self.gdn_v_heads % self.gdn_k_heads == 0, "model.gdn_k_heads",
-                    f"{self.gdn_k_heads} must divide gdn_v_heads {self.gdn_v_heads}")
-        if self.ssm_layers:
-            for f in ("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk"):
-                require(getattr(self, f) > 0, f"model.{f}", f"must be > 0 for a model with Mamba layers, "
-                                                              f"got {getattr(self, f)}")
-            require(self.ssm_heads % self.ssm_groups == 0, "model.ssm_groups",
-                    f"{self.ssm_groups} must divide ssm_heads {self.ssm_heads}")
+        # a recurrent mixer's widths, and the heads one of them groups (Mamba's B / C groups, GDN's key heads)
+        for layers, what, prefix, (part, whole) in (
+                (self.ssm_layers, "Mamba", "ssm", ("ssm_groups", "ssm_heads")),
+                (self.gdn_layers, "Gated DeltaNet", "gdn", ("gdn_k_heads", "gdn_v_heads"))):
+            if layers:
+                for f in (fld.name for fld in dataclasses.fields(self) if fld.name.startswith(prefix + "_")
+                          and fld.name != prefix + "_layers"):
+                    require(getattr(self, f) > 0, f"model.{f}",
+                            f"must be > 0 for a model with {what} layers, got {getattr(self, f)}")
+                require(getattr(self, whole) % getattr(self, part) == 0, f"model.{part}",
+                        f"{getattr(self, part)} must divide {whole} {getattr(self, whole)}")
         if self.num_experts:
             require(0 < self.top_k <= self.num_experts, "model.top_k",
                     f"must be in 1..num_experts={self.num_experts}, got {self.top_k}")
