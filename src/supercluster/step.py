@@ -335,20 +335,20 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # rule, FLA's chunk_gated_delta_rule): Triton kernels of chunked matmuls with masking, like
     # FlashAttention's, priced at the attention kernel's efficiency and with its 2.5x backward (no
     # published rate for these kernels; an assumption). 0 in a transformer.
-    ssd_f = T * model.recurrent_flops_per_token() / L / tp
+    rec_f = T * model.recurrent_flops_per_token() / L / tp
     if model.recurrent_layers:
-        t_ssd_f = ssd_f / (peak16 * gpu.clock_frac * att.fwd_frac)
-        t_ssd_b = 2.5 * ssd_f / (peak16 * gpu.clock_frac * att.bwd_frac)
+        t_rec_f = rec_f / (peak16 * gpu.clock_frac * att.fwd_frac)
+        t_rec_b = 2.5 * rec_f / (peak16 * gpu.clock_frac * att.bwd_frac)
     else:
-        t_ssd_f = t_ssd_b = np.zeros_like(tp)
+        t_rec_f = t_rec_b = np.zeros_like(tp)
     if fw.elementwise == "eager":
         bytes_f = _eager_layer_bytes(model, T, tok_sp, tp, kv_local, el, f_act, f_moe)
     else:
         bytes_f = _fused_layer_bytes(model, T, tok_sp, tp, kv_local, el, act_passes, f_act, f_moe)
     bytes_f = bytes_f + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
     t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
-    t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f + t_ssd_f
-    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b + t_ssd_b
+    t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f + t_rec_f
+    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b + t_rec_b
     # Megatron-Core selective recompute modules (0 = core_attn alone, Korthikanti et al. 2022)
     rcm = _col(cols, "rcm").astype(np.int64) if "rcm" in cols else np.zeros(tp.shape, dtype=np.int64)
     mods = np.where(rc == 1, np.where(rcm == 0, RECOMPUTE_MODULE_BIT["core_attn"], rcm), 0)
@@ -622,12 +622,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     # ---- the ledger -----------------------------------------------------------------------
     # (Lc layers and head_on heads: the heaviest stage's work per micro-batch, which sums to t_stage)
-    ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * (attn_f + ssd_f) / peak16) + heads * 3.0 * head_f / peak16
+    ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * (attn_f + rec_f) / peak16) + heads * 3.0 * head_f / peak16
                  + projs * 3.0 * proj_f / peak)
     gemm_ineff = m * (Lc * 3.0 * (t_gemm_f - gemm_f / peak)
                       + heads * 3.0 * (head_f / ceiling16 - head_f / peak16)
                       + projs * (t_proj - 3.0 * proj_f / peak))
-    attn_ineff = m * Lc * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16 + t_ssd_f + t_ssd_b - 3.0 * ssd_f / peak16)
+    attn_ineff = m * Lc * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16 + t_rec_f + t_rec_b - 3.0 * rec_f / peak16)
     mem_ops = m * (Lc * (3.0 * t_mem_f + t_score_f + t_score_b + cp_mem_f + cp_mem_b)
                    + heads * 5.0 * 4.0 * T * V / tp / mem_bw)
     ledger = {
