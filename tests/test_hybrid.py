@@ -43,7 +43,7 @@ NANO_HF = {
 def test_pattern_counts_and_the_56b_presets_layers():
     # 118 layers of one block each: 54 Mamba-2 mixers, 10 attention, 54 squared-ReLU MLPs (NVIDIA's count)
     assert (NH56.num_layers, NH56.ssm_layers, NH56.attention_layers, NH56.mlp_layers) == (118, 54, 10, 54)
-    assert NH56.sublayers == 118 and NH56.kind == "hybrid"
+    assert NH56.sublayers == 118 and NH56.kind == "mamba-hybrid"
     assert hybrid_counts("M-*E") == dict(num_layers=4, ssm_layers=1, mixer_only_layers=2, mlp_only_layers=2,
                                          first_dense_layers=1)
     llama = load_model("llama3-70b")  # a transformer: every layer is attention + MLP
@@ -244,7 +244,7 @@ QWEN3_NEXT_HF = {
 def test_qwen3_next_imports_with_its_gated_deltanet_and_gated_attention_layers():
     m = from_hf_config(QWEN3_NEXT_HF)
     assert (m.gdn_layers, m.attention_layers, m.num_moe_layers, m.attn_output_gate, m.kind) == (36, 12, 48, True,
-                                                                                                "hybrid")
+                                                                                                "gdn-hybrid")
     # the safetensors headers count 79,674,391,296 weights, 3,874,929,408 of them active; the import leaves
     # out only each layer's shared-expert gate (2,048 weights) and each attention layer's q / k norms (512)
     left_out = 48 * 2048 + 12 * 512
@@ -294,3 +294,21 @@ def test_a_gated_deltanet_model_prices_and_keeps_to_layouts_it_can_run():
 def test_a_malformed_gated_deltanet_config_names_its_field(change, field, says):
     with pytest.raises(InputError, match=f"^(config.json|model.) ?{field}: .*{says}"):
         from_hf_config({**QWEN3_NEXT_HF, **change})
+
+
+def test_a_gdn_estimate_says_it_has_no_published_run_of_its_kind_and_advises_no_cp():
+    from supercluster import evidence
+    from supercluster.reports import fit_reason
+
+    m = from_hf_config(QWEN3_NEXT_HF)
+    assert evidence.evidence_for(m, H100, "nemo-megatron", "bf16", 64, 4096) is None
+    assert "none (Gated DeltaNet hybrid: no shipped run of this kind)" in evidence.no_runs_line(m)
+    # the Mamba hybrids have their nine DGX Cloud runs
+    ev = evidence.evidence_for(NH56, H100, "nemo-megatron", "fp8", 128, 8192)
+    assert ev is not None and ev.runs == 8 and "Mamba hybrid" in ev.basis
+    lay = _layout(tp=1, dp=64, ep=8, global_batch=512, seq_len=4096, precision="bf16")
+    b = _price(m, lay)
+    assert not b.fits
+    tips = fit_reason(b, lay, get_framework("nemo-megatron"), m)
+    assert "a larger --pp" in tips and "--cp" not in tips
+    assert "--cp" in fit_reason(b, lay, get_framework("nemo-megatron"))  # (no model given: every remedy)

@@ -153,7 +153,7 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     assert len(rows) >= 140 and res["supported_fraction"] == 1.0
     moe = [r for r in rows if any(k in r.id for k in ("QWEN3", "DSV3", "GPTOSS"))]
     mpt = [r for r in rows if r.id.startswith("MPT-")]
-    hybrid = [r for r in rows if r.kind == "hybrid"]
+    hybrid = [r for r in rows if r.kind == "mamba-hybrid"]
     dense = [r for r in rows if r not in moe and r not in mpt and r not in hybrid]
     mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe),
                                                                             ("mpt", mpt), ("hybrid", hybrid))}

@@ -254,15 +254,17 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
     ev = _evidence.evidence_for(m, g, framework, layout.precision, gpus, layout.seq_len) if evidence else None
     if as_json:
         extra: dict[str, Any] = {"evidence": ev.as_json() if ev else None} if evidence else {}
-        _emit_json(reports.breakdown_json(b, (layout, fw), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
+        _emit_json(reports.breakdown_json(b, (layout, fw, m), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
                                           **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}),
                                           framework=framework, **extra))
         return
     reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}"
                                        + (f" ({layout.pp_layout})" if layout.pp_layout else "")
-                                       + f", {layout.precision}, {framework}", (layout, fw))
+                                       + f", {layout.precision}, {framework}", (layout, fw, m))
     if ev is not None:
         _out().print(ev.line(), style="dim", markup=False)
+    elif evidence:
+        _out().print(_evidence.no_runs_line(m), style="dim", markup=False)
 
 
 @app.command()
@@ -327,6 +329,8 @@ def plan(
                      f"${b['cost_usd'] / 1e6:,.2f} M, {b['energy_mwh']:,.0f} MWh")
     if ev is not None:
         _out().print(ev.line(), style="dim", markup=False)
+    elif evidence:
+        _out().print(_evidence.no_runs_line(m), style="dim", markup=False)
 
 
 @app.command()
@@ -484,6 +488,8 @@ def train(
                      f"parameters on {c['tokens'] / 1e12:,.1f} T tokens ({c['compute_flops']:.2e} FLOP)")
     if ev is not None:
         _out().print(ev.line() + " (the days scale with the step)", style="dim", markup=False)
+    else:
+        _out().print(_evidence.no_runs_line(load_model(model)), style="dim", markup=False)
 
 
 @app.command()

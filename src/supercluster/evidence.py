@@ -5,8 +5,8 @@ see :mod:`supercluster.validate`) say how far that model has been from measureme
 kind. :func:`evidence_for` picks the scored runs closest to a configuration, loosening the match
 until at least :data:`MIN_RUNS` remain:
 
-1. same framework family, GPU architecture, kind (dense, MoE, or hybrid: with Mamba layers) and GEMM
-   precision class (16-bit or 8/4-bit)
+1. same framework family, GPU architecture, kind (dense, MoE, or a hybrid with Mamba or Gated DeltaNet
+   layers) and GEMM precision class (16-bit or 8/4-bit)
 2. same framework family, architecture and kind
 3. same architecture and kind
 4. kind
@@ -87,8 +87,16 @@ def _low(precision: str) -> bool:
 
 
 def model_kind(model: ModelSpec) -> str:
-    """The kind of model a basis matches on, as printed: dense, MoE or hybrid (:attr:`ModelSpec.kind`)."""
-    return {"moe": "MoE"}.get(model.kind, model.kind)
+    """The kind of model a basis matches on, as printed: dense, MoE, Mamba hybrid or Gated DeltaNet hybrid
+    (:attr:`ModelSpec.kind`)."""
+    return {"moe": "MoE", "mamba-hybrid": "Mamba hybrid", "gdn-hybrid": "Gated DeltaNet hybrid"}.get(model.kind,
+                                                                                                   model.kind)
+
+
+def no_runs_line(model: ModelSpec) -> str:
+    """What the evidence line says where no shipped run is of the model's kind (:func:`evidence_for` None)."""
+    return (f"published runs like this one: none ({model_kind(model)}: no shipped run of this kind), so this "
+            "estimate is unchecked against measurement")
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,8 +168,13 @@ class ModelSpec:
 
     @property
     def kind(self) -> str:
-        """hybrid (with Mamba layers), moe or dense: how validation and the evidence line group models."""
-        return "hybrid" if self.recurrent_layers else ("moe" if self.is_moe else "dense")
+        """mamba-hybrid (with Mamba-2 layers), gdn-hybrid (with Gated DeltaNet layers), moe or dense: how
+        validation and the evidence line group models."""
+        if self.ssm_layers:
+            return "mamba-hybrid"
+        if self.gdn_layers:
+            return "gdn-hybrid"
+        return "moe" if self.is_moe else "dense"
 
     @property
     def mlp_mats(self) -> int:

@@ -31,9 +31,12 @@ LEDGER_HELP = {
 }
 
 
-def breakdown_json(b: StepBreakdown, fit: tuple[Layout, Framework | None] | None = None,
-                   **extra: Any) -> dict[str, Any]:
-    """The JSON of a priced step; ``fit`` (the layout and its framework) tailors ``fit_reason``."""
+#: what tailors :func:`fit_reason`: the layout, its framework and (optionally) the model
+Fit = tuple[Layout, Framework | None] | tuple[Layout, Framework | None, ModelSpec]
+
+
+def breakdown_json(b: StepBreakdown, fit: Fit | None = None, **extra: Any) -> dict[str, Any]:
+    """The JSON of a priced step; ``fit`` (the layout, its framework, the model) tailors ``fit_reason``."""
     return {
         **extra,
         "step_time_s": b.step_time_s, "tokens_per_s": b.tokens_per_s, "tokens_per_s_per_gpu": b.tokens_per_s_per_gpu,
@@ -46,8 +49,7 @@ def breakdown_json(b: StepBreakdown, fit: tuple[Layout, Framework | None] | None
     }
 
 
-def print_breakdown(console: Console, b: StepBreakdown, title: str,
-                    fit: tuple[Layout, Framework | None] | None = None) -> None:
+def print_breakdown(console: Console, b: StepBreakdown, title: str, fit: Fit | None = None) -> None:
     t = Table(title=title, show_lines=False)
     t.add_column("ledger (per step)")
     t.add_column("seconds", justify="right")
@@ -75,9 +77,11 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str,
         console.print(f"[yellow]does not fit: {fit_reason(b, *(fit or ()))}[/yellow]")
 
 
-def fit_reason(b: StepBreakdown, layout: Layout | None = None, fw: Framework | None = None) -> str:
+def fit_reason(b: StepBreakdown, layout: Layout | None = None, fw: Framework | None = None,
+               model: ModelSpec | None = None) -> str:
     """Why a layout does not fit, naming the largest memory term and what reduces it; given the
-    layout (and its framework), only the remedies it does not already use."""
+    layout (and its framework), only the remedies it does not already use; given the model, only
+    those it allows (no context parallelism for Mamba / Gated DeltaNet layers)."""
     parts = {k: v for k, v in b.memory.items() if k != "memory_per_gpu_bytes"}
     top = max(parts, key=lambda k: parts[k])
     over = (b.memory_per_gpu_bytes - b.hbm_bytes) / GiB
@@ -89,7 +93,8 @@ def fit_reason(b: StepBreakdown, layout: Layout | None = None, fw: Framework | N
     tips = {
         "mem_activations_bytes": (["--sequence-parallel" + (" (with --tp > 1)" if tp == 1 else "")]
                                   if not (sp and tp > 1) else [])
-        + (["--recompute full"] if recompute != "full" else []) + ["a larger --pp or --cp"]
+        + (["--recompute full"] if recompute != "full" else [])
+        + ["a larger --pp" + (" or --cp" if model is None or model.context_parallel_ok else "")]
         + (["--micro-batch 1"] if mb > 1 else []),
         "mem_weights_bytes": ["a larger --tp or --pp"] + (["--zero 3"] if zero < 3 else []),
         "mem_grads_bytes": (["--zero 2 or 3"] if zero < 2 else []) + ["a larger --tp / --pp"],
