@@ -763,6 +763,23 @@ _UNMODELLED_FIELDS = {
     "attn_type_list": "lightning (linear) attention layers (MiniMax)",
     "index_topk": "DeepSeek Sparse Attention (top-k indexer, DeepSeek-V3.2)",
 }
+def _hf_layer_count(cfg: dict[str, Any]) -> int:
+    """A hybrid config's ``num_hidden_layers``, checked (its layer lists are read against it)."""
+    layers = cfg.get("num_hidden_layers")
+    require(is_whole(layers) and 0 < layers <= MAX_LAYERS, "config.json num_hidden_layers",
+            f"must be a whole number in 1..{MAX_LAYERS:,}, got {layers!r}")
+    return int(layers)
+
+
+def _hf_layer_types(kinds: Any, layers: int, allowed: tuple[str, ...]) -> list[str]:
+    """A hybrid config's ``layer_types``: one of ``allowed`` per layer."""
+    require(isinstance(kinds, list) and len(kinds) == layers, "config.json layer_types",
+            f"must list the {layers} layers' kinds ({' or '.join(allowed)}), got {kinds!r}"[:200])
+    bad = sorted({str(k) for k in kinds} - set(allowed))
+    require(not bad, "config.json layer_types", f"unknown layer kinds {bad}; allowed: {sorted(allowed)}")
+    return kinds
+
+
 #: each Mamba-2 hybrid family's config.json names for (heads, head dim, state, groups, conv taps, chunk,
 #: expand) and the defaults of its Hugging Face config class where a field is absent (a Nemotron-H config
 #: must give its state and its heads or head dim; heads x head dim = expand x hidden_size, so a missing or
@@ -811,15 +828,9 @@ def _hf_mamba2_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
                 f"has {counts['num_layers']} layers; num_hidden_layers is {layers!r}")
         out = {**counts, "hybrid_pattern": pattern, "moe_layers": pattern.count("E")}
     else:
-        require(is_whole(layers) and 0 < layers <= MAX_LAYERS, "config.json num_hidden_layers",
-                f"must be a whole number in 1..{MAX_LAYERS:,}, got {layers!r}")
+        layers = _hf_layer_count(cfg)
         if family == "granitemoehybrid":
-            kinds = cfg.get("layer_types")
-            require(isinstance(kinds, list) and len(kinds) == layers, "config.json layer_types",
-                    f"must list the {layers} layers' mixers (mamba or attention), got {kinds!r}"[:200])
-            bad = sorted({str(k) for k in kinds} - {"mamba", "attention"})
-            require(not bad, "config.json layer_types", f"unknown layer kinds {bad}; allowed: ['attention', 'mamba']")
-            n_ssm = kinds.count("mamba")
+            n_ssm = _hf_layer_types(cfg.get("layer_types"), layers, ("mamba", "attention")).count("mamba")
         else:
             attn = cfg.get("attn_layer_indices")
             require(isinstance(attn, list) and all(is_whole(i) and 0 <= i < layers for i in attn),
@@ -868,17 +879,10 @@ def _hf_gdn_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
     family = _hf_family(cfg)
     if not (family.startswith("qwen3next") or family.startswith("qwen35")):
         return {}
-    layers = cfg.get("num_hidden_layers")
-    require(is_whole(layers) and 0 < layers <= MAX_LAYERS, "config.json num_hidden_layers",
-            f"must be a whole number in 1..{MAX_LAYERS:,}, got {layers!r}")
+    layers = _hf_layer_count(cfg)
     kinds = cfg.get("layer_types")
     if kinds is not None:
-        require(isinstance(kinds, list) and len(kinds) == layers, "config.json layer_types",
-                f"must list the {layers} layers' kinds (linear_attention or full_attention), got {kinds!r}"[:200])
-        bad = sorted({str(k) for k in kinds} - {"linear_attention", "full_attention"})
-        require(not bad, "config.json layer_types",
-                f"unknown layer kinds {bad}; allowed: ['full_attention', 'linear_attention']")
-        n_gdn = kinds.count("linear_attention")
+        n_gdn = _hf_layer_types(kinds, layers, ("linear_attention", "full_attention")).count("linear_attention")
     else:
         every = cfg.get("full_attention_interval", 4)
         require(is_whole(every) and every >= 1, "config.json full_attention_interval",
