@@ -241,8 +241,10 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16
      "moe_latent_size"),
     # Falcon-H1: attention and Mamba-2 side by side in every layer
     ({"model_type": "falcon_h1", "mamba_d_state": 256, "mamba_n_heads": 24}, "mamba_d_state"),
-    # DeepSeek-V3.2: sparse attention through a top-k indexer
-    ({"model_type": "deepseek_v32", "index_topk": 2048, "index_n_heads": 64}, "index_topk"),
+    # DeepSeek-V4: compressed and sparse attention layers (DeepSeek-V3.2's sparse attention alone is priced)
+    ({"model_type": "deepseek_v4", "compress_ratios": [0, 4, 128], "index_topk": 512, "index_n_heads": 64},
+     "compress_ratios"),
+    ({"model_type": "deepseek_v4", "hc_mult": 4}, "hc_mult"),
     # a layer_types list naming a kind that is not softmax attention
     ({"layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 12},
      "layer_types"),

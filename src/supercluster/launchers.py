@@ -88,6 +88,9 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
             a.append(f"--num-experts {model.num_experts} --moe-router-topk {model.top_k}")
         if model.mtp_layers:
             a.append(f"--mtp-num-layers {model.mtp_layers}")
+        if model.index_topk:  # DeepSeek Sparse Attention (Megatron-Core's experimental attention variant)
+            a.append(f"--experimental-attention-variant dsa --dsa-indexer-n-heads {model.index_heads} "
+                     f"--dsa-indexer-head-dim {model.index_head_dim} --dsa-indexer-topk {model.index_topk}")
         if model.recurrent_layers or model.mlp_only_layers or model.mixer_only_layers:
             # a hybrid (Megatron-LM pretrain_mamba.py): its layer pattern and Mamba-2 widths
             require(bool(model.hybrid_pattern), "model",

@@ -106,6 +106,14 @@ class ModelSpec:
     #: gated attention (Qwen3-Next, Qwen3.5: ``attn_output_gate``): the query projection also emits a
     #: per-channel sigmoid gate on the attention output, as wide as the query
     attn_output_gate: bool = False
+    #: DeepSeek Sparse Attention (DeepSeek-V3.2-Exp technical report, deepseek-ai 2025, sec. 2; GLM-5)
+    #: on every attention layer of an MLA model: a lightning indexer of ``index_heads`` heads of
+    #: ``index_head_dim`` scores every preceding token, and each query attends to the ``index_topk``
+    #: best (MLA in its MQA form: the 512-wide latent and the 64-wide RoPE key shared by all heads);
+    #: 0 = dense attention
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
     seq_len: int = 2048
     source: str = ""
 
@@ -120,7 +128,8 @@ class ModelSpec:
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
                   "window_layers", "attention_chunk", "mtp_layers", "ssm_layers", "ssm_heads", "ssm_head_dim",
                   "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "mlp_only_layers", "mixer_only_layers",
-                  "gdn_layers", "gdn_k_heads", "gdn_v_heads", "gdn_k_dim", "gdn_v_dim", "gdn_conv", "gdn_chunk"):
+                  "gdn_layers", "gdn_k_heads", "gdn_v_heads", "gdn_k_dim", "gdn_v_dim", "gdn_conv", "gdn_chunk",
+                  "index_topk", "index_heads", "index_head_dim"):
             v = getattr(self, f)
             require(isinstance(v, int) and v >= 0, f"model.{f}", f"must be an integer >= 0, got {v!r}")
             require(v <= MAX_WIDTH, f"model.{f}", f"{v} is past any real model (at most {MAX_WIDTH:,})")
@@ -160,6 +169,15 @@ class ModelSpec:
                 "local attention is a sliding window or chunks, not both")
         require((self.sliding_window + self.attention_chunk > 0) == (self.window_layers > 0), "model.window_layers",
                 "window_layers goes with sliding_window or attention_chunk (all 0, or both > 0)")
+        if self.index_topk or self.index_heads or self.index_head_dim:
+            for f in ("index_topk", "index_heads", "index_head_dim"):
+                require(getattr(self, f) > 0, f"model.{f}",
+                        f"must be > 0 for sparse attention (index_topk, index_heads, index_head_dim go together), "
+                        f"got {getattr(self, f)}")
+            require(self.kv_lora_rank > 0, "model.index_topk",
+                    "DeepSeek Sparse Attention is priced on MLA (kv_lora_rank > 0) only")
+            require(not self.window_layers and not self.recurrent_layers, "model.index_topk",
+                    "sparse attention with sliding-window, chunked or recurrent layers is not modelled")
 
     # ---- shape helpers -------------------------------------------------------------------
     @property
@@ -190,8 +208,60 @@ class ModelSpec:
 
     @property
     def context_parallel_ok(self) -> bool:
-        """Context parallelism is priced for attention only (not for Mamba or Gated DeltaNet layers)."""
-        return self.recurrent_layers == 0
+        """Context parallelism is priced for dense attention only (not for Mamba or Gated DeltaNet layers,
+        nor for sparse attention, whose indexer and top-k selection span the whole sequence)."""
+        return self.recurrent_layers == 0 and not self.index_topk
+
+    @property
+    def sparse_score_dims(self) -> tuple[int, int]:
+        """Per-head widths sparse MLA multiplies, in its MQA form (DeepSeek-V3.2-Exp report sec. 2): the
+        latent plus the RoPE key as query-key, the latent as the value (dense attention: qk_dim, v_dim)."""
+        if self.index_topk:
+            return self.kv_lora_rank + self.qk_rope_head_dim, self.kv_lora_rank
+        return self.qk_dim, self.v_dim
+
+    def sparse_active(self, seq_len: Any) -> Any:
+        """Where sparse attention runs: sequences longer than index_topk (a shorter one attends to every
+        preceding key, so the indexer and the top-k selection are skipped, as MaxText's DeepSeek-V3.2
+        does, and dense MLA runs in its MHA form)."""
+        return np.asarray(seq_len, dtype=float) > self.index_topk if self.index_topk else \
+            np.zeros_like(np.asarray(seq_len, dtype=float), dtype=bool)
+
+    def attention_width_keys(self, seq_len: Any, causal: bool) -> Any:
+        """Per layer on average: (query-key + value width) x keys per query, what attention's FLOPs per
+        head and token are twice of; sparse layers at their MQA widths and top-k keys."""
+        dense = (self.qk_dim + self.v_dim) * self.mean_keys(seq_len, causal)
+        if not self.index_topk:
+            return dense
+        return np.where(self.sparse_active(seq_len), sum(self.sparse_score_dims) * self.sparse_keys(seq_len, causal),
+                        dense)
+
+    @property
+    def indexer_params(self) -> int:
+        """One layer's lightning-indexer weights: its query projection (from the compressed query, as
+        DeepSeek-V3.2 computes it), one shared key head with its LayerNorm, and the per-head weights."""
+        if not self.index_topk:
+            return 0
+        hi, di, h = self.index_heads, self.index_head_dim, self.d_model
+        return (self.q_lora_rank or h) * hi * di + h * di + 2 * di + h * hi
+
+    def sparse_keys(self, seq_len: Any, causal: bool) -> Any:
+        """Keys a sparse-attention query attends to: min(i, k) for the i-th token, on average
+        k - k^2 / (2 s) for s >= k (s / 2 below), or min(s, k) non-causal (as a sliding window of k)."""
+        s, k = np.asarray(seq_len, dtype=float), float(self.index_topk)
+        return np.where(s >= k, k - k * k / (2.0 * s), s / 2.0) if causal else np.minimum(s, k)
+
+    def indexer_flops_per_token(self, seq_len: Any, causal: bool) -> tuple[Any, Any]:
+        """Forward and backward FLOPs per token, all layers, of the lightning indexer's scores: forward,
+        every head's dot product with every preceding key (2 H_I d_I per pair, the ReLU and head
+        weighting aside); backward, its KL-loss gradient through the selected top-k keys only
+        (DeepSeek-V3.2-Exp report sec. 2.1, sparse training stage: q and k gradients, 4 H_I d_I per pair)."""
+        if not self.index_topk:
+            return 0.0, 0.0
+        s = np.asarray(seq_len, dtype=float)
+        pair = 2.0 * self.index_heads * self.index_head_dim * self.sparse_active(s)
+        layers = self.attention_layers + self.mtp_layers
+        return layers * pair * (s / 2.0 if causal else s), layers * 2.0 * pair * self.sparse_keys(s, causal)
 
     @property
     def recurrent_layers(self) -> int:
@@ -387,7 +457,7 @@ class ModelSpec:
             nope = d - self.qk_rope_head_dim
             q = h * self.q_lora_rank + self.q_lora_rank * a * d if self.q_lora_rank else h * a * d
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * a * (nope + dv)
-            return q + kv + a * dv * h
+            return q + kv + a * dv * h + self.indexer_params
         # (gated attention: the query projection also emits the output gate, a query's width)
         return h * a * d * (2 if self.attn_output_gate else 1) + 2 * h * k * d + a * dv * h
 
@@ -489,8 +559,10 @@ class ModelSpec:
         """Forward QK^T and A.V FLOPs per token over all layers (PaLM: 2 x 2 x L x a x d x s); an
         MTP block attends over the whole sequence."""
         s = np.asarray(seq_len, dtype=float)
-        keys = self.num_layers * self.mean_keys(seq_len, causal) + self.mtp_layers * (s / 2.0 if causal else s)
-        return 2.0 * self.num_heads * (self.qk_dim + self.v_dim) * keys
+        # (an MTP block attends as a full layer of the model does)
+        full = np.where(self.sparse_active(s), sum(self.sparse_score_dims) * self.sparse_keys(s, causal),
+                        (self.qk_dim + self.v_dim) * (s / 2.0 if causal else s))
+        return 2.0 * self.num_heads * (self.num_layers * self.attention_width_keys(s, causal) + self.mtp_layers * full)
 
     def model_flops_per_token(self, seq_len: int | float, causal: bool = False) -> float:
         """Training (fwd + bwd = 3 x fwd) model FLOPs per token, no recompute.
@@ -498,15 +570,17 @@ class ModelSpec:
         ``causal=False`` is the PaLM / Megatron / NeMo convention (full s^2 attention):
         6 N_matmul + 12 L a d s for d = qk = v head dim.
         """
+        idx_f, idx_b = self.indexer_flops_per_token(seq_len, causal)
         return 3.0 * (2.0 * self.matmul_params_per_token() + self.attention_flops_per_token(seq_len, causal)
-                      + self.recurrent_flops_per_token())
+                      + self.recurrent_flops_per_token()) + idx_f + idx_b
 
 
 _REQUIRED = {"name", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "source"}
 _OPTIONAL = {"num_layers", "mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "shared_ffn_dim",
              "moe_ffn_dim", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
              "seq_len", "sliding_window", "window_layers", "attention_chunk", "mtp_layers", "ssm_heads", "ssm_head_dim",
-             "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "hybrid_pattern"}
+             "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "hybrid_pattern", "index_topk", "index_heads",
+             "index_head_dim"}
 
 #: Megatron-Core's hybrid layer symbols (megatron/core/ssm/mamba_hybrid_layer_allocation.py)
 HYBRID_SYMBOLS = {"M": "Mamba", "*": "attention", "-": "MLP", "E": "MoE"}
@@ -619,6 +693,8 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         head_dim = nope + rope
         fields.update(kv_lora_rank=kv_lora, q_lora_rank=int(get("q_lora_rank", default=0) or 0),
                       qk_rope_head_dim=rope, v_head_dim=int(get("v_head_dim", default=nope)))
+    if get("index_topk") is not None:
+        fields.update(_hf_sparse_attention(cfg, kv_lora))
     if head_dim is None:
         require(h % heads == 0, "config.json hidden_size", f"{h} is not divisible by num_attention_heads {heads}")
         head_dim = h // heads
@@ -746,9 +822,9 @@ def _hf_family(cfg: dict[str, Any]) -> str:
 
 #: config.json fields that announce layers the cost model does not price: state-space (Mamba) and
 #: linear-attention layers (Gated DeltaNet, lightning attention) do O(1) work per token in the sequence
-#: length where softmax attention does O(s), and DeepSeek Sparse Attention (V3.2) attends to the
-#: indexer's top-k keys through a separate indexer; counting any of them as softmax attention would
-#: print a wrong number without saying so
+#: length where softmax attention does O(s), and DeepSeek-V4's compressed attention and
+#: hyper-connections are other layers again; counting any of them as softmax attention would print a
+#: wrong number without saying so (DeepSeek Sparse Attention, index_topk, is priced: _hf_sparse_attention)
 _UNMODELLED_FIELDS = {
     "hybrid_override_pattern": "Mamba / hybrid layers outside a Nemotron-H config (model_type nemotron_h)",
     "mamba_d_state": "Mamba layers other than Nemotron-H's, Granite 4.0-H's and Bamba's Mamba-2 (Jamba's Mamba-1, "
@@ -761,8 +837,30 @@ _UNMODELLED_FIELDS = {
                                "qwen3_next, qwen3_5...)",
     "linear_attn_config": "linear-attention layers (Kimi Linear)",
     "attn_type_list": "lightning (linear) attention layers (MiniMax)",
-    "index_topk": "DeepSeek Sparse Attention (top-k indexer, DeepSeek-V3.2)",
+    "compress_ratios": "compressed and sparse attention layers (DeepSeek-V4)",
+    "compress_rates": "compressed and sparse attention layers (DeepSeek-V4-style)",
+    "hc_mult": "hyper-connections (several residual streams, DeepSeek-V4)",
+    "o_lora_rank": "low-rank grouped output projections (DeepSeek-V4)",
 }
+
+
+def _hf_sparse_attention(cfg: dict[str, Any], kv_lora: int) -> dict[str, int]:
+    """DeepSeek Sparse Attention's fields (DeepSeek-V3.2 ``deepseek_v32``, GLM-5 ``glm_moe_dsa``): the
+    indexer's heads and head width and the top-k, on every layer of an MLA model."""
+    require(kv_lora > 0, "config.json index_topk",
+            "sparse attention is priced on MLA models (with kv_lora_rank) only")
+    out = {}
+    for field, key in (("index_topk", "index_topk"), ("index_n_heads", "index_heads"),
+                       ("index_head_dim", "index_head_dim")):
+        v = cfg.get(field)
+        require(is_whole(v) and 0 < v <= MAX_WIDTH, f"config.json {field}",
+                f"must be a whole number in 1..{MAX_WIDTH:,} for sparse attention, got {v!r}")
+        out[key] = int(v)
+    freq, pattern = cfg.get("index_topk_freq", 1), cfg.get("index_topk_pattern", "")
+    require(freq in (1, None) and not pattern, "config.json index_topk_freq",
+            f"sparse attention on only some layers (index_topk_freq={freq!r}, index_topk_pattern={pattern!r}) "
+            "is not modelled; supported: every layer (freq 1, no pattern)")
+    return out
 def _hf_layer_count(cfg: dict[str, Any]) -> int:
     """A hybrid config's ``num_hidden_layers``, checked (its layer lists are read against it)."""
     layers = cfg.get("num_hidden_layers")
@@ -905,7 +1003,7 @@ _MODELLED_LAYER_TYPES = ("full_attention", "sliding_attention", "attention", "gl
 #: (nemotronh, granitemoehybrid and bamba pass where :func:`_hf_mamba2_hybrid` reads their Mamba-2 layers,
 #: qwen3next and qwen3_5 where :func:`_hf_gdn_hybrid` reads their Gated DeltaNet layers)
 _SSM_FAMILIES = ("mamba", "rwkv", "jamba", "nemotronh", "falconh1", "granitemoehybrid", "qwen3next", "zamba", "bamba",
-                 "kimilinear", "deepseekv32", "lfm2", "recurrentgemma", "xlstm")
+                 "kimilinear", "lfm2", "recurrentgemma", "xlstm")
 
 
 def _refuse_unmodelled_layers(cfg: dict[str, Any], hybrid: bool = False) -> None:

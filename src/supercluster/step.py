@@ -306,6 +306,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     require(not (model.recurrent_layers and unfused and gpu.attention_frac is None), "framework",
             f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s Mamba / Gated DeltaNet "
             "layers need the fused chunked kernels of newer stacks")
+    require(not (model.index_topk and unfused), "framework",
+            f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s sparse attention needs "
+            "the fused sparse kernels of newer stacks")
     mem_bw = gpu.hbm_bytes_per_s * hbm_frac()
 
     m = gbs / (dp * mb)
@@ -315,7 +318,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     # ---- compute per layer per micro-batch (seconds) -----------------------------------
     gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
-    attn_f = 2.0 * T * (a / tp) * (dq + dv) * model.mean_keys(seq, causal=True)  # causal (windowed) keys
+    # causal (windowed, or sparse top-k) keys at the widths the kernel multiplies (sparse MLA: its MQA form)
+    attn_f = 2.0 * T * (a / tp) * model.attention_width_keys(seq, causal=True)
+    # DeepSeek Sparse Attention's lightning indexer: scores over every preceding key forward, gradients
+    # through the selected keys backward; its heads split over TP as the attention's do (0 without DSA)
+    idx_fwd, idx_bwd = model.indexer_flops_per_token(seq, causal=True)
+    idx_f, idx_b = T * idx_fwd / L / tp, T * idx_bwd / L / tp
     el = np.where(fp32, 4.0, 2.0)  # activation bytes
     low_el = np.where(fp4, 0.5, np.where(fp8, 1.0, el))  # GEMM operand bytes
     # fp8 / fp4 GEMMs also pay Transformer Engine's quantisation passes (HBM bytes per quantised element)
@@ -328,8 +336,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         t_attn_f, t_attn_b, t_score_f, t_score_b = _unfused_attention(
             T * (a / tp) * seq, dq, dv, el, drop, ceiling16, mem_bw)
     else:
-        t_attn_f = attn_f / (peak16 * gpu.clock_frac * att.fwd_frac)
-        t_attn_b = 2.5 * attn_f / (peak16 * gpu.clock_frac * att.bwd_frac)
+        # (sparse MLA at the flash kernel's efficiency: DeepSeek's FlashMLA sparse prefill kernel reaches
+        # 640 TFLOP/s on H800, FlashAttention-3's range; the indexer likewise, in 16 bits, an assumption:
+        # DeepSeek runs it in fp8)
+        t_attn_f = (attn_f + idx_f) / (peak16 * gpu.clock_frac * att.fwd_frac)
+        t_attn_b = (2.5 * attn_f + idx_b) / (peak16 * gpu.clock_frac * att.bwd_frac)
         t_score_f = t_score_b = np.zeros_like(tp)
     # The chunked recurrences (Mamba-2's SSD scan, mamba_chunk_scan_combined; Gated DeltaNet's delta
     # rule, FLA's chunk_gated_delta_rule): Triton kernels of chunked matmuls with masking, like
@@ -622,12 +633,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     # ---- the ledger -----------------------------------------------------------------------
     # (Lc layers and head_on heads: the heaviest stage's work per micro-batch, which sums to t_stage)
-    ideal = m * (Lc * (3.0 * gemm_f / peak + 3.0 * (attn_f + rec_f) / peak16) + heads * 3.0 * head_f / peak16
+    attn_model = 3.0 * (attn_f + rec_f) + idx_f + idx_b  # attention-like model FLOPs of a layer, fwd + bwd
+    ideal = m * (Lc * (3.0 * gemm_f / peak + attn_model / peak16) + heads * 3.0 * head_f / peak16
                  + projs * 3.0 * proj_f / peak)
     gemm_ineff = m * (Lc * 3.0 * (t_gemm_f - gemm_f / peak)
                       + heads * 3.0 * (head_f / ceiling16 - head_f / peak16)
                       + projs * (t_proj - 3.0 * proj_f / peak))
-    attn_ineff = m * Lc * (t_attn_f + t_attn_b - 3.0 * attn_f / peak16 + t_rec_f + t_rec_b - 3.0 * rec_f / peak16)
+    attn_ineff = m * Lc * (t_attn_f + t_attn_b + t_rec_f + t_rec_b - attn_model / peak16)
     mem_ops = m * (Lc * (3.0 * t_mem_f + t_score_f + t_score_b + cp_mem_f + cp_mem_b)
                    + heads * 5.0 * 4.0 * T * V / tp / mem_bw)
     ledger = {
@@ -648,7 +660,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     tokens = gbs * seq
     model_flops = tokens * model.model_flops_per_token(seq, causal=False)
     fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - (1.0 + mtp) * V * h) + tokens * \
-        (model.attention_flops_per_token(seq, causal=False) + model.recurrent_flops_per_token())
+        (model.attention_flops_per_token(seq, causal=False) + model.recurrent_flops_per_token()
+         + model.indexer_flops_per_token(seq, causal=False)[0])
     sel_flops = tokens * (np.where(has["core_attn"], model.attention_flops_per_token(seq, causal=False), 0.0)
                           + 2.0 * L * (np.where(has["mlp"], w_dense, 0.0) + np.where(has["moe"], w_moe, 0.0)
                                        + np.where(has["mla_up_proj"], w_up, 0.0)))
@@ -660,7 +673,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                        expert_params, dpg, edpg, Lh_first, Lh_last, low_el, kv_local, f_act, ring_bytes,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
-                       has, el))
+                       has, el, seq))
     out.update(
         step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
         hardware_flops=model_flops + rc_flops, peak_flops_per_s=peak, microbatches=m,
@@ -893,7 +906,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
             dpg: np.ndarray, edpg: np.ndarray, Lh: np.ndarray, Lh_last: np.ndarray, low_el: np.ndarray,
             kv_local: np.ndarray,
             f_act: float, ring_bytes: np.ndarray, score_tok: np.ndarray, has: dict[str, np.ndarray],
-            el: np.ndarray) -> dict[str, np.ndarray]:
+            el: np.ndarray, seq: np.ndarray) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded pipeline stage: the first (``Lh`` layers, the most
     micro-batches in flight) or, under pipeline parallelism, the last (``Lh_last`` layers, fewer
     micro-batches, and the logits), whichever holds more."""
@@ -938,6 +951,16 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
     attn = 2.0 * ((a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv) + np.where(low, low_el * (a / tp) * dv, 0.0)
     if model.attn_output_gate:  # gated attention keeps its gate (a query's width) for the gating's backward
         attn = attn + 2.0 * (a / tp) * dv
+    if model.index_topk:  # (where the sequence is longer than the top-k: dense MLA below it)
+        # sparse MLA in its MQA form keeps the absorbed queries, the shared latent key (its value is the
+        # latent's first part) and the latent-wide output, then the output projection's input (a value
+        # head per query head, in the GEMM precision); the selected keys' indices (int32, k per token)
+        # and the indexer's queries, key (16-bit) and head weights (fp32)
+        sq, sv = (float(x) for x in model.sparse_score_dims)
+        hi = model.index_heads / tp
+        attn = np.where(model.sparse_active(seq),
+                        2.0 * ((a / tp) * sq + sq + (a / tp) * sv) + low_el * (a / tp) * dv + 4.0 * model.index_topk
+                        + 2.0 * (hi + 1.0) * model.index_head_dim + 4.0 * hi, attn)
     moe_tok = f_moe * model.top_k * h * (
         2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from supercluster.estimate import default_network
 from supercluster.framework import get_framework
 from supercluster.hardware import get_gpu
-from supercluster.models import from_hf_config, load_model
+from supercluster.models import ModelSpec, from_hf_config, load_model
 from supercluster.network import TwoLevelNetwork
 from supercluster.step import LEDGER, step_columns
 
@@ -25,7 +25,12 @@ QWEN35_9B = from_hf_config({
     "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 8, "attn_output_gate": True,
     "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
     "linear_value_head_dim": 128, "tie_word_embeddings": False})
-MODELS = st.sampled_from([MODEL, dataclasses.replace(MODEL, mtp_layers=1), load_model("nemotronh-8b"), QWEN35_9B])
+# and a small MLA model with DeepSeek Sparse Attention, sparse past 1,024 tokens (every drawn sequence)
+DSA = ModelSpec(key="dsa-small", name="DSA small", num_layers=8, d_model=2048, ffn_dim=8192, num_heads=16,
+                num_kv_heads=16, head_dim=192, vocab_size=32000, q_lora_rank=512, kv_lora_rank=512,
+                qk_rope_head_dim=64, v_head_dim=128, index_topk=1024, index_heads=16, index_head_dim=64)
+MODELS = st.sampled_from([MODEL, dataclasses.replace(MODEL, mtp_layers=1), load_model("nemotronh-8b"), QWEN35_9B,
+                          DSA])
 GPU = get_gpu("h100-sxm")
 # Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
 FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
@@ -42,8 +47,9 @@ layouts = st.fixed_dictionaries({
 
 
 def priced(fw, model) -> None:
-    """Skip what is refused, not priced: a hybrid's Mamba layers under a pre-FlashAttention stack."""
-    assume(not (model.recurrent_layers and fw.attention == "unfused"))
+    """Skip what is refused, not priced: a hybrid's Mamba layers, or sparse attention, under a
+    pre-FlashAttention stack."""
+    assume(not ((model.recurrent_layers or model.index_topk) and fw.attention == "unfused"))
 
 
 def cols(d: dict[str, int], model=MODEL) -> dict[str, np.ndarray]:
