@@ -130,11 +130,10 @@ class Layout:
                                  ("Gated DeltaNet key heads", model.gdn_k_heads, model.gdn_layers),
                                  ("Gated DeltaNet value heads", model.gdn_v_heads, model.gdn_layers)):
                 require(not has or n % self.tp == 0, "tp", f"{self.tp} must divide the {n} {what} of {model.name}")
-            require(self.cp == 1 or model.context_parallel_ok, "cp",
-                    f"context parallelism of Mamba / Gated DeltaNet layers is not modelled ({model.name}); use cp 1")
-        require(self.cp == 1 or not model.index_topk, "cp",
-                f"context parallelism of sparse attention (its indexer scores the whole sequence) is not modelled "
-                f"({model.name}); use cp 1")
+        layers = "Mamba / Gated DeltaNet layers" if model.recurrent_layers else \
+            "sparse attention (its indexer scores the whole sequence)"
+        require(self.cp == 1 or model.context_parallel_ok, "cp",
+                f"context parallelism of {layers} is not modelled ({model.name}); use cp 1")
         if self.pp_layout is not None:  # the layout says where every layer goes
             pplayout.check(pplayout.parse(self.pp_layout), pp=self.pp, vpp=self.vpp, num_layers=model.num_layers,
                            mtp_layers=model.mtp_layers, name=model.name)

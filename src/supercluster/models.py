@@ -227,14 +227,21 @@ class ModelSpec:
         return np.asarray(seq_len, dtype=float) > self.index_topk if self.index_topk else \
             np.zeros_like(np.asarray(seq_len, dtype=float), dtype=bool)
 
-    def attention_width_keys(self, seq_len: Any, causal: bool) -> Any:
-        """Per layer on average: (query-key + value width) x keys per query, what attention's FLOPs per
-        head and token are twice of; sparse layers at their MQA widths and top-k keys."""
-        dense = (self.qk_dim + self.v_dim) * self.mean_keys(seq_len, causal)
+    def _full_layer_width_keys(self, seq_len: Any, causal: bool) -> Any:
+        """(query-key + value width) x keys per query of one full attention layer (or an MTP block):
+        sparse past the top-k, at its MQA widths and top-k keys; dense below it."""
+        s = np.asarray(seq_len, dtype=float)
+        dense = (self.qk_dim + self.v_dim) * (s / 2.0 if causal else s)
         if not self.index_topk:
             return dense
-        return np.where(self.sparse_active(seq_len), sum(self.sparse_score_dims) * self.sparse_keys(seq_len, causal),
-                        dense)
+        return np.where(self.sparse_active(s), sum(self.sparse_score_dims) * self.sparse_keys(s, causal), dense)
+
+    def attention_width_keys(self, seq_len: Any, causal: bool) -> Any:
+        """Per layer on average: (query-key + value width) x keys per query, what attention's FLOPs per
+        head and token are twice of (a sparse-attention model has no local layers: all full ones)."""
+        if self.index_topk:
+            return self._full_layer_width_keys(seq_len, causal) * self.attention_layers / self.num_layers
+        return (self.qk_dim + self.v_dim) * self.mean_keys(seq_len, causal)
 
     @property
     def indexer_params(self) -> int:
@@ -246,10 +253,9 @@ class ModelSpec:
         return (self.q_lora_rank or h) * hi * di + h * di + 2 * di + h * hi
 
     def sparse_keys(self, seq_len: Any, causal: bool) -> Any:
-        """Keys a sparse-attention query attends to: min(i, k) for the i-th token, on average
-        k - k^2 / (2 s) for s >= k (s / 2 below), or min(s, k) non-causal (as a sliding window of k)."""
-        s, k = np.asarray(seq_len, dtype=float), float(self.index_topk)
-        return np.where(s >= k, k - k * k / (2.0 * s), s / 2.0) if causal else np.minimum(s, k)
+        """Keys a sparse-attention query attends to: min(i, k) for the i-th token, as a sliding window
+        of k keys sees (:func:`window_keys`)."""
+        return window_keys(seq_len, float(self.index_topk), causal)
 
     def indexer_flops_per_token(self, seq_len: Any, causal: bool) -> tuple[Any, Any]:
         """Forward and backward FLOPs per token, all layers, of the lightning indexer's scores: forward,
@@ -551,18 +557,15 @@ class ModelSpec:
             n, r = np.floor(s / c), np.mod(s, c)
             local = (n * c * c + r * r) / s * (0.5 if causal else 1.0)
         else:
-            w = float(self.sliding_window)
-            local = np.where(s >= w, w - w * w / (2.0 * s), s / 2.0) if causal else np.minimum(s, w)
+            local = window_keys(s, float(self.sliding_window), causal)
         return ((self.attention_layers - self.window_layers) * full + self.window_layers * local) / self.num_layers
 
     def attention_flops_per_token(self, seq_len: Any, causal: bool) -> Any:
         """Forward QK^T and A.V FLOPs per token over all layers (PaLM: 2 x 2 x L x a x d x s); an
         MTP block attends over the whole sequence."""
-        s = np.asarray(seq_len, dtype=float)
         # (an MTP block attends as a full layer of the model does)
-        full = np.where(self.sparse_active(s), sum(self.sparse_score_dims) * self.sparse_keys(s, causal),
-                        (self.qk_dim + self.v_dim) * (s / 2.0 if causal else s))
-        return 2.0 * self.num_heads * (self.num_layers * self.attention_width_keys(s, causal) + self.mtp_layers * full)
+        return 2.0 * self.num_heads * (self.num_layers * self.attention_width_keys(seq_len, causal)
+                                       + self.mtp_layers * self._full_layer_width_keys(seq_len, causal))
 
     def model_flops_per_token(self, seq_len: int | float, causal: bool = False) -> float:
         """Training (fwd + bwd = 3 x fwd) model FLOPs per token, no recompute.
@@ -573,6 +576,13 @@ class ModelSpec:
         idx_f, idx_b = self.indexer_flops_per_token(seq_len, causal)
         return 3.0 * (2.0 * self.matmul_params_per_token() + self.attention_flops_per_token(seq_len, causal)
                       + self.recurrent_flops_per_token()) + idx_f + idx_b
+
+
+def window_keys(seq_len: Any, w: float, causal: bool) -> Any:
+    """Keys a query sees in a window of the w latest (a sliding window, or a top-k selection): min(i, w)
+    for the i-th token, on average w - w^2 / (2 s) for s >= w (s / 2 below), or min(s, w) non-causal."""
+    s = np.asarray(seq_len, dtype=float)
+    return np.where(s >= w, w - w * w / (2.0 * s), s / 2.0) if causal else np.minimum(s, w)
 
 
 _REQUIRED = {"name", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "source"}

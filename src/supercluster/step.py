@@ -303,12 +303,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                                   source="calibration")
     elif not unfused:
         att = attention_efficiency(fw.attention, gpu.arch)
-    require(not (model.recurrent_layers and unfused and gpu.attention_frac is None), "framework",
-            f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s Mamba / Gated DeltaNet "
-            "layers need the fused chunked kernels of newer stacks")
-    require(not (model.index_topk and unfused), "framework",
-            f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s sparse attention needs "
-            "the fused sparse kernels of newer stacks")
+    # (a calibrated profile's attention rate prices the recurrences; sparse attention needs its own kernels)
+    require(not unfused or not (model.index_topk or (model.recurrent_layers and gpu.attention_frac is None)),
+            "framework", f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s "
+            + ("sparse attention needs the fused sparse kernels" if model.index_topk else
+               "Mamba / Gated DeltaNet layers need the fused chunked kernels") + " of newer stacks")
     mem_bw = gpu.hbm_bytes_per_s * hbm_frac()
 
     m = gbs / (dp * mb)
