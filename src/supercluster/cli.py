@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -59,8 +60,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 # Options several commands share (each command sets its own default).
-ModelOpt = Annotated[str, typer.Option(help="preset key or path to a Hugging Face config.json; a +mtp / +mtpN "
-                                             "suffix adds N multi-token-prediction modules (deepseek-v3+mtp)")]
+ModelOpt = Annotated[str, typer.Option(help="preset key, or path to a Hugging Face config.json or a Megatron-LM "
+                                             "launch script (its architecture arguments); a +mtp / +mtpN suffix "
+                                             "adds N multi-token-prediction modules (deepseek-v3+mtp)")]
 GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")]
 GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
@@ -137,9 +139,26 @@ def catalog(kind: Annotated[CatalogKind, typer.Argument(help="what to list")] = 
     _out().print(table(data))  # type: ignore[operator]
 
 
+def _megatron_model_in(config: str) -> bool:
+    """Whether ``config`` is a Megatron-LM arguments file that gives a model's depth and width."""
+    from . import megatron_model
+    from .launchers import detect_format
+
+    path = Path(config)
+    if not path.is_file() or detect_format(path) != "megatron":
+        return False
+    try:
+        return megatron_model.has_model(megatron_model.parse_args(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, InputError):
+        return False  # load_layout names the problem
+
+
 @app.command()
 def estimate(
-    model: ModelOpt = "llama3-405b",
+    model: Annotated[str | None, typer.Option(help="preset key, or path to a Hugging Face config.json or a "
+                                              "Megatron-LM launch script; a +mtp / +mtpN suffix adds N "
+                                              "multi-token-prediction modules [default: the model in --config's "
+                                              "Megatron arguments, else llama3-405b]")] = None,
     gpu: GpuOpt = "h100-sxm",
     gpus: GpusOpt = 16384,
     tp: Annotated[int, typer.Option(help="tensor parallel degree")] = 8,
@@ -187,6 +206,8 @@ def estimate(
                                            "precision)")] = True,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
+    if model is None:  # a Megatron launch script that gives the architecture names the model too
+        model = config if config is not None and _megatron_model_in(config) else "llama3-405b"
     if config is not None:
         from .launchers import load_layout
 

@@ -33,7 +33,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from . import pplayout
+from . import megatron_model, pplayout
 from .errors import InputError, is_whole, require, subtable
 from .layout import Layout
 from .models import ModelSpec
@@ -80,24 +80,7 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
         strategy = "optim_grads" if layout.zero_stage == 2 else "optim_grads_params"
         a.append(f"--data-parallel-sharding-strategy {strategy} --use-megatron-fsdp")
     if model is not None:
-        a += [f"--num-layers {model.num_layers}", f"--hidden-size {model.d_model}",
-              f"--ffn-hidden-size {model.ffn_dim}", f"--num-attention-heads {model.num_heads}"]
-        if model.num_kv_heads != model.num_heads:
-            a.append(f"--group-query-attention --num-query-groups {model.num_kv_heads}")
-        if model.is_moe:
-            a.append(f"--num-experts {model.num_experts} --moe-router-topk {model.top_k}")
-        if model.mtp_layers:
-            a.append(f"--mtp-num-layers {model.mtp_layers}")
-        if model.index_topk:  # DeepSeek Sparse Attention (Megatron-Core's experimental attention variant)
-            a.append(f"--experimental-attention-variant dsa --dsa-indexer-n-heads {model.index_heads} "
-                     f"--dsa-indexer-head-dim {model.index_head_dim} --dsa-indexer-topk {model.index_topk}")
-        if model.recurrent_layers or model.mlp_only_layers or model.mixer_only_layers:
-            # a hybrid (Megatron-LM pretrain_mamba.py): its layer pattern and Mamba-2 widths
-            require(bool(model.hybrid_pattern), "model",
-                    f"{model.name} is a hybrid without its layer pattern (hybrid_pattern); Megatron needs it")
-            a.append(f"--hybrid-override-pattern {shlex.quote(model.hybrid_pattern)} --mamba-num-heads "
-                     f"{model.ssm_heads} --mamba-head-dim {model.ssm_head_dim} --mamba-state-dim {model.ssm_state} "
-                     f"--mamba-num-groups {model.ssm_groups}")
+        a += megatron_model.model_args(model, layout.seq_len)
     return " \\\n  ".join(a)
 
 
@@ -213,29 +196,7 @@ def _as_int(field: str, v: Any) -> int:
 
 
 def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
-    try:
-        tokens = shlex.split(text.replace("\\\n", " "), comments=True)
-    except ValueError as exc:
-        raise InputError("config", f"cannot read Megatron arguments: {exc}") from None
-    args: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.startswith("--"):
-            key = tok[2:].replace("_", "-")
-            if key == "recompute-modules":  # a list: every value up to the next flag
-                j = i + 1
-                while j < len(tokens) and not tokens[j].startswith("--"):
-                    j += 1
-                args[key] = tuple(tokens[i + 1:j])
-                i = j
-                continue
-            if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-                args[key] = tokens[i + 1]
-                i += 2
-                continue
-            args[key] = True
-        i += 1
+    args = megatron_model.parse_args(text)
     require("global-batch-size" in args, "global-batch-size", "missing from the Megatron arguments")
     tp = _as_int("tensor-model-parallel-size", args.get("tensor-model-parallel-size", 1))
     pp = _as_int("pipeline-model-parallel-size", args.get("pipeline-model-parallel-size", 1))

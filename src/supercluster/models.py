@@ -1071,7 +1071,8 @@ MTP_SUFFIX = re.compile(r"\+mtp(\d*)$")
 
 
 def load_model(ref: str) -> ModelSpec:
-    """A preset key or a path to a Hugging Face ``config.json``; a ``+mtp`` / ``+mtpN`` suffix sets
+    """A preset key, a path to a Hugging Face ``config.json`` or to a Megatron-LM launch script (its
+    architecture arguments, :mod:`supercluster.megatron_model`); a ``+mtp`` / ``+mtpN`` suffix sets
     its multi-token-prediction modules (``deepseek-v3+mtp``: the way DeepSeek-V3 trains)."""
     if m := MTP_SUFFIX.search(ref):
         base, n = load_model(ref[:m.start()]), int(m.group(1) or 1)
@@ -1083,10 +1084,19 @@ def load_model(ref: str) -> ModelSpec:
     if ref.endswith(".json") or path.exists():
         require(path.is_file(), "model", f"no such file {ref!r}")
         try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError("model", f"cannot read {ref} ({exc})") from exc
+        if not ref.endswith(".json") and not text.lstrip().startswith("{"):  # a Megatron-LM launch script
+            from . import megatron_model
+
+            return megatron_model.model_from_args(megatron_model.parse_args(text), key=path.stem)
+        try:
+            cfg = json.loads(text)
+        except json.JSONDecodeError as exc:
             raise InputError("model", f"{ref} is not valid JSON ({exc})") from exc
         require(isinstance(cfg, dict), "model", f"{ref} must hold a JSON object")
         return from_hf_config(cfg, key=path.stem)
-    raise InputError("model", f"unknown model {ref!r}; presets: {', '.join(sorted(cat))}; or a config.json path "
-                              "(either may end in +mtp or +mtpN: N multi-token-prediction modules)")
+    raise InputError("model", f"unknown model {ref!r}; presets: {', '.join(sorted(cat))}; or a config.json or "
+                              "Megatron-LM arguments path "
+                              "(any may end in +mtp or +mtpN: N multi-token-prediction modules)")

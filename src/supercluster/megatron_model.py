@@ -1,0 +1,360 @@
+"""A model as Megatron-LM's architecture arguments, and back.
+
+Megatron-LM (``megatron/training/arguments.py``) builds its model from command-line flags; the same
+flags written from a :class:`~supercluster.models.ModelSpec` build a model with the same weights and
+FLOPs, and a launch script's flags read back give the model it trains (``--model run.sh``). What
+enters the cost is written and read; what does not (normalisation, biases, position embeddings,
+the tokenizer, router options) is left to the script.
+
+=============================  ==================================================================
+ModelSpec                      Megatron-LM arguments
+=============================  ==================================================================
+layers, width, FFN, heads      ``--num-layers --hidden-size --ffn-hidden-size --num-attention-heads``
+head width, GQA                ``--kv-channels``, ``--group-query-attention --num-query-groups``
+vocabulary, tied embeddings    ``--vocab-size`` (Megatron takes it from the tokenizer, so a script
+                               may leave it out: then say it), ``--untie-embeddings-and-output-weights``
+MLP activation                 ``--swiglu`` (SwiGLU), ``--quick-geglu`` (GeGLU; Megatron's GELU there
+                               is the sigmoid approximation, same weights and FLOPs),
+                               ``--squared-relu``; none: GELU
+MoE                            ``--num-experts --moe-router-topk --moe-ffn-hidden-size
+                               --moe-shared-expert-intermediate-size`` (all shared experts' width),
+                               ``--moe-layer-freq`` (dense and MoE layers; only the count is priced)
+MLA                            ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim
+                               --qk-pos-emb-head-dim --v-head-dim`` (Megatron's defaults when absent)
+sliding windows                ``--window-size (w,0) --window-attn-skip-freq``
+multi-token prediction         ``--mtp-num-layers``
+DeepSeek Sparse Attention      ``--experimental-attention-variant dsa --dsa-indexer-n-heads
+                               --dsa-indexer-head-dim --dsa-indexer-topk``
+Gated DeltaNet, gated attn     ``--experimental-attention-variant gated_delta_net
+                               --linear-attention-freq --linear-{key,value}-head-dim
+                               --linear-num-{key,value}-heads --linear-conv-kernel-dim``,
+                               ``--attention-output-gate``
+Mamba-2 hybrids                ``--hybrid-override-pattern --mamba-num-heads --mamba-head-dim
+                               --mamba-state-dim --mamba-num-groups`` (pretrain_mamba.py)
+=============================  ==================================================================
+
+Refused by name, both ways: Llama 4's chunked attention and plain ReLU MLPs (no Megatron flag),
+latent MoE (``--moe-latent-size``) and heterogeneous layer configs (not modelled).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from .errors import InputError, require
+from .models import MAX_LAYERS, ModelSpec, hybrid_counts
+
+#: Megatron-LM's defaults for flags a script may leave out (arguments.py)
+_MLA_DEFAULTS = {"kv-lora-rank": 32, "qk-head-dim": 128, "qk-pos-emb-head-dim": 64, "v-head-dim": 128}
+_MAMBA_DEFAULTS = {"mamba-state-dim": 128, "mamba-head-dim": 64, "mamba-num-groups": 8}
+_ATTENTION_VARIANTS = ("dsa", "gated_delta_net")
+#: Model flags whose architecture this cost model does not price: refused, never ignored
+_UNMODELLED = {
+    "moe-latent-size": "latent MoE (experts run in a smaller latent width)",
+    "heterogeneous-layers-config-path": "heterogeneous layers (per-layer attention and FFN shapes)",
+    "heterogeneous-layers-config-encoded-json": "heterogeneous layers (per-layer attention and FFN shapes)",
+    "encoder-num-layers": "encoder-decoder models",
+}
+
+
+# ---- arguments text <-> a flag dictionary ----------------------------------------------------
+#: a shell assignment with a literal value (``NUM_LAYERS=32``, ``export SEQ="4096"``)
+_ASSIGN = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+)?([A-Za-z_]\w*)=(\S*)\s*(?:#.*)?$")
+#: a shell variable reference: ``$NAME``, ``${NAME}``, ``${NAME:-default}``
+_REF = re.compile(r"\$\{([A-Za-z_]\w*)(?::?[-=]([^}]*))?\}|\$([A-Za-z_]\w*)")
+
+
+def _expand_variables(text: str) -> str:
+    """A launch script with its simple variables filled in, line by line: a reference takes the
+    last literal assignment above it, else its ``:-`` default; anything else (``$(...)``, arithmetic,
+    positional arguments) is left as written, for the flag that reads it to refuse by name."""
+    env: dict[str, str] = {}
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(3)
+        if name in env:
+            return env[name]
+        return m.group(2).strip("\"'") if m.group(2) is not None else m.group(0)
+
+    lines = []
+    for line in text.splitlines():
+        line = _REF.sub(value, line)
+        if (a := _ASSIGN.match(line)) and not a.group(2).startswith("("):
+            env[a.group(1)] = a.group(2).strip("\"'")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def parse_args(text: str) -> dict[str, Any]:
+    """Megatron-LM flags from a launch script's text: ``--flag value`` as a string, a bare flag as
+    True, ``--recompute-modules`` as the tuple of values up to the next flag. The script is read
+    flat: simple shell variables filled in, comments, line continuations and bash array brackets
+    skipped, a quoted ``"--flag value"`` item split, underscores read as dashes, conditionals not
+    followed (every flag written counts; the last value of a flag wins)."""
+    try:
+        tokens = []
+        for tok in shlex.split(_expand_variables(text).replace("\\\n", " "), comments=True):
+            tokens += shlex.split(tok) if tok.startswith("--") and " " in tok else [tok]
+    except ValueError as exc:
+        raise InputError("config", f"cannot read Megatron arguments: {exc}") from None
+
+    def is_value(j: int) -> bool:
+        return j < len(tokens) and not tokens[j].startswith("--") and tokens[j] not in ("(", ")")
+
+    args: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("--"):
+            key = tok[2:].replace("_", "-")
+            if key == "recompute-modules":  # a list: every value up to the next flag
+                j = i + 1
+                while is_value(j):
+                    j += 1
+                args[key] = tuple(tokens[i + 1:j])
+                i = j
+                continue
+            if is_value(i + 1):
+                args[key] = tokens[i + 1]
+                i += 2
+                continue
+            args[key] = True
+        i += 1
+    return args
+
+
+def has_model(args: dict[str, Any]) -> bool:
+    """Whether the flags describe a model (its depth and width), not only a parallel layout."""
+    return ("num-layers" in args or "hybrid-override-pattern" in args) and "hidden-size" in args
+
+
+# ---- export ----------------------------------------------------------------------------------
+def _layer_pattern(layers: int, marked: int) -> str:
+    """Megatron's per-layer pattern for ``marked`` of ``layers`` layers: an integer N (every N-th
+    layer is the unmarked kind) where the split is that regular, else a Python list expression."""
+    other = layers - marked
+    if other == 0:
+        return f"([1]*{layers})"
+    if layers % other == 0:
+        return str(layers // other)
+    return f"([1]*{marked}+[0]*{other})" if marked else f"([0]*{layers})"
+
+
+def model_args(m: ModelSpec, seq_len: int | None = None) -> list[str]:
+    """The Megatron-LM arguments that build ``m`` (``seq_len``: the run's sequence, which
+    ``--max-position-embeddings`` must cover)."""
+    require(not m.attention_chunk, "model", f"{m.name}: chunked attention (Llama 4) has no Megatron-LM "
+                                            "argument; this export cannot write it")
+    require(m.mlp != "relu", "model", f"{m.name}: Megatron-LM has no plain-ReLU MLP argument "
+                                      "(--squared-relu, --swiglu, --quick-geglu or the GELU default)")
+    a = [f"--num-layers {m.num_layers}", f"--hidden-size {m.d_model}", f"--ffn-hidden-size {m.ffn_dim}",
+         f"--num-attention-heads {m.num_heads}"]
+    if m.kv_lora_rank:
+        a.append("--multi-latent-attention" + (f" --q-lora-rank {m.q_lora_rank}" if m.q_lora_rank else "")
+                 + f" --kv-lora-rank {m.kv_lora_rank} --qk-head-dim {m.head_dim - m.qk_rope_head_dim}"
+                 f" --qk-pos-emb-head-dim {m.qk_rope_head_dim} --v-head-dim {m.v_dim}")
+    else:
+        require(m.v_dim == m.head_dim, "model", f"{m.name}: value heads {m.v_dim} wide beside {m.head_dim}-wide "
+                                                "keys outside MLA have no Megatron-LM argument")
+        a.append(f"--kv-channels {m.head_dim}")
+        if m.num_kv_heads != m.num_heads:
+            a.append(f"--group-query-attention --num-query-groups {m.num_kv_heads}")
+    a.append(f"--vocab-size {m.vocab_size}")
+    a.append(f"--max-position-embeddings {max(m.seq_len, seq_len or 0)}")
+    if not m.tied_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    act = {"swiglu": "--swiglu", "geglu": "--quick-geglu", "relu2": "--squared-relu"}.get(m.mlp)
+    if act:
+        a.append(act)
+    if m.attn_output_gate:
+        a.append("--attention-output-gate")
+    if m.is_moe:
+        a.append(f"--num-experts {m.num_experts} --moe-router-topk {m.top_k} --moe-ffn-hidden-size {m.moe_ffn_dim}"
+                 " --moe-grouped-gemm --moe-token-dispatcher-type alltoall")
+        if m.shared_width:
+            a.append(f"--moe-shared-expert-intermediate-size {m.shared_width}")
+        if m.first_dense_layers and not m.hybrid_pattern:  # a hybrid's pattern places its MoE layers
+            a.append("--moe-layer-freq " + shlex.quote(f"([0]*{m.first_dense_layers}+[1]*{m.num_moe_layers})"))
+    if m.sliding_window:
+        require(not m.recurrent_layers and not m.mlp_only_layers, "model",
+                f"{m.name}: sliding windows in a hybrid stack are not written to Megatron-LM arguments")
+        a.append("--window-size " + shlex.quote(f"({m.sliding_window},0)"))
+        if m.window_layers < m.num_layers:  # 1 = a window layer, 0 = full attention
+            a.append("--window-attn-skip-freq " + shlex.quote(_layer_pattern(m.num_layers, m.window_layers)))
+    if m.mtp_layers:
+        a.append(f"--mtp-num-layers {m.mtp_layers}")
+    if m.index_topk:  # DeepSeek Sparse Attention (Megatron-Core's experimental attention variant)
+        a.append(f"--experimental-attention-variant dsa --dsa-indexer-n-heads {m.index_heads} "
+                 f"--dsa-indexer-head-dim {m.index_head_dim} --dsa-indexer-topk {m.index_topk}")
+    if m.gdn_layers:
+        require(not m.ssm_layers and not m.mlp_only_layers and not m.mixer_only_layers, "model",
+                f"{m.name}: Gated DeltaNet beside Mamba or one-block layers has no Megatron-LM arguments")
+        a.append("--experimental-attention-variant gated_delta_net --linear-attention-freq "
+                 + shlex.quote(_layer_pattern(m.num_layers, m.gdn_layers))
+                 + f" --linear-key-head-dim {m.gdn_k_dim} --linear-value-head-dim {m.gdn_v_dim}"
+                 f" --linear-num-key-heads {m.gdn_k_heads} --linear-num-value-heads {m.gdn_v_heads}"
+                 f" --linear-conv-kernel-dim {m.gdn_conv}")
+    elif m.recurrent_layers or m.mlp_only_layers or m.mixer_only_layers:
+        # a hybrid (Megatron-LM pretrain_mamba.py): its layer pattern and Mamba-2 widths
+        require(bool(m.hybrid_pattern), "model",
+                f"{m.name} is a hybrid without its layer pattern (hybrid_pattern); Megatron needs it")
+        a.append(f"--hybrid-override-pattern {shlex.quote(m.hybrid_pattern)} --mamba-num-heads "
+                 f"{m.ssm_heads} --mamba-head-dim {m.ssm_head_dim} --mamba-state-dim {m.ssm_state} "
+                 f"--mamba-num-groups {m.ssm_groups}")
+    return a
+
+
+# ---- import ----------------------------------------------------------------------------------
+def _int(args: dict[str, Any], flag: str, default: int | None = None) -> int:
+    v = args.get(flag, default)
+    require(v is not None, flag, "missing from the Megatron arguments")
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        raise InputError(flag, f"must be an integer, got {v!r}") from None
+    require(n >= 0, flag, f"must be >= 0, got {n}")
+    return n
+
+
+def _pattern(args: dict[str, Any], flag: str, layers: int, every: str) -> list[int]:
+    """A Megatron per-layer pattern: an integer N or a list expression such as ``([0]*3+[1]*58)``.
+    ``every``: which layers an integer marks, ``"first"`` (layer i when i % N == 0: --moe-layer-freq)
+    or ``"not-last"`` (all but every N-th: --linear-attention-freq, --window-attn-skip-freq)."""
+    text = str(args[flag]).strip()
+    if re.fullmatch(r"\d+", text):
+        n = int(text)
+        require(n >= 1, flag, f"must be >= 1, got {n}")
+        if every == "first":
+            return [1 if i % n == 0 else 0 for i in range(layers)]
+        return [0 if (i + 1) % n == 0 else 1 for i in range(layers)]
+    return _list_expression(flag, text, layers)
+
+
+def _list_expression(flag: str, text: str, layers: int) -> list[int]:
+    """Megatron's pattern expressions, read without eval: a sum of terms, each a bracketed list of
+    0 / 1 or a parenthesised expression, optionally times a count (``([1]*3+[0]*1)*3``)."""
+    src = text.replace(" ", "")
+    pos = 0
+
+    def fail(why: str) -> InputError:
+        return InputError(flag, f"{text!r}: {why} (write e.g. ([0]*3+[1]*58) or an integer)")
+
+    def count() -> int:
+        nonlocal pos
+        m = re.compile(r"\d+").match(src, pos)
+        if m is None:
+            raise fail(f"a count expected at character {pos + 1}")
+        pos = m.end()
+        return int(m.group())
+
+    def expr() -> list[int]:
+        nonlocal pos
+        out = term()
+        while pos < len(src) and src[pos] == "+":
+            pos += 1
+            out = out + term()
+        return out
+
+    def term() -> list[int]:
+        nonlocal pos
+        if src[pos:pos + 1] == "[":
+            close = src.find("]", pos)
+            if close < 0 or not re.fullmatch(r"[\d,]*", src[pos + 1:close]):
+                raise fail("a list of 0 and 1 expected")
+            items, pos = [int(x) for x in src[pos + 1:close].split(",") if x], close + 1
+        elif src[pos:pos + 1] == "(":
+            pos += 1
+            items = expr()
+            if src[pos:pos + 1] != ")":
+                raise fail("a closing parenthesis expected")
+            pos += 1
+        else:
+            raise fail(f"a list or a parenthesis expected at character {pos + 1}")
+        if src[pos:pos + 1] == "*":
+            pos += 1
+            n = count()
+            if len(items) * n > 10 * MAX_LAYERS:
+                raise fail("far longer than any model")
+            items = items * n
+        return items
+
+    out = expr()
+    require(pos == len(src), flag, f"{text!r}: cannot read past character {pos + 1}")
+    require(len(out) == layers and set(out) <= {0, 1}, flag,
+            f"{text!r} gives {len(out)} entries of 0 / 1; the model has {layers} layers")
+    return out
+
+
+def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
+    """The :class:`ModelSpec` Megatron-LM builds from these flags (see the module's table)."""
+    require(has_model(args), "config", "no model in these Megatron arguments: needs --num-layers (or "
+                                       "--hybrid-override-pattern) and --hidden-size")
+    for flag, what in _UNMODELLED.items():
+        require(flag not in args, flag, f"{what}: not modelled")
+    f: dict[str, Any] = {}
+    pattern = args.get("hybrid-override-pattern")
+    if isinstance(pattern, str):
+        f.update(hybrid_counts(pattern, "hybrid-override-pattern"), hybrid_pattern=pattern)
+        if f["ssm_layers"]:
+            for flag, default in _MAMBA_DEFAULTS.items():
+                f[{"mamba-state-dim": "ssm_state", "mamba-head-dim": "ssm_head_dim",
+                   "mamba-num-groups": "ssm_groups"}[flag]] = _int(args, flag, default)
+            f["ssm_heads"] = _int(args, "mamba-num-heads", 2 * _int(args, "hidden-size") // f["ssm_head_dim"])
+    layers = f.pop("num_layers", None) or _int(args, "num-layers")
+    h, heads = _int(args, "hidden-size"), _int(args, "num-attention-heads")
+    require(heads > 0, "num-attention-heads", "must be > 0")
+    if args.get("multi-latent-attention"):
+        mla = {k: _int(args, k, d) for k, d in _MLA_DEFAULTS.items()}
+        f.update(q_lora_rank=_int(args, "q-lora-rank", 0), kv_lora_rank=mla["kv-lora-rank"],
+                 qk_rope_head_dim=mla["qk-pos-emb-head-dim"], v_head_dim=mla["v-head-dim"])
+        head_dim, kv = mla["qk-head-dim"] + mla["qk-pos-emb-head-dim"], heads
+    else:
+        head_dim = _int(args, "kv-channels", h // heads)
+        kv = _int(args, "num-query-groups", 1) if args.get("group-query-attention") else heads
+    vocab = args.get("vocab-size", args.get("padded-vocab-size"))
+    require(vocab is not None, "vocab-size", "needed to price the embedding and the output layer: Megatron-LM "
+                                             "takes it from the tokenizer, which this reader does not open; "
+                                             "add --vocab-size N")
+    mlp = ("swiglu" if args.get("swiglu") else "geglu" if args.get("quick-geglu")
+           else "relu2" if args.get("squared-relu") else "gelu")
+    if "num-experts" in args:
+        experts = _int(args, "num-experts")
+        moe_ffn = _int(args, "moe-ffn-hidden-size", _int(args, "ffn-hidden-size", 4 * h))
+        f.update(num_experts=experts, top_k=_int(args, "moe-router-topk", 2), moe_ffn_dim=moe_ffn)
+        shared = _int(args, "moe-shared-expert-intermediate-size", 0)
+        if shared:
+            whole = shared % moe_ffn == 0
+            f.update(num_shared_experts=shared // moe_ffn if whole else 1, shared_ffn_dim=0 if whole else shared)
+        if "moe-layer-freq" in args and not pattern:
+            f["first_dense_layers"] = layers - sum(_pattern(args, "moe-layer-freq", layers, "first"))
+    if "window-size" in args:
+        m = re.fullmatch(r"\(?\s*(-?\d+)\s*,\s*(-?\d+)\s*\)?", str(args["window-size"]))
+        require(m is not None and int(m.group(1)) > 0 and int(m.group(2)) == 0, "window-size",
+                f"{args['window-size']!r}: a causal window reads (w,0) with w > 0")
+        f["sliding_window"] = int(m.group(1))  # type: ignore[union-attr]
+        f["window_layers"] = (sum(_pattern(args, "window-attn-skip-freq", layers, "not-last"))
+                              if "window-attn-skip-freq" in args else layers)
+    variant = args.get("experimental-attention-variant")
+    require(variant is None or variant in _ATTENTION_VARIANTS, "experimental-attention-variant",
+            f"{variant!r} is not modelled; allowed: {', '.join(_ATTENTION_VARIANTS)}")
+    if variant == "dsa":
+        f.update(index_heads=_int(args, "dsa-indexer-n-heads"), index_head_dim=_int(args, "dsa-indexer-head-dim"),
+                 index_topk=_int(args, "dsa-indexer-topk"))
+    elif variant == "gated_delta_net":
+        require("linear-attention-freq" in args, "linear-attention-freq",
+                "needed with --experimental-attention-variant gated_delta_net (which layers are linear)")
+        f.update(gdn_layers=sum(_pattern(args, "linear-attention-freq", layers, "not-last")),
+                 gdn_k_dim=_int(args, "linear-key-head-dim"), gdn_v_dim=_int(args, "linear-value-head-dim"),
+                 gdn_k_heads=_int(args, "linear-num-key-heads"), gdn_v_heads=_int(args, "linear-num-value-heads"),
+                 gdn_conv=_int(args, "linear-conv-kernel-dim", 4))
+    seq = _int(args, "seq-length", 0) or _int(args, "max-position-embeddings", 4096)
+    return ModelSpec(key=key, name=f"{key} (Megatron-LM arguments)", num_layers=layers, d_model=h,
+                     ffn_dim=_int(args, "ffn-hidden-size", 4 * h), num_heads=heads, num_kv_heads=kv,
+                     head_dim=head_dim, vocab_size=_int(args, "vocab-size" if "vocab-size" in args
+                                                        else "padded-vocab-size"),
+                     mlp=mlp, tied_embeddings=not args.get("untie-embeddings-and-output-weights"),
+                     attn_output_gate=bool(args.get("attention-output-gate")),
+                     mtp_layers=_int(args, "mtp-num-layers", 0),
+                     seq_len=seq, source="Megatron-LM arguments", **f)
