@@ -139,18 +139,19 @@ def catalog(kind: Annotated[CatalogKind, typer.Argument(help="what to list")] = 
     _out().print(table(data))  # type: ignore[operator]
 
 
-def _megatron_model_in(config: str) -> bool:
-    """Whether ``config`` is a Megatron-LM arguments file that gives a model's depth and width."""
-    from . import megatron_model
+def _megatron_script(config: str) -> dict[str, Any] | None:
+    """The flags of ``config`` when it is a Megatron-LM arguments file (None otherwise, or when it
+    cannot be read: load_layout then names the problem)."""
+    from . import megatron_args
     from .launchers import detect_format
 
     path = Path(config)
     if not path.is_file() or detect_format(path) != "megatron":
-        return False
+        return None
     try:
-        return megatron_model.has_model(megatron_model.parse_args(path.read_text(encoding="utf-8")))
+        return megatron_args.parse_args(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, InputError):
-        return False  # load_layout names the problem
+        return None
 
 
 @app.command()
@@ -185,12 +186,18 @@ def estimate(
                                                   "embedding, t layer, m MTP module, L loss, '|' between virtual "
                                                   "stages, x*n / (...)*n repeat, e.g. 'Et*4|(t*4|)*14,tmL' "
                                                   "(sets vpp)")] = None,
-    framework: FrameworkOpt = CLI_FRAMEWORK,
+    framework: Annotated[str | None, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | "
+                                                  "composer | hai-llm | megatron-legacy | deepspeed-legacy | "
+                                                  "torchtitan-2024 (supercluster catalog frameworks); +compile, "
+                                                  "+ep-overlap, +embedding-split [default: Megatron-LM as --config's "
+                                                  "flags set it (overlaps, gradient precision, dropout), else "
+                                                  f"{CLI_FRAMEWORK}]")] = None,
     sequence_parallel: Annotated[bool | None, typer.Option(
         "--sequence-parallel/--no-sequence-parallel",
         help="shard norms and dropout over TP ranks [default: the framework's]")] = None,
-    config: Annotated[str | None, typer.Option(help="read the layout from a Megatron args file, TorchTitan "
-                                               ".toml or DeepSpeed .json (layout options then ignored)")] = None,
+    config: Annotated[str | None, typer.Option(help="read the layout from a Megatron args file or launch script "
+                                               "(its model and framework flags too), TorchTitan .toml or "
+                                               "DeepSpeed .json (layout options then ignored)")] = None,
     profile: Annotated[str | None, typer.Option(help="device profile (supercluster calibrate) in place of the "
                                                 "catalog's rates for --gpu")] = None,
     switch: Annotated[str | None, typer.Option(help="fabric: scale-out switch (see supercluster fabric)")] = None,
@@ -206,16 +213,21 @@ def estimate(
                                            "precision)")] = True,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
-    if model is None:  # a Megatron launch script that gives the architecture names the model too
-        model = config if config is not None and _megatron_model_in(config) else "llama3-405b"
     if config is not None:
+        from . import megatron_args
         from .launchers import load_layout
 
+        # a Megatron-LM launch script names the model it builds and the behaviours its flags switch
+        script = _megatron_script(config)
+        if model is None:
+            model = config if script is not None and megatron_args.has_model(script) else "llama3-405b"
+        fw: str | Any = framework or (CLI_FRAMEWORK if script is None else megatron_args.framework_from_args(
+            script, name=f"megatron-lm ({Path(config).name})"))
         layout = load_layout(config, num_gpus=gpus, num_layers=load_model(model).num_layers)
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-        _estimate_and_print(model, gpu, layout.num_gpus, layout, framework, as_json, profile, fab, rank_order,
-                            evidence)
+        _estimate_and_print(model, gpu, layout.num_gpus, layout, fw, as_json, profile, fab, rank_order, evidence)
         return
+    model, framework = model or "llama3-405b", framework or CLI_FRAMEWORK
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
     load_model(model)
     get_gpu(gpu)
@@ -250,7 +262,7 @@ def estimate(
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence)
 
 
-def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str, as_json: bool,
+def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str | Any, as_json: bool,
                         profile: str | None = None, fabric_options: dict[str, Any] | None = None,
                         rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True) -> None:
     from .estimate import default_network
@@ -267,12 +279,12 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         base = None if prof.kind == "cpu" else g
         g = prof.gpu_spec(base)
         net = prof.network(fallback=net if base else None)
-    b = _estimate.estimate(m, gpu=g, num_gpus=gpus, layout=layout, framework=framework, network=net,
-                           rank_order=rank_order)
-    fw = get_framework(framework)
+    fw = get_framework(framework) if isinstance(framework, str) else framework  # (or a launch script's profile)
+    framework = fw.key if not isinstance(framework, str) else framework
+    b = _estimate.estimate(m, gpu=g, num_gpus=gpus, layout=layout, framework=fw, network=net, rank_order=rank_order)
     # (a calibrated device profile is its own evidence: supercluster verify compares it with real steps)
     evidence = evidence and profile is None
-    ev = _evidence.evidence_for(m, g, framework, layout.precision, gpus, layout.seq_len) if evidence else None
+    ev = _evidence.evidence_for(m, g, fw.family, layout.precision, gpus, layout.seq_len) if evidence else None
     if as_json:
         extra: dict[str, Any] = {"evidence": ev.as_json() if ev else None} if evidence else {}
         _emit_json(reports.breakdown_json(b, (layout, fw, m), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
@@ -329,7 +341,7 @@ def plan(
             raise InputError("export", f"the plan was priced for {fw.key}'s {fw.pipeline_schedule} schedule, which "
                              f"{export} does not run; plan with --framework {export} "
                              "to export a layout priced the way it will run")
-        typer.echo(export_layout(res.best.layout, export, m), nl=False)
+        typer.echo(export_layout(res.best.layout, export, m, fw), nl=False)
         return
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens}")

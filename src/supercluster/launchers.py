@@ -33,8 +33,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from . import megatron_model, pplayout
+from . import megatron_args, pplayout
 from .errors import InputError, is_whole, require, subtable
+from .framework import Framework
 from .layout import Layout
 from .models import ModelSpec
 
@@ -43,7 +44,10 @@ TT_SCHEDULE = {True: "Interleaved1F1B", False: "1F1B"}
 
 
 # ---- export ---------------------------------------------------------------------------------
-def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
+def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: Framework | None = None) -> str:
+    """Megatron-LM arguments for ``layout``; with ``model`` its architecture, with ``framework`` the
+    flags that make Megatron-LM behave as that profile is priced (overlaps, gradient precision,
+    dropout, the pipeline split: :func:`supercluster.megatron_args.framework_args`)."""
     a: list[str] = [
         f"--tensor-model-parallel-size {layout.tp}", f"--pipeline-model-parallel-size {layout.pp}",
         f"--context-parallel-size {layout.cp}", f"--expert-model-parallel-size {layout.ep}",
@@ -79,8 +83,14 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None) -> str:
     if layout.zero_stage >= 2:
         strategy = "optim_grads" if layout.zero_stage == 2 else "optim_grads_params"
         a.append(f"--data-parallel-sharding-strategy {strategy} --use-megatron-fsdp")
+    if framework is not None:
+        sp = layout.sequence_parallel if layout.sequence_parallel is not None else framework.sequence_parallel
+        if sp and layout.tp > 1 and "--sequence-parallel" not in a:
+            a.append("--sequence-parallel")
+        a += megatron_args.framework_args(framework, layout.tp, layout.pp, layout.ep, layout.zero_stage,
+                                          bool(sp), layout.precision)
     if model is not None:
-        a += megatron_model.model_args(model, layout.seq_len)
+        a += megatron_args.model_args(model, layout.seq_len)
     return " \\\n  ".join(a)
 
 
@@ -164,7 +174,7 @@ def to_deepspeed_json(layout: Layout) -> str:
     return json.dumps(cfg, indent=2) + "\n"
 
 
-def export(layout: Layout, fmt: str, model: ModelSpec | None = None) -> str:
+def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: Framework | None = None) -> str:
     require(fmt in FORMATS, "format", f"unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
     require(fmt == "megatron" or not layout.recompute_modules, "recompute_modules",
             f"{', '.join(layout.recompute_modules)} are Megatron-Core recompute modules; {fmt} has no such setting "
@@ -176,7 +186,7 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None) -> str:
             f"DeepSpeed's pipeline engine runs 1F1B over contiguous stages, with no interleaved schedule; "
             f"got vpp {layout.vpp} (use vpp 1, or export to megatron or torchtitan)")
     if fmt == "megatron":
-        return to_megatron_args(layout, model) + "\n"
+        return to_megatron_args(layout, model, framework) + "\n"
     if fmt == "torchtitan":
         return to_torchtitan_toml(layout)
     return to_deepspeed_json(layout)
@@ -196,7 +206,7 @@ def _as_int(field: str, v: Any) -> int:
 
 
 def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
-    args = megatron_model.parse_args(text)
+    args = megatron_args.parse_args(text)
     require("global-batch-size" in args, "global-batch-size", "missing from the Megatron arguments")
     tp = _as_int("tensor-model-parallel-size", args.get("tensor-model-parallel-size", 1))
     pp = _as_int("pipeline-model-parallel-size", args.get("pipeline-model-parallel-size", 1))
@@ -216,7 +226,8 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
         require(layers > 0, "num-layers", "needed with --num-layers-per-virtual-pipeline-stage")
         vpp = layers // (pp * per)
     dp = _dp(num_gpus, tp * pp * cp, args.get("data-parallel-size"))
-    rc = args.get("recompute-granularity", "none")
+    # (--recompute-activations: Megatron-LM's older spelling of selective recompute)
+    rc = args.get("recompute-granularity", "selective" if args.get("recompute-activations") else "none")
     rc_layers = (_as_int("recompute-num-layers", args.get("recompute-num-layers", 0))
                  if rc == "full" and args.get("recompute-method") == "block" else 0)
     precision = "fp8" if "fp8-format" in args else ("fp16" if args.get("fp16") else "bf16")

@@ -1072,7 +1072,7 @@ MTP_SUFFIX = re.compile(r"\+mtp(\d*)$")
 
 def load_model(ref: str) -> ModelSpec:
     """A preset key, a path to a Hugging Face ``config.json`` or to a Megatron-LM launch script (its
-    architecture arguments, :mod:`supercluster.megatron_model`); a ``+mtp`` / ``+mtpN`` suffix sets
+    architecture arguments, :mod:`supercluster.megatron_args`); a ``+mtp`` / ``+mtpN`` suffix sets
     its multi-token-prediction modules (``deepseek-v3+mtp``: the way DeepSeek-V3 trains)."""
     if m := MTP_SUFFIX.search(ref):
         base, n = load_model(ref[:m.start()]), int(m.group(1) or 1)
@@ -1088,9 +1088,9 @@ def load_model(ref: str) -> ModelSpec:
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError("model", f"cannot read {ref} ({exc})") from exc
         if not ref.endswith(".json") and not text.lstrip().startswith("{"):  # a Megatron-LM launch script
-            from . import megatron_model
+            from . import megatron_args
 
-            return megatron_model.model_from_args(megatron_model.parse_args(text), key=path.stem)
+            return megatron_args.model_from_args(megatron_args.parse_args(text), key=path.stem)
         try:
             cfg = json.loads(text)
         except json.JSONDecodeError as exc:

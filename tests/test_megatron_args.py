@@ -12,7 +12,7 @@ from supercluster import launchers
 from supercluster.cli import app
 from supercluster.errors import InputError
 from supercluster.layout import Layout
-from supercluster.megatron_model import model_args, model_from_args, parse_args
+from supercluster.megatron_args import framework_from_args, model_args, model_from_args, parse_args
 from supercluster.models import load_model, model_catalog
 
 #: fields that name or describe a model rather than shape it
@@ -85,10 +85,11 @@ TP_SIZE=2
 NUM_LAYERS=32
 SEQ_LENGTH=${SEQ_LENGTH:-8192}
 DTYPE="fp8"
+HALF_FFN=7168
 MODEL_ARGS=(
     --num-layers $NUM_LAYERS
     --hidden-size 4096
-    --ffn-hidden-size 14336
+    --ffn-hidden-size $(( ${HALF_FFN} * 2 ))
     --num-attention-heads 32
     --group-query-attention
     --num-query-groups 8
@@ -103,6 +104,7 @@ MODEL_ARGS=(
 TRAINING_ARGS=(
     --micro-batch-size 1
     --global-batch-size 128   # sequences per step
+    --recompute-activations
     --bf16
 )
 if [[ "$DTYPE" == "fp8" ]]; then
@@ -124,8 +126,8 @@ def test_a_launch_script_reads_as_its_model_and_its_layout(tmp_path):
     _same_model(llama, m)
     assert m.seq_len == 8192
     lay = launchers.load_layout(path, num_gpus=16)
-    assert (lay.tp, lay.dp, lay.precision, lay.global_batch, lay.seq_len, lay.sequence_parallel) == \
-        (2, 8, "fp8", 128, 8192, True)
+    assert (lay.tp, lay.dp, lay.precision, lay.global_batch, lay.seq_len, lay.sequence_parallel, lay.recompute) == \
+        (2, 8, "fp8", 128, 8192, True, "selective")
 
 
 def test_estimate_takes_the_model_from_the_config_script(tmp_path):
@@ -190,3 +192,62 @@ def test_a_bad_script_is_one_clear_cli_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "supercluster", "estimate", "--config", str(path), "--gpus", "8"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("error: vocab-size:") and "Traceback" not in r.stderr
+
+
+def test_framework_flags_switch_megatron_behaviours_at_megatron_lm_defaults():
+    bare = framework_from_args(parse_args("--bf16"))
+    assert (bare.family, bare.dp_overlap, bare.tp_comm_overlap, bare.pp_overlap, bare.ep_overlap) == \
+        ("megatron", False, False, True, False)
+    assert (bare.grad_bytes, bare.grad_reduce_bytes, bare.dropout, bare.pp_split_counts_head) == (4, 4, True, False)
+    tuned = framework_from_args(parse_args(
+        "--bf16 --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap --grad-reduce-in-bf16 "
+        "--attention-dropout 0.0 --hidden-dropout 0 --overlap-moe-expert-parallel-comm "
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --fp8-param-gather "
+        "--no-overlap-p2p-communication"))
+    assert (tuned.dp_overlap, tuned.tp_comm_overlap, tuned.pp_overlap, tuned.ep_overlap, tuned.ep_overlap_bounded) == \
+        (True, True, False, True, True)
+    assert (tuned.grad_bytes, tuned.dropout, tuned.pp_split_counts_head, tuned.fp8_param_gather) == \
+        (2, False, True, True)
+    assert framework_from_args(parse_args("--fp16")).grad_bytes == 2  # fp16 keeps fp16 gradients by default
+    with pytest.raises(InputError, match="attention-dropout"):
+        framework_from_args(parse_args("--attention-dropout x"))
+
+
+def test_estimate_prices_the_scripts_own_overlap_flags(tmp_path):
+    lean, tuned = tmp_path / "lean.sh", tmp_path / "tuned.sh"
+    lean.write_text(SCRIPT)
+    tuned.write_text(SCRIPT + "--overlap-grad-reduce --overlap-param-gather --use-distributed-optimizer "
+                              "--attention-dropout 0 --hidden-dropout 0\n")
+    run = CliRunner().invoke
+    out = {}
+    for name, path, extra in (("lean", lean, []), ("tuned", tuned, []),
+                              ("nemo", lean, ["--framework", "nemo-megatron"])):
+        r = run(app, ["estimate", "--config", str(path), "--gpus", "64", "--gpu", "h100-sxm", "--json", *extra])
+        assert r.exit_code == 0, r.output
+        out[name] = json.loads(r.output)
+    assert out["lean"]["framework"] == "megatron-lm (lean.sh)" and out["nemo"]["framework"] == "nemo-megatron"
+    # without --overlap-grad-reduce the whole gradient all-reduce is exposed; dropout kernels run
+    assert out["lean"]["ledger"]["exposed_dp_comm"] > out["tuned"]["ledger"]["exposed_dp_comm"]
+    assert out["lean"]["step_time_s"] > out["tuned"]["step_time_s"]
+    assert out["nemo"]["step_time_s"] != out["lean"]["step_time_s"]
+
+
+@pytest.mark.parametrize("model, gpus, gbs, framework", [
+    ("llama3-70b", 64, 128, "nemo-megatron"),
+    ("mixtral-8x7b", 32, 256, "nemo-megatron+ep-overlap"),
+    ("llama3-8b", 16, 64, "megatron"),
+])
+def test_a_plan_exported_to_megatron_reads_back_at_the_planned_step_time(tmp_path, model, gpus, gbs, framework):
+    """The export carries the layout, the architecture and the behaviour flags of the profile the plan
+    was priced with, so the launch script prices as the plan did."""
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.planner import plan
+
+    m, fw = load_model(model), get_framework(framework)
+    best = plan(m, get_gpu("h100-sxm"), gpus, global_batch=gbs, seq_len=8192, framework=fw, top=1).best
+    path = tmp_path / "run.sh"
+    path.write_text(launchers.export(best.layout, "megatron", m, fw))
+    r = CliRunner().invoke(app, ["estimate", "--config", str(path), "--gpus", str(gpus), "--gpu", "h100-sxm", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["step_time_s"] == pytest.approx(best.step_time_s, rel=1e-12)

@@ -1,10 +1,13 @@
-"""A model as Megatron-LM's architecture arguments, and back.
+"""Megatron-LM's arguments: a model written as them and read back, and what a launch script's
+flags say about the run.
 
 Megatron-LM (``megatron/training/arguments.py``) builds its model from command-line flags; the same
 flags written from a :class:`~supercluster.models.ModelSpec` build a model with the same weights and
 FLOPs, and a launch script's flags read back give the model it trains (``--model run.sh``). What
 enters the cost is written and read; what does not (normalisation, biases, position embeddings,
-the tokenizer, router options) is left to the script.
+the tokenizer, router options) is left to the script. The layout flags are read by
+:func:`supercluster.launchers.from_megatron_args`; the flags that switch framework behaviours
+(overlaps, gradient precision, dropout) by :func:`framework_from_args`.
 
 =============================  ==================================================================
 ModelSpec                      Megatron-LM arguments
@@ -39,11 +42,15 @@ latent MoE (``--moe-latent-size``) and heterogeneous layer configs (not modelled
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import operator
 import re
 import shlex
 from typing import Any
 
 from .errors import InputError, require
+from .framework import EP_OVERLAP_SUFFIX, Framework, get_framework
 from .models import MAX_LAYERS, ModelSpec, hybrid_counts
 
 #: Megatron-LM's defaults for flags a script may leave out (arguments.py)
@@ -66,10 +73,34 @@ _ASSIGN = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+)?([A-Za-z_]\w*)=(\S
 _REF = re.compile(r"\$\{([A-Za-z_]\w*)(?::?[-=]([^}]*))?\}|\$([A-Za-z_]\w*)")
 
 
+#: shell arithmetic on whole numbers once its variables are filled in: ``$((1 * 2048))``
+_ARITH = re.compile(r"\$\(\(([\d\s+*/%()-]+)\)\)")
+_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+
+
+def _arithmetic(m: re.Match[str]) -> str:
+    """The value of a ``$((...))`` of whole numbers (bash integer arithmetic), or the text unchanged."""
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
+            return _ARITH_OPS[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError(node)
+
+    try:
+        return str(ev(ast.parse(m.group(1).strip(), mode="eval").body))
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return m.group(0)
+
+
 def _expand_variables(text: str) -> str:
     """A launch script with its simple variables filled in, line by line: a reference takes the
-    last literal assignment above it, else its ``:-`` default; anything else (``$(...)``, arithmetic,
-    positional arguments) is left as written, for the flag that reads it to refuse by name."""
+    last literal assignment above it, else its ``:-`` default, and whole-number ``$((...))``
+    arithmetic is worked out; anything else (``$(...)``, positional arguments) is left as written,
+    for the flag that reads it to refuse by name."""
     env: dict[str, str] = {}
 
     def value(m: re.Match[str]) -> str:
@@ -80,7 +111,7 @@ def _expand_variables(text: str) -> str:
 
     lines = []
     for line in text.splitlines():
-        line = _REF.sub(value, line)
+        line = _ARITH.sub(_arithmetic, _REF.sub(value, line))
         if (a := _ASSIGN.match(line)) and not a.group(2).startswith("("):
             env[a.group(1)] = a.group(2).strip("\"'")
         lines.append(line)
@@ -358,3 +389,71 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
                      attn_output_gate=bool(args.get("attention-output-gate")),
                      mtp_layers=_int(args, "mtp-num-layers", 0),
                      seq_len=seq, source="Megatron-LM arguments", **f)
+
+
+# ---- framework behaviours ---------------------------------------------------------------------
+#: profiles whose behaviours Megatron-LM flags can set (others export the layout and model only)
+MEGATRON_FAMILIES = ("megatron", "nemo-megatron")
+
+
+def framework_args(fw: Framework, tp: int, pp: int, ep: int, zero_stage: int, sequence_parallel: bool,
+                   precision: str) -> list[str]:
+    """The flags that make Megatron-LM run the way ``fw`` is priced on this layout (the inverse of
+    :func:`framework_from_args`; empty for a framework outside :data:`MEGATRON_FAMILIES`)."""
+    if fw.family not in MEGATRON_FAMILIES:
+        return []
+    a = []
+    if fw.dp_overlap:
+        a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if zero_stage >= 1 else ""))
+    if fw.tp_comm_overlap and tp > 1 and sequence_parallel:
+        a.append("--tp-comm-overlap")
+    if not fw.pp_overlap and pp > 1:
+        a.append("--no-overlap-p2p-communication")
+    if fw.ep_overlap and ep > 1:
+        a.append("--overlap-moe-expert-parallel-comm")
+    if fw.pp_split_counts_head and pp > 1:
+        a.append("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    if fw.grad_bytes == 2 and precision != "fp16":
+        a.append("--grad-reduce-in-bf16")
+    elif fw.grad_bytes == 4 and precision == "fp16":
+        a.append("--accumulate-allreduce-grads-in-fp32")
+    if not fw.dropout:
+        a.append("--attention-dropout 0 --hidden-dropout 0")
+    if fw.fp8_param_gather and precision == "fp8":
+        a.append("--fp8-param-gather")
+    return a
+
+
+def _float(args: dict[str, Any], flag: str, default: float) -> float:
+    try:
+        return float(args.get(flag, default))
+    except (TypeError, ValueError):
+        raise InputError(flag, f"must be a number, got {args[flag]!r}") from None
+
+
+def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") -> Framework:
+    """The Megatron-LM profile with the behaviours these flags switch, at Megatron-LM's defaults
+    where a flag is absent (arguments.py): ``--tp-comm-overlap`` (off), ``--overlap-grad-reduce``
+    (off), ``--no-overlap-p2p-communication`` (pipeline sends overlap by default),
+    ``--overlap-moe-expert-parallel-comm`` (off), ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` (either: the pipeline split counts both),
+    ``--grad-reduce-in-bf16`` / ``--accumulate-allreduce-grads-in-fp32`` (bf16 runs keep and reduce
+    gradients in fp32 by default, fp16 runs in fp16), ``--attention-dropout`` /
+    ``--hidden-dropout`` (0.1 each), ``--fp8-param-gather``, ``--attention-backend unfused|local``."""
+    fw = get_framework("megatron" + (EP_OVERLAP_SUFFIX if args.get("overlap-moe-expert-parallel-comm") else ""))
+    # bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16; fp16 in fp16 unless
+    # --accumulate-allreduce-grads-in-fp32 (arguments.py validate_args; DDP grad buffer dtype)
+    fp32 = args.get("accumulate-allreduce-grads-in-fp32") or (not args.get("fp16")
+                                                               and not args.get("grad-reduce-in-bf16"))
+    grad = 4 if fp32 else 2
+    dropout = any(_float(args, f, 0.1) > 0 for f in ("attention-dropout", "hidden-dropout"))
+    backend = str(args.get("attention-backend", "auto")).lower()
+    return dataclasses.replace(
+        fw, key=name, era_of="megatron",  # (its family: the evidence line and the notes name Megatron-LM)
+        tp_comm_overlap=bool(args.get("tp-comm-overlap")), dp_overlap=bool(args.get("overlap-grad-reduce")),
+        pp_overlap=not args.get("no-overlap-p2p-communication"),
+        pp_split_counts_head=bool(args.get("account-for-embedding-in-pipeline-split")
+                                  or args.get("account-for-loss-in-pipeline-split")),
+        grad_bytes=grad, grad_reduce_bytes=grad, dropout=dropout, fp8_param_gather=bool(args.get("fp8-param-gather")),
+        attention="unfused" if backend in ("unfused", "local") else fw.attention,
+        doc="Megatron-LM, as the launch script's flags set it")
