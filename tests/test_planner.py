@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from supercluster import launchers
+from supercluster import launchers, pplayout
 from supercluster.cli import app
 from supercluster.errors import InputError
 from supercluster.estimate import estimate
 from supercluster.layout import Layout
+from supercluster.models import load_model
 from supercluster.planner import candidate_columns, pareto_mask, plan
 from supercluster.pplayout import parse as parse_layout
+from supercluster.step import chunk_layers
 
 runner = CliRunner()
 
@@ -129,15 +132,19 @@ def test_launcher_round_trip(tmp_path, fmt, layout, llama3_70b):
         with pytest.raises(InputError, match="^vpp: DeepSpeed's pipeline engine runs 1F1B"):
             launchers.export(layout, fmt)
         return
-    text = launchers.export(layout, fmt, llama3_70b if fmt == "megatron" else None)
+    text = launchers.export(layout, fmt, llama3_70b)
     path = tmp_path / {"megatron": "args.sh", "torchtitan": "job.toml", "deepspeed": "ds.json"}[fmt]
     path.write_text(text)
-    back = launchers.load_layout(path, num_gpus=layout.num_gpus)
+    back = launchers.load_layout(path, num_gpus=layout.num_gpus, num_layers=llama3_70b.num_layers)
     expect = layout
     if fmt == "torchtitan" and layout.zero_stage == 1:  # FSDP2 has no ZeRO-1
-        expect = Layout(**{**{f: getattr(layout, f) for f in Layout.__dataclass_fields__}, "zero_stage": 2})
+        expect = dataclasses.replace(expect, zero_stage=2)
+    if fmt == "torchtitan" and layout.vpp > 1:  # interleaved chunks travel as torchtitan's own split points
+        per = chunk_layers(llama3_70b.num_layers, layout.pp, layout.vpp, split="middle")
+        expect = dataclasses.replace(expect, pp_layout=pplayout.from_stage_layers(
+            [per[s][c] for c in range(layout.vpp) for s in range(layout.pp)]))
     if fmt == "megatron" and layout.tp == 1:
-        expect = Layout(**{**{f: getattr(layout, f) for f in Layout.__dataclass_fields__}, "sequence_parallel": False})
+        expect = dataclasses.replace(expect, sequence_parallel=False)
     assert back == expect
 
 
@@ -419,3 +426,31 @@ def test_a_dualpipe_plan_is_not_exported_to_a_launcher_that_runs_1f1b():
     assert json.loads(CliRunner().invoke(app, [*args, "--json"]).output)["best"]["pp"] > 1
     r = CliRunner().invoke(app, [*args, "--export", "megatron"])
     assert r.exit_code != 0 and "dualpipe schedule, which megatron does not run" in str(r.exception)
+
+
+@pytest.mark.parametrize("framework, fmt, layout", [
+    ("torchtitan", "torchtitan", Layout(tp=8, pp=4, dp=4, vpp=4, global_batch=128, seq_len=8192, zero_stage=2)),
+    ("torchtitan+compile", "torchtitan", Layout(tp=4, pp=8, dp=4, vpp=2, micro_batch=2, global_batch=256,
+                                                seq_len=8192, zero_stage=3, precision="fp8", recompute="full")),
+    ("torchtitan+compile", "torchtitan", Layout(tp=2, dp=16, ep=4, expert_tp=1, global_batch=256, seq_len=8192,
+                                                zero_stage=2)),
+    ("deepspeed", "deepspeed", Layout(tp=2, dp=16, cp=2, global_batch=128, seq_len=8192, zero_stage=3,
+                                      recompute="full")),
+])
+def test_an_exported_config_prices_as_it_was_planned(tmp_path, framework, fmt, layout):
+    """A job config written for a layout reads back as that layout under the framework it describes
+    (torchtitan, compiled where it says so; DeepSpeed), so estimate --config prices the same step."""
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+
+    name = "mixtral-8x7b" if layout.ep > 1 else "llama3-70b"
+    m, fw = load_model(name), get_framework(framework)
+    planned = estimate(m, gpu=get_gpu("h100-sxm"), num_gpus=layout.num_gpus, layout=layout, framework=fw)
+    path = tmp_path / ("job.toml" if fmt == "torchtitan" else "ds.json")
+    path.write_text(launchers.export(layout, fmt, m, fw))
+    r = runner.invoke(app, ["estimate", "--config", str(path), "--model", name, "--gpus", str(layout.num_gpus),
+                            "--gpu", "h100-sxm", "--json"])
+    assert r.exit_code == 0, r.output
+    back = json.loads(r.output)
+    assert back["framework"] == framework
+    assert back["step_time_s"] == pytest.approx(planned.step_time_s, rel=1e-12)

@@ -154,6 +154,21 @@ def _megatron_script(config: str) -> dict[str, Any] | None:
         return None
 
 
+def _config_framework(config: str, script: dict[str, Any] | None) -> Any:
+    """The framework a launcher config describes: Megatron-LM as a script's flags set it, torchtitan
+    (compiled where the job config says so) for a job TOML, DeepSpeed for a DeepSpeed JSON."""
+    from . import megatron_args
+    from .launchers import detect_format, torchtitan_compiles
+
+    path = Path(config)
+    if script is not None:
+        return megatron_args.framework_from_args(script, name=f"megatron-lm ({path.name})")
+    kind = detect_format(path) if path.is_file() else "megatron"
+    if kind == "torchtitan":
+        return "torchtitan+compile" if torchtitan_compiles(path.read_text(encoding="utf-8")) else "torchtitan"
+    return "deepspeed" if kind == "deepspeed" else CLI_FRAMEWORK
+
+
 @app.command()
 def estimate(
     model: Annotated[str | None, typer.Option(help="preset key, or path to a Hugging Face config.json or a "
@@ -189,9 +204,10 @@ def estimate(
     framework: Annotated[str | None, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | "
                                                   "composer | hai-llm | megatron-legacy | deepspeed-legacy | "
                                                   "torchtitan-2024 (supercluster catalog frameworks); +compile, "
-                                                  "+ep-overlap, +embedding-split [default: Megatron-LM as --config's "
-                                                  "flags set it (overlaps, gradient precision, dropout), else "
-                                                  f"{CLI_FRAMEWORK}]")] = None,
+                                                  "+ep-overlap, +embedding-split [default: what --config describes: "
+                                                  "Megatron-LM as a script's flags set it (overlaps, gradient "
+                                                  "precision, dropout), torchtitan (+compile) for a job TOML, "
+                                                  f"deepspeed for a JSON; else {CLI_FRAMEWORK}]")] = None,
     sequence_parallel: Annotated[bool | None, typer.Option(
         "--sequence-parallel/--no-sequence-parallel",
         help="shard norms and dropout over TP ranks [default: the framework's]")] = None,
@@ -221,8 +237,7 @@ def estimate(
         script = _megatron_script(config)
         if model is None:
             model = config if script is not None and megatron_args.has_model(script) else "llama3-405b"
-        fw: str | Any = framework or (CLI_FRAMEWORK if script is None else megatron_args.framework_from_args(
-            script, name=f"megatron-lm ({Path(config).name})"))
+        fw: str | Any = framework or _config_framework(config, script)
         layout = load_layout(config, num_gpus=gpus, num_layers=load_model(model).num_layers)
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
         _estimate_and_print(model, gpu, layout.num_gpus, layout, fw, as_json, profile, fab, rank_order, evidence)

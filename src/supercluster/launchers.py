@@ -8,13 +8,14 @@ Formats (flag and key names from each project's documentation):
   ``--expert-model-parallel-size``, ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
   ``--bf16`` / ``--fp8-format hybrid``, ``--recompute-granularity``, ``--recompute-modules``, ``--sequence-parallel``,
   ``--use-distributed-optimizer``.
-* TorchTitan job TOML (``torchtitan/config/job_config.py``; FSDP2 has no ZeRO-1: stage 1 exports as 2,
-  ``fsdp_reshard_after_forward = "never"``): ``[parallelism]`` degrees
+* TorchTitan job TOML (``torchtitan/config/job_config.py``, its mid-2025 schema; FSDP2 has no ZeRO-1:
+  stage 1 exports as 2, ``fsdp_reshard_after_forward = "never"``): ``[parallelism]`` degrees
   (``data_parallel_replicate_degree``, ``data_parallel_shard_degree``, ``tensor_parallel_degree``,
   ``pipeline_parallel_degree``, ``context_parallel_degree``, ``expert_parallel_degree``,
-  ``pipeline_parallel_schedule``), ``[training]`` (``local_batch_size``, ``global_batch_size``,
-  ``seq_len``), ``[activation_checkpoint] mode``, ``[float8]``; and the same as ``--section.key value``
-  overrides.
+  ``expert_tensor_parallel_degree``, ``pipeline_parallel_schedule``, ``pipeline_parallel_microbatch_size``,
+  ``pipeline_parallel_split_points``), ``[training]`` (``local_batch_size``, ``global_batch_size``,
+  ``seq_len``, ``mixed_precision_param``, ``compile``), ``[activation_checkpoint] mode``,
+  ``[model] converters = ["float8"]``; and the same as ``--section.key value`` overrides.
 * DeepSpeed JSON (deepspeed.ai/docs/config-json): ``train_batch_size``,
   ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``zero_optimization.stage``,
   ``bf16.enabled``, ``activation_checkpointing``, ``tensor_parallel.autotp_size``,
@@ -94,28 +95,52 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
     return " \\\n  ".join(a)
 
 
-def _tt_sections(layout: Layout) -> dict[str, dict[str, Any]]:
+def _tt_sections(layout: Layout, model: ModelSpec | None = None,
+                 framework: Framework | None = None) -> dict[str, dict[str, Any]]:
+    """torchtitan's job config (torchtitan/config/job_config.py) for ``layout``. Under pipeline
+    parallelism a step is one schedule pass: each data-parallel rank's whole batch as its
+    ``local_batch_size``, cut into ``pipeline_parallel_microbatch_size`` micro-batches; without it,
+    ``local_batch_size`` is the micro-batch and torchtitan accumulates gradients up to
+    ``global_batch_size``. Interleaved chunks are placed by split points: the explicit layout's, or
+    torchtitan's own split of the model's layers (generate_split_points, what the torchtitan
+    profile prices); tensor parallelism shards the norms (sequence parallelism) in torchtitan's plan."""
     shard = layout.dp if layout.zero_stage >= 1 else 1
+    par: dict[str, Any] = {
+        "data_parallel_replicate_degree": layout.dp // shard, "data_parallel_shard_degree": shard,
+        "fsdp_reshard_after_forward": "always" if layout.zero_stage >= 3 else "never",
+        "tensor_parallel_degree": layout.tp, "pipeline_parallel_degree": layout.pp,
+        "context_parallel_degree": layout.cp, "expert_parallel_degree": layout.ep,
+    }
+    if layout.ep > 1:  # (torchtitan's default is 1: experts not split over the TP ranks)
+        par["expert_tensor_parallel_degree"] = layout.etp
+    training: dict[str, Any] = {"local_batch_size": layout.micro_batch, "global_batch_size": layout.global_batch,
+                                "seq_len": layout.seq_len,
+                                "mixed_precision_param": "float16" if layout.precision == "fp16" else "bfloat16"}
+    if layout.pp > 1:
+        par["pipeline_parallel_schedule"] = TT_SCHEDULE[layout.vpp > 1]
+        par["pipeline_parallel_microbatch_size"] = layout.micro_batch
+        training["local_batch_size"] = layout.global_batch // layout.dp
+        if layout.pp_layout is not None:
+            par["pipeline_parallel_split_points"] = _tt_split_points(layout.pp_layout)
+        elif layout.vpp > 1:
+            from .step import chunk_layers
+
+            require(model is not None, "vpp", f"{layout.vpp} interleaved chunks go to torchtitan as split points, "
+                                              "which need the model's layers (pass the model)")
+            assert model is not None
+            per = chunk_layers(model.num_layers, layout.pp, layout.vpp, split="middle")
+            stages = [per[s][c] for c in range(layout.vpp) for s in range(layout.pp)]
+            par["pipeline_parallel_split_points"] = [f"layers.{sum(stages[:k])}" for k in range(1, len(stages))]
+    if framework is not None and framework.family == "torchtitan" and framework.elementwise == "fused":
+        training["compile"] = True
     sections: dict[str, dict[str, Any]] = {
-        "parallelism": {
-            "data_parallel_replicate_degree": layout.dp // shard, "data_parallel_shard_degree": shard,
-            "fsdp_reshard_after_forward": "always" if layout.zero_stage >= 3 else "never",
-            "tensor_parallel_degree": layout.tp, "pipeline_parallel_degree": layout.pp,
-            "context_parallel_degree": layout.cp, "expert_parallel_degree": layout.ep,
-            "pipeline_parallel_schedule": TT_SCHEDULE[layout.vpp > 1],
-            "pipeline_parallel_stages_per_rank": layout.vpp,
-            "enable_sequence_parallel": bool(layout.sequence_parallel),
-        },
-        "training": {"local_batch_size": layout.micro_batch, "global_batch_size": layout.global_batch,
-                     "seq_len": layout.seq_len, "mixed_precision_param": "float16" if layout.precision == "fp16"
-                     else "bfloat16"},
+        "parallelism": par, "training": training,
         # "op": per-op selective checkpointing, what the cost model prices for torchtitan's selective
         "activation_checkpoint": {"mode": layout.recompute, **(
             {"selective_ac_option": "op"} if layout.recompute == "selective" else {})},
-        "float8": {"enable": layout.precision == "fp8"},
     }
-    if layout.pp_layout is not None:
-        sections["parallelism"]["pipeline_parallel_split_points"] = _tt_split_points(layout.pp_layout)
+    if layout.precision == "fp8":  # torchao's Float8Linear swapped in by the model converter
+        sections["model"] = {"converters": ["float8"]}
     return sections
 
 
@@ -141,18 +166,18 @@ def _toml_value(v: Any) -> str:
     return str(v)
 
 
-def to_torchtitan_toml(layout: Layout) -> str:
+def to_torchtitan_toml(layout: Layout, model: ModelSpec | None = None, framework: Framework | None = None) -> str:
     lines = ["# TorchTitan job config written by supercluster"]
-    for section, kv in _tt_sections(layout).items():
+    for section, kv in _tt_sections(layout, model, framework).items():
         lines.append(f"\n[{section}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in kv.items()]
     return "\n".join(lines) + "\n"
 
 
-def to_torchtitan_overrides(layout: Layout) -> str:
+def to_torchtitan_overrides(layout: Layout, model: ModelSpec | None = None, framework: Framework | None = None) -> str:
     # (a list goes on the command line comma-separated, as torchtitan's argument parser reads it)
     return " ".join(f"--{s}.{k} {','.join(v) if isinstance(v, list) else _toml_value(v).strip(chr(34))}"
-                    for s, kv in _tt_sections(layout).items() for k, v in kv.items())
+                    for s, kv in _tt_sections(layout, model, framework).items() for k, v in kv.items())
 
 
 def to_deepspeed_json(layout: Layout) -> str:
@@ -188,7 +213,7 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
     if fmt == "megatron":
         return to_megatron_args(layout, model, framework) + "\n"
     if fmt == "torchtitan":
-        return to_torchtitan_toml(layout)
+        return to_torchtitan_toml(layout, model, framework)
     return to_deepspeed_json(layout)
 
 
@@ -306,21 +331,37 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int
     gbs = _as_int("global_batch_size", tr.get("global_batch_size", -1))
     if gbs <= 0:
         gbs = local * dp
+    # under PP the schedule cuts the local batch into micro-batches of this size (torchtitan's default 1)
+    micro = _as_int("pipeline_parallel_microbatch_size", par.get("pipeline_parallel_microbatch_size", 1)) \
+        if pp > 1 else local
     resh = par.get("fsdp_reshard_after_forward", "default")
     zero = 0 if shard == 1 else (2 if resh == "never" else 3)  # FSDP2 has no ZeRO-1
     mode = subtable(cfg, "activation_checkpoint").get("mode", "selective")
-    fp8 = bool(subtable(cfg, "float8").get("enable", False)) or bool(subtable(cfg, "quantize").get("linear"))
-    vpp = _as_int("pipeline_parallel_stages_per_rank", par.get("pipeline_parallel_stages_per_rank",
-                                                                2 if "Interleaved" in str(
-                                                                    par.get("pipeline_parallel_schedule", ""))
-                                                                and pp > 1 else 1))
+    converters = subtable(cfg, "model").get("converters", [])
+    require(isinstance(converters, (list, str)), "converters", f"must be a list of names, got {converters!r}")
+    fp8 = (any(c in ("float8", "mx") for c in ([converters] if isinstance(converters, str) else converters))
+           or bool(subtable(cfg, "float8").get("enable_float8_linear", False)))  # (torchtitan 2024's switch)
+    # a looped schedule without split points: torchtitan's default of two stages per rank
+    looped = "Interleaved" in str(par.get("pipeline_parallel_schedule", "")) and pp > 1
     ep = _as_int("expert_parallel_degree", par.get("expert_parallel_degree", 1))
+    etp = _as_int("expert_tensor_parallel_degree", par.get("expert_tensor_parallel_degree", 1)) if ep > 1 else tp
     points = par.get("pipeline_parallel_split_points") or []
-    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=local, global_batch=gbs,
+    pp_layout = _tt_layout(points, num_layers) if points else None
+    vpp = pplayout.chunks_per_rank(pp_layout, pp) if pp_layout else (2 if looped else 1)
+    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro, global_batch=gbs,
                   seq_len=_as_int("seq_len", tr.get("seq_len", 2048)), precision="fp8" if fp8 else "bf16",
-                  recompute=str(mode), zero_stage=zero,
-                  sequence_parallel=bool(par.get("enable_sequence_parallel", tp > 1)),
-                  pp_layout=_tt_layout(points, num_layers) if points else None)
+                  recompute=str(mode), zero_stage=zero, sequence_parallel=tp > 1, pp_layout=pp_layout,
+                  expert_tp=etp if etp != tp else None)
+
+
+def torchtitan_compiles(text: str) -> bool:
+    """Whether a torchtitan job config turns torch.compile on (``[training] compile``, or a
+    ``[compile]`` table's ``enable`` in later versions)."""
+    try:
+        cfg = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    return bool(subtable(cfg, "training").get("compile", False)) or bool(subtable(cfg, "compile").get("enable", False))
 
 
 def _tt_layout(points: Any, num_layers: int | None) -> str:
