@@ -160,8 +160,8 @@ def test_the_planner_export_writes_the_whole_architecture():
 @pytest.mark.parametrize("text, field, says", [
     ("--num-layers 4 --hidden-size 64 --num-attention-heads 4", "vocab-size", "tokenizer"),
     ("--num-layers $NL --hidden-size 64 --num-attention-heads 4 --vocab-size 10", "num-layers", "$NL"),
-    ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 10 --moe-latent-size 32 "
-     "--num-experts 8", "moe-latent-size", "latent MoE"),
+    ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 10 "
+     "--heterogeneous-layers-config-path cfg.json", "heterogeneous-layers-config-path", "heterogeneous layers"),
     ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 10 "
      "--experimental-attention-variant kda", "experimental-attention-variant", "gated_delta_net"),
     ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 10 --num-experts 4 "

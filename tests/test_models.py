@@ -235,10 +235,6 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16
     ({"model_type": "kimi_linear", "linear_attn_config": {"kda_layers": [1, 2, 3]}}, "linear_attn_config"),
     # Jamba: Mamba-1 (selective scan) layers between attention layers
     ({"model_type": "jamba", "attn_layer_period": 8, "mamba_d_state": 16}, "mamba_d_state"),
-    # Nemotron 3 Super: a Mamba-2 hybrid whose experts work in a narrower latent space
-    ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E" * 12, "moe_latent_size": 1024,
-      "n_routed_experts": 512, "num_experts_per_tok": 22, "mamba_head_dim": 64, "ssm_state_size": 128},
-     "moe_latent_size"),
     # Falcon-H1: attention and Mamba-2 side by side in every layer
     ({"model_type": "falcon_h1", "mamba_d_state": 256, "mamba_n_heads": 24}, "mamba_d_state"),
     # DeepSeek-V4: compressed and sparse attention layers (DeepSeek-V3.2's sparse attention alone is priced)

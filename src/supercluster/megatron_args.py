@@ -21,7 +21,8 @@ MLP activation                 ``--swiglu`` (SwiGLU), ``--quick-geglu`` (GeGLU; 
                                ``--squared-relu``; none: GELU
 MoE                            ``--num-experts --moe-router-topk --moe-ffn-hidden-size
                                --moe-shared-expert-intermediate-size`` (all shared experts' width),
-                               ``--moe-layer-freq`` (dense and MoE layers; only the count is priced)
+                               ``--moe-layer-freq`` (dense and MoE layers; only the count is priced),
+                               ``--moe-latent-size`` (latent MoE)
 MLA                            ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim
                                --qk-pos-emb-head-dim --v-head-dim`` (Megatron's defaults when absent)
 sliding windows                ``--window-size (w,0) --window-attn-skip-freq``
@@ -36,8 +37,8 @@ Mamba-2 hybrids                ``--hybrid-override-pattern --mamba-num-heads --m
                                --mamba-state-dim --mamba-num-groups`` (pretrain_mamba.py)
 =============================  ==================================================================
 
-Refused by name, both ways: Llama 4's chunked attention and plain ReLU MLPs (no Megatron flag),
-latent MoE (``--moe-latent-size``) and heterogeneous layer configs (not modelled).
+Refused by name: Llama 4's chunked attention and plain ReLU MLPs (no Megatron flag) on export;
+heterogeneous layer configs and encoder-decoder models (not modelled) on import.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ _MAMBA_DEFAULTS = {"mamba-state-dim": 128, "mamba-head-dim": 64, "mamba-num-grou
 _ATTENTION_VARIANTS = ("dsa", "gated_delta_net")
 #: Model flags whose architecture this cost model does not price: refused, never ignored
 _UNMODELLED = {
-    "moe-latent-size": "latent MoE (experts run in a smaller latent width)",
     "heterogeneous-layers-config-path": "heterogeneous layers (per-layer attention and FFN shapes)",
     "heterogeneous-layers-config-encoded-json": "heterogeneous layers (per-layer attention and FFN shapes)",
     "encoder-num-layers": "encoder-decoder models",
@@ -206,6 +206,8 @@ def model_args(m: ModelSpec, seq_len: int | None = None) -> list[str]:
                  " --moe-grouped-gemm --moe-token-dispatcher-type alltoall")
         if m.shared_width:
             a.append(f"--moe-shared-expert-intermediate-size {m.shared_width}")
+        if m.moe_latent_dim:
+            a.append(f"--moe-latent-size {m.moe_latent_dim}")
         if m.first_dense_layers and not m.hybrid_pattern:  # a hybrid's pattern places its MoE layers
             a.append("--moe-layer-freq " + shlex.quote(f"([0]*{m.first_dense_layers}+[1]*{m.num_moe_layers})"))
     if m.sliding_window:
@@ -353,7 +355,8 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
     if "num-experts" in args:
         experts = _int(args, "num-experts")
         moe_ffn = _int(args, "moe-ffn-hidden-size", _int(args, "ffn-hidden-size", 4 * h))
-        f.update(num_experts=experts, top_k=_int(args, "moe-router-topk", 2), moe_ffn_dim=moe_ffn)
+        f.update(num_experts=experts, top_k=_int(args, "moe-router-topk", 2), moe_ffn_dim=moe_ffn,
+                 moe_latent_dim=_int(args, "moe-latent-size", 0))
         shared = _int(args, "moe-shared-expert-intermediate-size", 0)
         if shared:
             whole = shared % moe_ffn == 0

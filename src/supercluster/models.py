@@ -57,6 +57,12 @@ class ModelSpec:
     #: Arctic's residual MLP, d_model wide beside 4,864-wide experts); 0 = num_shared_experts x moe_ffn_dim
     shared_ffn_dim: int = 0
     moe_ffn_dim: int = 0
+    #: latent MoE (NVIDIA Nemotron 3 Super / Ultra: config.json ``moe_latent_size``; Megatron-Core
+    #: ``--moe-latent-size``): each MoE layer projects its tokens from d_model down to this width before
+    #: the dispatch (fc1_latent_proj) and back up after the combine (fc2_latent_proj), so the routed
+    #: experts are this wide and the all-to-alls carry it; the router and the shared experts stay on
+    #: d_model. 0 = experts on d_model
+    moe_latent_dim: int = 0
     first_dense_layers: int = 0
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -124,7 +130,8 @@ class ModelSpec:
             require(isinstance(v, int) and v > 0, f"model.{f}", f"must be a positive integer, got {v!r}")
             cap = {"num_layers": MAX_LAYERS, "seq_len": MAX_SEQ}.get(f, MAX_WIDTH)
             require(v <= cap, f"model.{f}", f"{v} is past any real model (at most {cap:,})")
-        for f in ("num_experts", "top_k", "num_shared_experts", "shared_ffn_dim", "moe_ffn_dim", "first_dense_layers",
+        for f in ("num_experts", "top_k", "num_shared_experts", "shared_ffn_dim", "moe_ffn_dim", "moe_latent_dim",
+                  "first_dense_layers",
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
                   "window_layers", "attention_chunk", "mtp_layers", "ssm_layers", "ssm_heads", "ssm_head_dim",
                   "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "mlp_only_layers", "mixer_only_layers",
@@ -163,6 +170,8 @@ class ModelSpec:
             require(self.moe_ffn_dim > 0, "model.moe_ffn_dim", "must be > 0 for an MoE model")
             require(self.first_dense_layers < self.mlp_layers, "model.first_dense_layers",
                     f"must be < the {self.mlp_layers} layers with an MLP")
+        require(not self.moe_latent_dim or self.num_experts, "model.moe_latent_dim",
+                "a latent width goes with routed experts (num_experts > 0)")
         require(self.window_layers <= self.attention_layers, "model.window_layers",
                 f"must be <= the {self.attention_layers} attention layers, got {self.window_layers}")
         require(not (self.sliding_window and self.attention_chunk), "model.attention_chunk",
@@ -472,9 +481,20 @@ class ModelSpec:
         return self.mlp_mats * self.d_model * self.ffn_dim
 
     @property
+    def expert_width(self) -> int:
+        """The width the routed experts read and write (and the all-to-alls carry): the latent width of
+        a latent MoE, else d_model."""
+        return self.moe_latent_dim or self.d_model
+
+    @property
     def expert_params(self) -> int:
-        """One routed or shared expert's weights."""
-        return self.mlp_mats * self.d_model * self.moe_ffn_dim
+        """One routed expert's weights."""
+        return self.mlp_mats * self.expert_width * self.moe_ffn_dim
+
+    @property
+    def latent_proj_params(self) -> int:
+        """A latent MoE layer's projections down to the experts' width and back (0 without)."""
+        return 2 * self.d_model * self.moe_latent_dim
 
     @property
     def shared_width(self) -> int:
@@ -483,18 +503,20 @@ class ModelSpec:
 
     @property
     def shared_expert_params(self) -> int:
-        """Weights of an MoE layer's shared expert(s)."""
+        """Weights of an MoE layer's shared expert(s) (on d_model, latent MoE too)."""
         return self.mlp_mats * self.d_model * self.shared_width
 
     @property
     def moe_mlp_params(self) -> int:
-        """All weights of one MoE MLP: routed + shared experts + router."""
-        return self.num_experts * self.expert_params + self.shared_expert_params + self.d_model * self.num_experts
+        """All weights of one MoE MLP: routed + shared experts + router (+ latent projections)."""
+        return (self.num_experts * self.expert_params + self.shared_expert_params + self.d_model * self.num_experts
+                + self.latent_proj_params)
 
     @property
     def moe_active_mlp_params(self) -> int:
         """Weights one token touches in an MoE MLP."""
-        return self.top_k * self.expert_params + self.shared_expert_params + self.d_model * self.num_experts
+        return (self.top_k * self.expert_params + self.shared_expert_params + self.d_model * self.num_experts
+                + self.latent_proj_params)
 
     def _mtp_module_params(self, mlp: int) -> int:
         """One MTP module with an MLP of ``mlp`` weights: its block's attention, its 2h -> h projection
@@ -587,10 +609,10 @@ def window_keys(seq_len: Any, w: float, causal: bool) -> Any:
 
 _REQUIRED = {"name", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "source"}
 _OPTIONAL = {"num_layers", "mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "shared_ffn_dim",
-             "moe_ffn_dim", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
-             "seq_len", "sliding_window", "window_layers", "attention_chunk", "mtp_layers", "ssm_heads", "ssm_head_dim",
-             "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "hybrid_pattern", "index_topk", "index_heads",
-             "index_head_dim"}
+             "moe_ffn_dim", "moe_latent_dim", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+             "v_head_dim", "seq_len", "sliding_window", "window_layers", "attention_chunk", "mtp_layers", "ssm_heads",
+             "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "hybrid_pattern", "index_topk",
+             "index_heads", "index_head_dim"}
 
 #: Megatron-Core's hybrid layer symbols (megatron/core/ssm/mamba_hybrid_layer_allocation.py)
 HYBRID_SYMBOLS = {"M": "Mamba", "*": "attention", "-": "MLP", "E": "MoE"}
@@ -797,7 +819,7 @@ _HF_INT_FIELDS = (
     "max_window_layers", "sliding_window_pattern", "attention_chunk_size", "no_rope_layer_interval",
     "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", "moe_intermediate_size",
     "num_experts_per_tok", "experts_per_token", "moe_topk", "moe_top_k", "moe_k", "n_shared_experts",
-    "moe_num_shared_experts", "shared_expert_intermediate_size", "intermediate_size_mlp",
+    "moe_num_shared_experts", "shared_expert_intermediate_size", "intermediate_size_mlp", "moe_latent_size",
     "num_nextn_predict_layers", "mtp_num_layers", "max_position_embeddings", "n_positions", "max_seq_len",
     "interleave_moe_layer_step", "decoder_sparse_step", "first_k_dense_replace", "moe_layer_start_index",
     "moe_layer_frequency", "moe_layer_freq", "moe_shared_expert_intermediate_size", "shared_intermediate_size",
@@ -909,7 +931,7 @@ def _hf_mamba2_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
 
     Nemotron-H (``nemotron_h``): a ``hybrid_override_pattern`` (or ``layers_block_type`` list) of
     Mamba-2, attention, MLP and MoE layers, one block each; latent MoE (``moe_latent_size``, Nemotron 3
-    Super) is refused: its experts work in a narrower space. Granite 4.0-H (``granitemoehybrid``): a
+    Super and Ultra: the experts work in a narrower space). Granite 4.0-H (``granitemoehybrid``): a
     ``layer_types`` list of mamba / attention mixers, each layer with an MLP, MoE where
     ``num_local_experts`` > 0 (experts ``intermediate_size`` wide beside a shared MLP). Bamba: Mamba-2
     mixers except on ``attn_layer_indices``, each layer with a dense MLP."""
@@ -928,13 +950,15 @@ def _hf_mamba2_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
             pattern = "".join(symbol[b] for b in blocks)
         require(pattern is not None, "config.json hybrid_override_pattern",
                 "missing: a Nemotron-H config lists its layers there (or in layers_block_type)")
-        if cfg.get("moe_latent_size") is not None:
-            raise InputError("config.json moe_latent_size", "latent MoE (experts in a narrower latent space, "
-                                                            "Nemotron 3 Super) is not modelled")
         counts = hybrid_counts(pattern, "config.json hybrid_override_pattern")
         require(layers is None or layers == counts["num_layers"], "config.json hybrid_override_pattern",
                 f"has {counts['num_layers']} layers; num_hidden_layers is {layers!r}")
         out = {**counts, "hybrid_pattern": pattern, "moe_layers": pattern.count("E")}
+        latent = cfg.get("moe_latent_size")
+        if latent is not None:  # latent MoE (Nemotron 3 Super, Ultra)
+            require(is_whole(latent) and latent > 0, "config.json moe_latent_size",
+                    f"must be a whole number > 0, got {latent!r}")
+            out["moe_latent_dim"] = int(latent)
     else:
         layers = _hf_layer_count(cfg)
         if family == "granitemoehybrid":

@@ -387,7 +387,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                  + np.where(has["mlp"], t_gemm_f * w_dense / (w_attn + w_mlp) + act_t * f_dense
                             + (1.0 - f_moe) * 2.0 * el * h * tok_sp / mem_bw, 0.0)
                  + np.where(has["moe"], t_gemm_f * w_moe / (w_attn + w_mlp) + act_t * f_moew
-                            + el * f_moe * 4.0 * model.top_k * h * tok_sp / mem_bw, 0.0)
+                            + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp / mem_bw, 0.0)
                  + np.where(has["mla_up_proj"], t_gemm_f * w_up / (w_attn + w_mlp), 0.0))
     chunk = np.ceil(model.num_layers / (pp * vpp))
     frc = np.where(rc == 2, np.where(rcl > 0, np.minimum(1.0, rcl / chunk), 1.0), 0.0)
@@ -434,8 +434,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # Not pipelined with GEMMs. With expert TP < TP (MoE parallel folding) the EP group runs over TP
         # ranks first (stride tp-stride x etp) instead of within dp x cp.
         s_ep = np.where(etp == tp, s_dpcp, s_tp * etp)
-        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * h * el, ep, s_ep)
-        tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * h * el, etp,
+        # (a latent MoE dispatches its tokens at the experts' latent width)
+        hx = float(model.expert_width)
+        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * hx * el, ep, s_ep)
+        tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * hx * el, etp,
                                                             s_tp), 0.0)
         ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * frc + 2.0 * has["moe"])
         if fw.ep_overlap and fw.ep_overlap_bounded:
@@ -739,7 +741,7 @@ def _fused_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
         + T * act_passes * f_act / tp  # activation function: read inputs, write output
         + f_att * T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
         + f_att * T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
-        + f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute, dispatch + combine
+        + f_moe * 4.0 * model.top_k * model.expert_width * tok_sp  # token permute / unpermute, dispatch + combine
     ) + T * model.recurrent_bytes_per_token(el) / tp
 
 
@@ -765,7 +767,7 @@ def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
         + np.where(gqa, f_att * el * T * (kv_local + heads) * (dq + dv), 0.0)  # repeat_kv: read k, v, write expanded
         + el * T * f_act / tp * (5.0 if GATED[model.mlp] else 2.0)  # activation
         + f_att * el * T * (heads * dq + kv_eff * (dq + dv) + heads * dv)  # SDPA reads q, k, v, writes o
-        + el * f_moe * 4.0 * model.top_k * h * tok_sp  # token permute / unpermute
+        + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp  # token permute / unpermute
     ) + T * model.recurrent_bytes_per_token(el) / tp
 
 
@@ -791,7 +793,9 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
     projection. MLP: the input (gate + up fused when gated) and output GEMMs. MoE: each of the
     E / ep local experts sees T (etp / tp) top_k ep / E tokens on average, its width split over the
     expert-TP ranks (etp = tp: like the dense MLP); shared experts see every token; the router is a
-    T x h x E GEMM.
+    T x h x E GEMM. Latent MoE: the experts read and write the latent width, and its two projections
+    (h -> latent, latent -> h) run on every token, priced like TP-split linears (the same FLOPs as
+    full weights on the sequence-parallel shard of the tokens).
     """
     h = float(model.d_model)
     out_w = float(model.num_heads * model.v_dim)
@@ -799,9 +803,9 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
         T, out_w / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w)
     up = model.mlp_mats - 1.0
 
-    def mlp(tokens: np.ndarray, width: float, split: np.ndarray = tp) -> np.ndarray:
-        return _gemm(tokens, h, up * width / split, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
-            tokens, width / split, h, rate, el_in, el_out, mem_bw, q_el, q_w)
+    def mlp(tokens: np.ndarray, width: float, split: np.ndarray = tp, h_in: float = h) -> np.ndarray:
+        return _gemm(tokens, h_in, up * width / split, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
+            tokens, width / split, h_in, rate, el_in, el_out, mem_bw, q_el, q_w)
 
     total = model.attention_layers * attn
     # the recurrent mixers' input projection (Mamba-2: z, x, B, C, dt; Gated DeltaNet: q, k, v, z, beta,
@@ -815,8 +819,12 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
         E = float(model.num_experts)
         e_tp = tp if etp is None else etp
         per_expert = T * (e_tp / tp) * model.top_k * ep / E
-        moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim), e_tp) + _gemm(T, h, E, rate, el_in, el_out,
-                                                                               mem_bw)
+        moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim), e_tp, float(model.expert_width)) + _gemm(
+            T, h, E, rate, el_in, el_out, mem_bw)
+        if model.moe_latent_dim:  # latent MoE: down to the experts' width before the dispatch, up after
+            lat = float(model.moe_latent_dim)
+            moe = moe + _gemm(T, h, lat / tp, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
+                T, lat / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w)
         if model.shared_width:
             moe = moe + mlp(T, float(model.shared_width))
         total = total + model.num_moe_layers * moe
@@ -960,7 +968,7 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
         attn = np.where(model.sparse_active(seq),
                         2.0 * ((a / tp) * sq + sq + (a / tp) * sv) + low_el * (a / tp) * dv + 4.0 * model.index_topk
                         + 2.0 * (hi + 1.0) * model.index_head_dim + 4.0 * hi, attn)
-    moe_tok = f_moe * model.top_k * h * (
+    moe_tok = f_moe * model.top_k * model.expert_width * (
         2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
         + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from supercluster.estimate import default_network
 from supercluster.framework import get_framework
 from supercluster.hardware import get_gpu
-from supercluster.models import ModelSpec, from_hf_config, load_model
+from supercluster.models import ModelSpec, from_hf_config, hybrid_counts, load_model
 from supercluster.network import TwoLevelNetwork
 from supercluster.step import LEDGER, step_columns
 
@@ -29,8 +29,14 @@ QWEN35_9B = from_hf_config({
 DSA = ModelSpec(key="dsa-small", name="DSA small", num_layers=8, d_model=2048, ffn_dim=8192, num_heads=16,
                 num_kv_heads=16, head_dim=192, vocab_size=32000, q_lora_rank=512, kv_lora_rank=512,
                 qk_rope_head_dim=64, v_head_dim=128, index_topk=1024, index_heads=16, index_head_dim=64)
+# and a small latent-MoE hybrid in Nemotron 3 Super's shape (Mamba, MoE and attention layers; experts and
+# all-to-alls a quarter of d_model wide), its experts spread over up to four EP ranks
+LATENT = ModelSpec(key="latent-small", name="latent MoE small", hybrid_pattern="MEM*EMEM*E",
+                   **hybrid_counts("MEM*EMEM*E"), d_model=1024, ffn_dim=1024, num_heads=8, num_kv_heads=2,
+                   head_dim=128, vocab_size=32000, mlp="relu2", num_experts=32, top_k=4, num_shared_experts=1,
+                   moe_ffn_dim=512, moe_latent_dim=256, ssm_heads=32, ssm_head_dim=64, ssm_state=64, ssm_groups=4)
 MODELS = st.sampled_from([MODEL, dataclasses.replace(MODEL, mtp_layers=1), load_model("nemotronh-8b"), QWEN35_9B,
-                          DSA])
+                          DSA, LATENT])
 GPU = get_gpu("h100-sxm")
 # Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
 FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
@@ -57,7 +63,7 @@ def cols(d: dict[str, int], model=MODEL) -> dict[str, np.ndarray]:
     if not model.context_parallel_ok:  # (CP of Mamba layers is refused, not priced)
         c["cp"] = np.array([1])
     c["vpp"] = np.array([d["vpp"] if d["pp"] > 1 else 1])
-    c["ep"] = np.array([1])
+    c["ep"] = np.array([min(c["dp"][0] * c["cp"][0], 4) if model.is_moe else 1])
     c["gbs"] = np.array([d["dp"] * d["mb"] * d["accum"]])
     return c
 
