@@ -56,12 +56,18 @@ def test_the_latent_width_shrinks_the_dispatch_and_the_experts_not_the_rest():
     assert sup.num_params < wide.num_params  # experts 1024 wide, not 4096
 
 
-def test_latent_moe_round_trips_through_megatron_arguments():
-    sup = load_model("nemotron3-super-120b")
+def test_latent_moe_and_its_mtp_block_round_trip_through_megatron_arguments():
+    sup = load_model("nemotron3-super-120b+mtp")
     text = " ".join(model_args(sup))
     assert "--moe-latent-size 1024" in text and "--squared-relu" in text
+    assert "--mtp-num-layers 1 --mtp-hybrid-override-pattern '*E'" in text  # attention + MoE, as Super's
     back = model_from_args(parse_args(text), "back")
-    assert back.moe_latent_dim == 1024 and back.num_params == sup.num_params
+    assert (back.moe_latent_dim, back.mtp_layers, back.num_params) == (1024, 1, sup.num_params)
+    # an MTP block of other layers is not the one priced: refused by name, both ways in
+    with pytest.raises(InputError, match="^mtp-hybrid-override-pattern: '\\*M\\*E'"):
+        model_from_args(parse_args(text.replace("'*E'", "'*M*E'")), "back")
+    with pytest.raises(InputError, match="^config.json mtp_hybrid_override_pattern: .*not modelled"):
+        from_hf_config({**SUPER_HF, "mtp_hybrid_override_pattern": "*M*E"})
 
 
 @pytest.mark.parametrize("change, field", [

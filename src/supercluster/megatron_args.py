@@ -26,7 +26,7 @@ MoE                            ``--num-experts --moe-router-topk --moe-ffn-hidde
 MLA                            ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim
                                --qk-pos-emb-head-dim --v-head-dim`` (Megatron's defaults when absent)
 sliding windows                ``--window-size (w,0) --window-attn-skip-freq``
-multi-token prediction         ``--mtp-num-layers``
+multi-token prediction         ``--mtp-num-layers`` (hybrids: ``--mtp-hybrid-override-pattern``, ``*E`` / ``*-``)
 DeepSeek Sparse Attention      ``--experimental-attention-variant dsa --dsa-indexer-n-heads
                                --dsa-indexer-head-dim --dsa-indexer-topk``
 Gated DeltaNet, gated attn     ``--experimental-attention-variant gated_delta_net
@@ -218,6 +218,8 @@ def model_args(m: ModelSpec, seq_len: int | None = None) -> list[str]:
             a.append("--window-attn-skip-freq " + shlex.quote(_layer_pattern(m.num_layers, m.window_layers)))
     if m.mtp_layers:
         a.append(f"--mtp-num-layers {m.mtp_layers}")
+        if m.hybrid_pattern:  # a hybrid's MTP block: attention and the model's MLP (Nemotron 3 Super: "*E")
+            a.append("--mtp-hybrid-override-pattern " + shlex.quote("*E" if m.is_moe else "*-"))
     if m.index_topk:  # DeepSeek Sparse Attention (Megatron-Core's experimental attention variant)
         a.append(f"--experimental-attention-variant dsa --dsa-indexer-n-heads {m.index_heads} "
                  f"--dsa-indexer-head-dim {m.index_head_dim} --dsa-indexer-topk {m.index_topk}")
@@ -383,6 +385,10 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
                  gdn_k_dim=_int(args, "linear-key-head-dim"), gdn_v_dim=_int(args, "linear-value-head-dim"),
                  gdn_k_heads=_int(args, "linear-num-key-heads"), gdn_v_heads=_int(args, "linear-num-value-heads"),
                  gdn_conv=_int(args, "linear-conv-kernel-dim", 4))
+    mtp_pattern = args.get("mtp-hybrid-override-pattern")
+    require(mtp_pattern is None or (str(mtp_pattern) == ("*E" if "num-experts" in args else "*-")), 
+            "mtp-hybrid-override-pattern", f"{mtp_pattern!r}: an MTP block other than attention and the model's "
+                                           "MLP (*E with experts, *- without) is not modelled")
     seq = _int(args, "seq-length", 0) or _int(args, "max-position-embeddings", 4096)
     return ModelSpec(key=key, name=f"{key} (Megatron-LM arguments)", num_layers=layers, d_model=h,
                      ffn_dim=_int(args, "ffn-hidden-size", 4 * h), num_heads=heads, num_kv_heads=kv,

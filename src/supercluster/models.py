@@ -792,6 +792,11 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
         ffn = get("intermediate_size_mlp", default=ffn)
     fields["mtp_layers"] = int(get("num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
+    mtp_pattern = get("mtp_hybrid_override_pattern")  # Nemotron 3: the MTP block's layers ("*E")
+    require(mtp_pattern is None or not fields["mtp_layers"] or mtp_pattern == ("*E" if "num_experts" in fields
+                                                                                  else "*-"),
+            "config.json mtp_hybrid_override_pattern",
+            f"{mtp_pattern!r}: an MTP block other than attention and the model's MLP is not modelled")
     fields.update({k: v for k, v in hybrid.items()
                    if k not in ("moe_layers", "first_dense_layers", "num_layers", "ffn")})
     tied = bool(get("tie_word_embeddings", default=_hf_family(cfg) in _TIED_FAMILIES))
