@@ -236,6 +236,9 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
     tp = _as_int("tensor-model-parallel-size", args.get("tensor-model-parallel-size", 1))
     pp = _as_int("pipeline-model-parallel-size", args.get("pipeline-model-parallel-size", 1))
     cp = _as_int("context-parallel-size", args.get("context-parallel-size", 1))
+    for flag, v in (("tensor-model-parallel-size", tp), ("pipeline-model-parallel-size", pp),
+                    ("context-parallel-size", cp)):
+        require(v >= 1, flag, f"must be a positive integer, got {v}")
     vpp = 1
     pp_layout = args.get("pipeline-model-parallel-layout")
     uneven = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers")
@@ -249,6 +252,7 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
         layers = _as_int("num-layers", args.get("num-layers", 0))
         per = _as_int("num-layers-per-virtual-pipeline-stage", args["num-layers-per-virtual-pipeline-stage"])
         require(layers > 0, "num-layers", "needed with --num-layers-per-virtual-pipeline-stage")
+        require(per > 0, "num-layers-per-virtual-pipeline-stage", f"must be a positive integer, got {per}")
         vpp = layers // (pp * per)
     dp = _dp(num_gpus, tp * pp * cp, args.get("data-parallel-size"))
     # (--recompute-activations: Megatron-LM's older spelling of selective recompute)

@@ -52,12 +52,13 @@ from typing import Any
 
 from .errors import InputError, require
 from .framework import EP_OVERLAP_SUFFIX, Framework, get_framework
-from .models import MAX_LAYERS, ModelSpec, hybrid_counts
+from .models import MAX_LAYERS, MAX_SEQ, MAX_WIDTH, ModelSpec, hybrid_counts
 
 #: Megatron-LM's defaults for flags a script may leave out (arguments.py)
 _MLA_DEFAULTS = {"kv-lora-rank": 32, "qk-head-dim": 128, "qk-pos-emb-head-dim": 64, "v-head-dim": 128}
 _MAMBA_DEFAULTS = {"mamba-state-dim": 128, "mamba-head-dim": 64, "mamba-num-groups": 8}
 _ATTENTION_VARIANTS = ("dsa", "gated_delta_net")
+_SEQ_FLAGS = ("seq-length", "max-position-embeddings", "dsa-indexer-topk")
 #: Model flags whose architecture this cost model does not price: refused, never ignored
 _UNMODELLED = {
     "heterogeneous-layers-config-path": "heterogeneous layers (per-layer attention and FFN shapes)",
@@ -242,14 +243,17 @@ def model_args(m: ModelSpec, seq_len: int | None = None) -> list[str]:
 
 
 # ---- import ----------------------------------------------------------------------------------
-def _int(args: dict[str, Any], flag: str, default: int | None = None) -> int:
+def _int(args: dict[str, Any], flag: str, default: int | None = None, low: int = 1) -> int:
+    """A whole-number flag, at least ``low`` (1: a count or a width; 0 where 0 means none) and at most
+    the sanity ceilings of :mod:`supercluster.models` (a typo, not a model, beyond them)."""
     v = args.get(flag, default)
     require(v is not None, flag, "missing from the Megatron arguments")
     try:
         n = int(v)
     except (TypeError, ValueError):
         raise InputError(flag, f"must be an integer, got {v!r}") from None
-    require(n >= 0, flag, f"must be >= 0, got {n}")
+    cap = MAX_LAYERS if flag in ("num-layers", "mtp-num-layers") else MAX_SEQ if flag in _SEQ_FLAGS else MAX_WIDTH
+    require(low <= n <= cap, flag, f"must be in {low}..{cap:,}, got {n}")
     return n
 
 
@@ -339,10 +343,9 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
             f["ssm_heads"] = _int(args, "mamba-num-heads", 2 * _int(args, "hidden-size") // f["ssm_head_dim"])
     layers = f.pop("num_layers", None) or _int(args, "num-layers")
     h, heads = _int(args, "hidden-size"), _int(args, "num-attention-heads")
-    require(heads > 0, "num-attention-heads", "must be > 0")
     if args.get("multi-latent-attention"):
         mla = {k: _int(args, k, d) for k, d in _MLA_DEFAULTS.items()}
-        f.update(q_lora_rank=_int(args, "q-lora-rank", 0), kv_lora_rank=mla["kv-lora-rank"],
+        f.update(q_lora_rank=_int(args, "q-lora-rank", 0, low=0), kv_lora_rank=mla["kv-lora-rank"],
                  qk_rope_head_dim=mla["qk-pos-emb-head-dim"], v_head_dim=mla["v-head-dim"])
         head_dim, kv = mla["qk-head-dim"] + mla["qk-pos-emb-head-dim"], heads
     else:
@@ -358,8 +361,8 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
         experts = _int(args, "num-experts")
         moe_ffn = _int(args, "moe-ffn-hidden-size", _int(args, "ffn-hidden-size", 4 * h))
         f.update(num_experts=experts, top_k=_int(args, "moe-router-topk", 2), moe_ffn_dim=moe_ffn,
-                 moe_latent_dim=_int(args, "moe-latent-size", 0))
-        shared = _int(args, "moe-shared-expert-intermediate-size", 0)
+                 moe_latent_dim=_int(args, "moe-latent-size", 0, low=0))
+        shared = _int(args, "moe-shared-expert-intermediate-size", 0, low=0)
         if shared:
             whole = shared % moe_ffn == 0
             f.update(num_shared_experts=shared // moe_ffn if whole else 1, shared_ffn_dim=0 if whole else shared)
@@ -389,14 +392,14 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
     require(mtp_pattern is None or (str(mtp_pattern) == ("*E" if "num-experts" in args else "*-")), 
             "mtp-hybrid-override-pattern", f"{mtp_pattern!r}: an MTP block other than attention and the model's "
                                            "MLP (*E with experts, *- without) is not modelled")
-    seq = _int(args, "seq-length", 0) or _int(args, "max-position-embeddings", 4096)
+    seq = _int(args, "seq-length", 0, low=0) or _int(args, "max-position-embeddings", 4096)
     return ModelSpec(key=key, name=f"{key} (Megatron-LM arguments)", num_layers=layers, d_model=h,
                      ffn_dim=_int(args, "ffn-hidden-size", 4 * h), num_heads=heads, num_kv_heads=kv,
                      head_dim=head_dim, vocab_size=_int(args, "vocab-size" if "vocab-size" in args
                                                         else "padded-vocab-size"),
                      mlp=mlp, tied_embeddings=not args.get("untie-embeddings-and-output-weights"),
                      attn_output_gate=bool(args.get("attention-output-gate")),
-                     mtp_layers=_int(args, "mtp-num-layers", 0),
+                     mtp_layers=_int(args, "mtp-num-layers", 0, low=0),
                      seq_len=seq, source="Megatron-LM arguments", **f)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ from hypothesis import strategies as st
 
 from supercluster import launchers
 from supercluster.errors import InputError
+from supercluster.framework import get_framework
 from supercluster.layout import Layout
-from supercluster.models import from_hf_config
+from supercluster.megatron_args import framework_from_args, model_args, model_from_args, parse_args
+from supercluster.models import from_hf_config, load_model
 
 HF_BASES = [
     {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -114,9 +117,10 @@ def _toml(v: object) -> str | None:
 
 TT_KEYS = [("parallelism", k) for k in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree",
                                         "data_parallel_shard_degree", "data_parallel_replicate_degree",
-                                        "pipeline_parallel_stages_per_rank", "expert_parallel_degree")] + \
-    [("training", k) for k in ("local_batch_size", "global_batch_size", "seq_len")] + \
-    [("activation_checkpoint", "mode"), ("float8", "enable")]
+                                        "pipeline_parallel_microbatch_size", "expert_parallel_degree",
+                                        "expert_tensor_parallel_degree", "pipeline_parallel_schedule")] + \
+    [("training", k) for k in ("local_batch_size", "global_batch_size", "seq_len", "compile")] + \
+    [("activation_checkpoint", "mode"), ("model", "converters"), ("float8", "enable_float8_linear")]
 
 
 @settings(max_examples=200, deadline=2000)
@@ -175,3 +179,46 @@ def test_any_profile_figure_loads_sanely_or_names_its_field(good_profile, tmp_pa
     gpu = prof.gpu_spec(get_gpu("h100-sxm"))
     b = estimate("llama3-8b", gpu=gpu, num_gpus=8, layout=Layout(tp=8, global_batch=8, seq_len=4096))
     assert math.isfinite(b.step_time_s) and b.step_time_s > 0
+
+
+# Megatron-LM launch scripts: the architecture flags of a few models (and a whole export: layout, framework
+# flags and model), each value replaced by what a broken script may hold (a negative, zero or huge count,
+# a fraction, text, an unset variable)
+MEGATRON_BASES = [
+    " ".join(model_args(load_model(k))) for k in ("llama3-8b", "deepseek-v3", "nemotron3-super-120b", "gpt-oss-120b")
+] + [
+    launchers.export(LAYOUT, "megatron", load_model("llama3-70b"), get_framework("nemo-megatron")),
+    "--num-layers 48 --hidden-size 2048 --num-attention-heads 16 --vocab-size 1000 --num-experts 64 "
+    "--moe-ffn-hidden-size 512 --moe-shared-expert-intermediate-size 512 --experimental-attention-variant "
+    "gated_delta_net --linear-attention-freq 4 --linear-key-head-dim 128 --linear-value-head-dim 128 "
+    "--linear-num-key-heads 16 --linear-num-value-heads 32 --attention-output-gate",
+]
+ODD_TEXT = st.one_of(st.integers(-2**40, 2**64).map(str), st.sampled_from(["0", "-1", "1.5", "nan", "$UNSET", "(",
+                                                                           "[1]*", "([0]*3+[1]*)", "x", "''"]))
+
+
+@st.composite
+def megatron_scripts(draw: st.DrawFn) -> str:
+    args = parse_args(draw(st.sampled_from(MEGATRON_BASES)))
+    for flag in draw(st.lists(st.sampled_from(sorted(args)), min_size=1, max_size=3, unique=True)):
+        if draw(st.booleans()):
+            del args[flag]
+        else:
+            args[flag] = draw(ODD_TEXT)
+    return " ".join(f"--{k}" if v is True else f"--{k} {shlex.quote(str(v))}" for k, v in args.items())
+
+
+@settings(max_examples=300, deadline=2000)
+@given(megatron_scripts(), st.sampled_from([None, 256, 7]))
+def test_any_megatron_script_reads_as_a_sane_model_or_names_its_flag(text, gpus):
+    args = parse_args(text)
+    try:
+        framework_from_args(args)
+        m = model_from_args(args, "fuzzed")
+    except InputError as exc:
+        assert exc.field
+    else:
+        for v in (m.num_params, m.num_active_params, m.model_flops_per_token(4096)):
+            assert math.isfinite(v) and v > 0
+    if "global-batch-size" in args:
+        _checked(lambda: launchers.from_megatron_args(text, num_gpus=gpus))
