@@ -251,3 +251,48 @@ def test_a_plan_exported_to_megatron_reads_back_at_the_planned_step_time(tmp_pat
     r = CliRunner().invoke(app, ["estimate", "--config", str(path), "--gpus", str(gpus), "--gpu", "h100-sxm", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["step_time_s"] == pytest.approx(best.step_time_s, rel=1e-12)
+
+
+# A script in the style of the DeepSeek-V3 example launchers: flags gathered in quoted option strings,
+# shell arithmetic for the shared-expert width, a quoted pattern variable (written for this test)
+DSV3_SCRIPT = """#!/bin/bash
+EP=${EP:-64}
+HIDDEN_SIZE=7168
+NUM_LAYERS=${NUM_LAYERS:-61}
+MOE_INTERMEDIATE_SIZE=2048
+NUM_SHARED_EXPERTS=1
+MOE_LAYER_FREQ='([0]*3+[1]*58)'
+moe_options=" \\
+    --multi-latent-attention \\
+    --q-lora-rank 1536 \\
+    --kv-lora-rank 512 \\
+    --qk-head-dim 128 \\
+    --qk-pos-emb-head-dim 64 \\
+    --v-head-dim 128 \\
+    --moe-ffn-hidden-size ${MOE_INTERMEDIATE_SIZE} \\
+    --moe-layer-freq '${MOE_LAYER_FREQ}' \\
+    --moe-shared-expert-intermediate-size $((${NUM_SHARED_EXPERTS} * ${MOE_INTERMEDIATE_SIZE})) \\
+    --num-experts 256 --moe-router-topk 8 \\
+    --expert-model-parallel-size ${EP}"
+if [ "$PR" = fp8 ]; then
+    pr_options="--bf16 --fp8-format hybrid"
+else
+    pr_options="--bf16"
+fi
+megatron_options="--micro-batch-size 1 --global-batch-size 8192 --num-layers ${NUM_LAYERS} \\
+    --hidden-size ${HIDDEN_SIZE} --num-attention-heads 128 --ffn-hidden-size 18432 --seq-length 4096 \\
+    --tensor-model-parallel-size 1 --pipeline-model-parallel-size 16 --swiglu \\
+    --untie-embeddings-and-output-weights --vocab-size 129280"
+run_cmd="torchrun pretrain_gpt.py ${megatron_options} ${pr_options} ${moe_options}"
+eval ${run_cmd}
+"""
+
+
+def test_flags_in_quoted_option_strings_read_as_the_model(tmp_path):
+    path = tmp_path / "train_deepseekv3.sh"
+    path.write_text(DSV3_SCRIPT)
+    _same_model(load_model("deepseek-v3"), load_model(str(path)))
+    lay = launchers.load_layout(path, num_gpus=1024)
+    # conditionals are not followed: every flag written counts, so the fp8 branch's --fp8-format does
+    # (documented; a script that switches precision by a condition is read as its fp8 run)
+    assert (lay.pp, lay.ep, lay.dp, lay.global_batch, lay.precision) == (16, 64, 64, 8192, "fp8")

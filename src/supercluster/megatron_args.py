@@ -123,17 +123,31 @@ def parse_args(text: str) -> dict[str, Any]:
     """Megatron-LM flags from a launch script's text: ``--flag value`` as a string, a bare flag as
     True, ``--recompute-modules`` as the tuple of values up to the next flag. The script is read
     flat: simple shell variables filled in, comments, line continuations and bash array brackets
-    skipped, a quoted ``"--flag value"`` item split, underscores read as dashes, conditionals not
-    followed (every flag written counts; the last value of a flag wins)."""
+    skipped, a quoted ``"--flag value"`` item or a quoted assignment of flags (``opts="--a 1 --b"``)
+    read word by word, underscores read as dashes, conditionals not followed (every flag written
+    counts; the last value of a flag wins)."""
     try:
-        tokens = []
-        for tok in shlex.split(_expand_variables(text).replace("\\\n", " "), comments=True):
-            tokens += shlex.split(tok) if tok.startswith("--") and " " in tok else [tok]
+        words = shlex.split(_expand_variables(text).replace("\\\n", " "), comments=True)
     except ValueError as exc:
         raise InputError("config", f"cannot read Megatron arguments: {exc}") from None
+    tokens = []
+    for tok in words:
+        # a quoted "--flag value" item, or flags gathered in a (quoted) assignment (opts=" --a 1 --b",
+        # x=--swiglu): read the words inside
+        assign = re.match(r"[A-Za-z_]\w*\+?=(.*)", tok, re.S)
+        body = assign.group(1) if assign else tok
+        if re.search(r"(^|\s)--", body) and (assign or re.search(r"\s", body)):
+            try:
+                inner = shlex.split(body, comments=True)
+            except ValueError:
+                inner = body.split()
+            tokens += [w for w in inner if w != "\\"]
+        else:
+            tokens.append(tok)
 
-    def is_value(j: int) -> bool:
-        return j < len(tokens) and not tokens[j].startswith("--") and tokens[j] not in ("(", ")")
+    def is_value(j: int) -> bool:  # (not the next flag, a bash array bracket or a shell assignment)
+        return (j < len(tokens) and not tokens[j].startswith("--") and tokens[j] not in ("(", ")")
+                and re.match(r"[A-Za-z_]\w*\+?=", tokens[j]) is None)
 
     args: dict[str, Any] = {}
     i = 0
