@@ -296,3 +296,12 @@ def test_flags_in_quoted_option_strings_read_as_the_model(tmp_path):
     # conditionals are not followed: every flag written counts, so the fp8 branch's --fp8-format does
     # (documented; a script that switches precision by a condition is read as its fp8 run)
     assert (lay.pp, lay.ep, lay.dp, lay.global_batch, lay.precision) == (16, 64, 64, 8192, "fp8")
+
+
+def test_nvfp4_travels_as_megatron_fp4_flags_and_is_refused_where_a_launcher_has_none():
+    lay = Layout(tp=1, pp=1, dp=64, global_batch=256, seq_len=8192, precision="fp4", zero_stage=1)
+    text = launchers.export(lay, "megatron", load_model("llama3-8b"))
+    assert "--fp4-format e2m1 --fp4-recipe nvfp4" in text
+    assert launchers.from_megatron_args(text, num_gpus=64).precision == "fp4"
+    with pytest.raises(InputError, match="^precision: torchtitan's job config"):
+        launchers.export(lay, "torchtitan")

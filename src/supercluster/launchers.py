@@ -6,8 +6,9 @@ Formats (flag and key names from each project's documentation):
   ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
   ``--num-layers-per-virtual-pipeline-stage``, ``--context-parallel-size``,
   ``--expert-model-parallel-size``, ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
-  ``--bf16`` / ``--fp8-format hybrid``, ``--recompute-granularity``, ``--recompute-modules``, ``--sequence-parallel``,
-  ``--use-distributed-optimizer``.
+  ``--bf16`` / ``--fp8-format hybrid`` / ``--fp4-format e2m1``, ``--recompute-granularity``,
+  ``--recompute-modules``, ``--sequence-parallel``, ``--use-distributed-optimizer``; with the model,
+  its architecture, and with the framework, the flags of its behaviours (:mod:`supercluster.megatron_args`).
 * TorchTitan job TOML (``torchtitan/config/job_config.py``, its mid-2025 schema; FSDP2 has no ZeRO-1:
   stage 1 exports as 2, ``fsdp_reshard_after_forward = "never"``): ``[parallelism]`` degrees
   (``data_parallel_replicate_degree``, ``data_parallel_shard_degree``, ``tensor_parallel_degree``,
@@ -67,6 +68,8 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
     a.append("--bf16")
     if layout.precision == "fp8":
         a.append("--fp8-format hybrid")
+    elif layout.precision == "fp4":  # NVFP4 (Megatron-Core --fp4-format e2m1 --fp4-recipe nvfp4)
+        a.append("--fp4-format e2m1 --fp4-recipe nvfp4")
     elif layout.precision == "fp16":
         a[-1] = "--fp16"
     if layout.recompute == "selective":
@@ -204,6 +207,9 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
     require(fmt == "megatron" or not layout.recompute_modules, "recompute_modules",
             f"{', '.join(layout.recompute_modules)} are Megatron-Core recompute modules; {fmt} has no such setting "
             "(export to megatron, or leave them out)")
+    require(fmt != "torchtitan" or layout.precision != "fp4", "precision",
+            "torchtitan's job config (mid-2025 schema) has no NVFP4 training switch; export fp4 to megatron "
+            "(--fp4-format e2m1), or plan torchtitan in fp8 / bf16")
     require(fmt != "deepspeed" or layout.pp_layout is None, "pp_layout",
             "DeepSpeed's config has no explicit pipeline layout (its PipelineModule partitions in code); "
             "export to megatron or torchtitan")
@@ -259,7 +265,8 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
     rc = args.get("recompute-granularity", "selective" if args.get("recompute-activations") else "none")
     rc_layers = (_as_int("recompute-num-layers", args.get("recompute-num-layers", 0))
                  if rc == "full" and args.get("recompute-method") == "block" else 0)
-    precision = "fp8" if "fp8-format" in args else ("fp16" if args.get("fp16") else "bf16")
+    precision = ("fp4" if "fp4-format" in args else "fp8" if "fp8-format" in args
+                 else "fp16" if args.get("fp16") else "bf16")
     zero = 1 if args.get("use-distributed-optimizer") else 0
     strategy = args.get("data-parallel-sharding-strategy")
     if strategy in ("optim_grads", "optim_grads_params"):
