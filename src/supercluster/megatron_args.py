@@ -38,7 +38,8 @@ Mamba-2 hybrids                ``--hybrid-override-pattern --mamba-num-heads --m
 =============================  ==================================================================
 
 Refused by name: Llama 4's chunked attention and plain ReLU MLPs (no Megatron flag) on export;
-heterogeneous layer configs and encoder-decoder models (not modelled) on import.
+heterogeneous layer configs, encoder-decoder models, other ``--experimental-attention-variant`` values
+and other MTP block patterns (not modelled) on import.
 """
 
 from __future__ import annotations

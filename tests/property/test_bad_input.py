@@ -44,13 +44,14 @@ ODD = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**64), st.floats(
 
 
 @st.composite
-def mutated(draw: st.DrawFn, bases: list[dict]) -> dict:
+def mutated(draw: st.DrawFn, bases: list[dict], values: st.SearchStrategy = ODD) -> dict:
+    """One of ``bases`` with up to three of its keys deleted or given one of ``values``."""
     cfg = dict(draw(st.sampled_from(bases)))
     for key in draw(st.lists(st.sampled_from(sorted(cfg)), min_size=1, max_size=3, unique=True)):
         if draw(st.booleans()):
             del cfg[key]
         else:
-            cfg[key] = draw(ODD)
+            cfg[key] = draw(values)
     return cfg
 
 
@@ -199,12 +200,7 @@ ODD_TEXT = st.one_of(st.integers(-2**40, 2**64).map(str), st.sampled_from(["0", 
 
 @st.composite
 def megatron_scripts(draw: st.DrawFn) -> str:
-    args = parse_args(draw(st.sampled_from(MEGATRON_BASES)))
-    for flag in draw(st.lists(st.sampled_from(sorted(args)), min_size=1, max_size=3, unique=True)):
-        if draw(st.booleans()):
-            del args[flag]
-        else:
-            args[flag] = draw(ODD_TEXT)
+    args = draw(mutated([parse_args(text) for text in MEGATRON_BASES], ODD_TEXT))
     return " ".join(f"--{k}" if v is True else f"--{k} {shlex.quote(str(v))}" for k, v in args.items())
 
 
