@@ -230,6 +230,11 @@ def test_estimate_prices_the_scripts_own_overlap_flags(tmp_path):
     assert out["lean"]["ledger"]["exposed_dp_comm"] > out["tuned"]["ledger"]["exposed_dp_comm"]
     assert out["lean"]["step_time_s"] > out["tuned"]["step_time_s"]
     assert out["nemo"]["step_time_s"] != out["lean"]["step_time_s"]
+    # the table view says which switches the script left off
+    shown = {p.name: " ".join(run(app, ["estimate", "--config", str(p), "--gpus", "64"]).output.split())
+             for p in (lean, tuned)}
+    assert "gradient-sync overlap off (--overlap-grad-reduce)" in shown["lean.sh"] and "dropout on" in shown["lean.sh"]
+    assert "gradient-sync overlap on" in shown["tuned.sh"] and "dropout off" in shown["tuned.sh"]
 
 
 @pytest.mark.parametrize("model, gpus, gbs, framework", [

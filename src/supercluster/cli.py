@@ -294,6 +294,7 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         base = None if prof.kind == "cpu" else g
         g = prof.gpu_spec(base)
         net = prof.network(fallback=net if base else None)
+    framework_given = framework
     fw = get_framework(framework) if isinstance(framework, str) else framework  # (or a launch script's profile)
     framework = fw.key if not isinstance(framework, str) else framework
     b = _estimate.estimate(m, gpu=g, num_gpus=gpus, layout=layout, framework=fw, network=net, rank_order=rank_order)
@@ -309,6 +310,8 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
     reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}"
                                        + (f" ({layout.pp_layout})" if layout.pp_layout else "")
                                        + f", {layout.precision}, {framework}", (layout, fw, m))
+    if not isinstance(framework_given, str):  # a launch script's own profile: say what its flags switched
+        _out().print(fw.doc, style="dim", markup=False)
     if ev is not None:
         _out().print(ev.line(), style="dim", markup=False)
     elif evidence:

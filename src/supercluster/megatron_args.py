@@ -475,12 +475,24 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
     grad = 4 if fp32 else 2
     dropout = any(_float(args, f, 0.1) > 0 for f in ("attention-dropout", "hidden-dropout"))
     backend = str(args.get("attention-backend", "auto")).lower()
-    return dataclasses.replace(
+    out = dataclasses.replace(
         fw, key=name, era_of="megatron",  # (its family: the evidence line and the notes name Megatron-LM)
         tp_comm_overlap=bool(args.get("tp-comm-overlap")), dp_overlap=bool(args.get("overlap-grad-reduce")),
         pp_overlap=not args.get("no-overlap-p2p-communication"),
         pp_split_counts_head=bool(args.get("account-for-embedding-in-pipeline-split")
                                   or args.get("account-for-loss-in-pipeline-split")),
         grad_bytes=grad, grad_reduce_bytes=grad, dropout=dropout, fp8_param_gather=bool(args.get("fp8-param-gather")),
-        attention="unfused" if backend in ("unfused", "local") else fw.attention,
-        doc="Megatron-LM, as the launch script's flags set it")
+        attention="unfused" if backend in ("unfused", "local") else fw.attention)
+    return dataclasses.replace(out, doc=describe(out))
+
+
+def describe(fw: Framework) -> str:
+    """One line of what a script-set Megatron-LM profile does, in the flags' words (the estimate
+    prints it, so a slow script shows which switch it left off)."""
+    on = {True: "on", False: "off"}
+    return ("Megatron-LM as the script's flags set it: gradient-sync overlap " + on[fw.dp_overlap]
+            + " (--overlap-grad-reduce), TP overlap " + on[fw.tp_comm_overlap] + " (--tp-comm-overlap), "
+            + "EP overlap " + on[fw.ep_overlap] + ", pipeline sends " + ("overlapped" if fw.pp_overlap else "exposed")
+            + f", gradients {'fp32' if fw.grad_bytes == 4 else '16-bit'} (--grad-reduce-in-bf16), dropout "
+            + on[fw.dropout] + ", embedding and loss " + ("counted" if fw.pp_split_counts_head else "not counted")
+            + " in the pipeline split, attention " + fw.attention)
