@@ -612,7 +612,8 @@ _OPTIONAL = {"num_layers", "mlp", "tied_embeddings", "num_experts", "top_k", "nu
              "moe_ffn_dim", "moe_latent_dim", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
              "v_head_dim", "seq_len", "sliding_window", "window_layers", "attention_chunk", "mtp_layers", "ssm_heads",
              "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "hybrid_pattern", "index_topk",
-             "index_heads", "index_head_dim"}
+             "index_heads", "index_head_dim", "gdn_layers", "gdn_k_heads", "gdn_v_heads", "gdn_k_dim", "gdn_v_dim",
+             "gdn_conv", "attn_output_gate"}
 
 #: Megatron-Core's hybrid layer symbols (megatron/core/ssm/mamba_hybrid_layer_allocation.py)
 HYBRID_SYMBOLS = {"M": "Mamba", "*": "attention", "-": "MLP", "E": "MoE"}

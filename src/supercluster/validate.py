@@ -196,6 +196,13 @@ def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
     return notes
 
 
+def _yes_no(row: dict[str, str], name: str) -> bool | None:
+    """An optional yes / no column; None where it is blank or absent."""
+    raw = (row.get(name) or "").strip().lower()
+    require(raw in ("", "yes", "no"), name, f"{raw!r}: allowed yes, no or blank")
+    return None if not raw else raw == "yes"
+
+
 def _fold(row: dict[str, str]) -> int | None:
     """Expert TP 1 (Megatron-Core MoE parallel folding) when the row's EP does not fit in dp x cp but
     does in tp x dp x cp; the CSV format has no expert-TP column."""
@@ -240,14 +247,19 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         recompute_layers=rc_layers,
         recompute_modules=modules,
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
-        expert_tp=_fold(row),
+        # (expert_tp: an optional column beyond the shared format, the run's expert tensor-parallel size;
+        # blank: MoE parallel folding where the EP does not fit in dp x cp)
+        expert_tp=_int(row, "expert_tp", 0) or _fold(row),
+        # (sequence_parallel: an optional column, yes / no; blank: the framework's default)
+        sequence_parallel=_yes_no(row, "sequence_parallel"),
         # (pp_layout: an optional column beyond the shared format, the run's explicit pipeline layout)
         pp_layout=(row.get("pp_layout") or "").strip() or None,
     )
     layout.check_gpus(_int(row, "num_gpus"))
     fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
     fw.check_schedule(layout.pp, layout.num_microbatches)
-    folded = ["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"] if layout.expert_tp == 1 else []
+    folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
+              if layout.expert_tp == 1 and not _int(row, "expert_tp", 0) else [])
     note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
     return model, layout, fw, note
 
