@@ -296,13 +296,19 @@ def test_a_malformed_gated_deltanet_config_names_its_field(change, field, says):
         from_hf_config({**QWEN3_NEXT_HF, **change})
 
 
-def test_a_gdn_estimate_says_it_has_no_published_run_of_its_kind_and_advises_no_cp():
+def test_a_gdn_estimate_names_its_one_published_run_and_advises_no_cp(monkeypatch):
     from supercluster import evidence
     from supercluster.reports import fit_reason
 
     m = from_hf_config(QWEN3_NEXT_HF)
+    # one shipped Gated DeltaNet run (Qwen3-Next on 128 H100), fewer than a basis needs: named, with its error
     assert evidence.evidence_for(m, H100, "nemo-megatron", "bf16", 64, 4096) is None
-    assert "none (Gated DeltaNet hybrid: no shipped run of this kind)" in evidence.no_runs_line(m)
+    line = evidence.no_runs_line(m)
+    assert "(Gated DeltaNet hybrid): only 1, fewer than 3: MZOO-QWEN3NEXT-80B-H100-EP32-128 +10.1 %" in line
+    # a kind with no shipped run at all says so
+    with monkeypatch.context() as mp:
+        mp.setattr(evidence, "_runs", lambda: ())
+        assert "none (Gated DeltaNet hybrid: no shipped run of this kind)" in evidence.no_runs_line(m)
     # the Mamba hybrids have their nine DGX Cloud runs
     ev = evidence.evidence_for(NH56, H100, "nemo-megatron", "fp8", 128, 8192)
     assert ev is not None and ev.runs == 8 and "Mamba hybrid" in ev.basis

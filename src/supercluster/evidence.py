@@ -94,9 +94,16 @@ def model_kind(model: ModelSpec) -> str:
 
 
 def no_runs_line(model: ModelSpec) -> str:
-    """What the evidence line says where no shipped run is of the model's kind (:func:`evidence_for` None)."""
-    return (f"published runs like this one: none ({model_kind(model)}: no shipped run of this kind), so this "
-            "estimate is unchecked against measurement")
+    """What the evidence line says where fewer than :data:`MIN_RUNS` shipped runs are of the model's
+    kind (:func:`evidence_for` None): none, or the few there are with the model's error on each."""
+    kind = model_kind(model)
+    few = [(r.id, e) for r in _runs() if r.kind == kind and (e := _error(r.set_name, r.id)) is not None]
+    if not few:
+        return (f"published runs like this one: none ({kind}: no shipped run of this kind), so this "
+                "estimate is unchecked against measurement")
+    runs = ", ".join(f"{i} {100 * e:+.1f} %" for i, e in few)
+    return (f"published runs like this one ({kind}): only {len(few)}, fewer than {MIN_RUNS}: {runs}; so this "
+            "estimate is barely checked against measurement")
 
 
 @dataclass(frozen=True, slots=True)
