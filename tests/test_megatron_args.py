@@ -240,6 +240,7 @@ def test_estimate_prices_the_scripts_own_overlap_flags(tmp_path):
 @pytest.mark.parametrize("model, gpus, gbs, framework", [
     ("llama3-70b", 64, 128, "nemo-megatron"),
     ("mixtral-8x7b", 32, 256, "nemo-megatron+ep-overlap"),
+    ("mixtral-8x7b", 64, 256, "megatron+deepep"),
     ("llama3-8b", 16, 64, "megatron"),
 ])
 def test_a_plan_exported_to_megatron_reads_back_at_the_planned_step_time(tmp_path, model, gpus, gbs, framework):
@@ -310,3 +311,34 @@ def test_nvfp4_travels_as_megatron_fp4_flags_and_is_refused_where_a_launcher_has
     assert launchers.from_megatron_args(text, num_gpus=64).precision == "fp4"
     with pytest.raises(InputError, match="^precision: torchtitan's job config"):
         launchers.export(lay, "torchtitan")
+
+
+def test_deepep_dispatch_sends_each_token_once_per_node():
+    """DeepEP's internode dispatch (Megatron --moe-enable-deepep): a token crosses once to every node
+    holding any of its experts; hand-worked for Qwen3 235B's 128 experts, top-8, over four nodes."""
+    from math import comb
+
+    from supercluster.estimate import default_network, estimate
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.network import node_dedup_factor
+
+    hit = 1 - comb(96, 8) / comb(128, 8)  # a node holds one of a token's 8 experts
+    assert node_dedup_factor(128, 8, 4) == pytest.approx(4 * hit / 8, rel=1e-12)  # 3 x 0.907 of 6 copies
+    assert node_dedup_factor(128, 8, 1) == 1.0 and node_dedup_factor(8, 8, 2) == pytest.approx(2 / 8)
+    m, gpu = load_model("qwen3-235b-a22b"), get_gpu("h100-sxm")
+    net = default_network(gpu, num_gpus=256)
+
+    def ep_comm(layout, fw):
+        return estimate(m, gpu=gpu, num_gpus=256, layout=layout, framework=fw, network=net).ledger["exposed_ep_comm"]
+
+    across = Layout(tp=2, pp=8, vpp=4, dp=16, ep=32, expert_tp=1, global_batch=2048, seq_len=4096, zero_stage=1)
+    within = Layout(tp=1, pp=8, vpp=4, dp=32, ep=8, global_batch=2048, seq_len=4096, zero_stage=1)
+    plain, deep = get_framework("megatron"), get_framework("megatron+deepep")
+    assert ep_comm(across, deep) < 0.6 * ep_comm(across, plain)  # EP 32 spans four nodes
+    assert ep_comm(within, deep) == ep_comm(within, plain)  # one node: nothing crosses
+    # the launch flags carry it both ways
+    text = launchers.export(across, "megatron", m, deep)
+    assert "--moe-token-dispatcher-type flex --moe-enable-deepep" in text
+    assert framework_from_args(parse_args(text)).ep_node_dedup
+    assert "--moe-token-dispatcher-type alltoall" in launchers.export(across, "megatron", m, plain)

@@ -236,18 +236,20 @@ class MeasuredNetwork:
                 return self.params[k]
         raise InputError("profile", "has no [collectives] measurements: calibrate with --nproc >= 2")
 
-    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
+    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
+                          dedup: tuple[float, float] | None = None) -> Array:
+        """(``dedup``: a measured collective has no domains to skip, so only the fallback applies it.)"""
         require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
         g = np.asarray(group_size, dtype=float)
         if not self.params and self.fallback is None:
             return np.where(g > 1, np.inf, 0.0)
         if not self.params:
-            return self.fallback.collective_time_s(kind, size_bytes, group_size, stride)
+            return self.fallback.collective_time_s(kind, size_bytes, group_size, stride, dedup)
         c = self._pick(kind)
         t = c["alpha_s"] + bus_factor(kind, np.maximum(g, 2.0)) * np.asarray(size_bytes, dtype=float) / c[
             "busbw_bytes_per_s"]
         if self.fallback is not None:
-            big = self.fallback.collective_time_s(kind, size_bytes, group_size, stride)
+            big = self.fallback.collective_time_s(kind, size_bytes, group_size, stride, dedup)
             t = np.where(g > c["nranks"], big, t)
         return np.where(g > 1, t, 0.0)
 

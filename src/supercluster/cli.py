@@ -70,8 +70,9 @@ SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
 FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
                                                   "hai-llm | megatron-legacy | deepspeed-legacy | torchtitan-2024 "
                                                   "(supercluster catalog frameworks); +compile for "
-                                                  "torch.compile, +ep-overlap, +embedding-split (embedding and "
-                                                  "head take a layer's place in the pipeline split)")]
+                                                  "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
+                                                  "+embedding-split (embedding and head take a layer's place in "
+                                                  "the pipeline split)")]
 # The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
 # sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
 # bare argument defaults (no SP), with which the default Llama 3 405B layout needs 199 GiB per 80 GiB H100.
@@ -204,7 +205,8 @@ def estimate(
     framework: Annotated[str | None, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | "
                                                   "composer | hai-llm | megatron-legacy | deepspeed-legacy | "
                                                   "torchtitan-2024 (supercluster catalog frameworks); +compile, "
-                                                  "+ep-overlap, +embedding-split [default: what --config describes: "
+                                                  "+ep-overlap, +deepep, +embedding-split [default: what --config "
+                                                  "describes: "
                                                   "Megatron-LM as a script's flags set it (overlaps, gradient "
                                                   "precision, dropout), torchtitan (+compile) for a job TOML, "
                                                   f"deepspeed for a JSON; else {CLI_FRAMEWORK}]")] = None,

@@ -350,7 +350,8 @@ class FabricNetwork:
         lat = np.array([max(f.base_latency_s(t) - f.base_latency_s(1), 0.0) for t in range(len(f.tiers) + 1)])
         return lat[tier]
 
-    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
+    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
+                          dedup: tuple[float, float] | None = None) -> Array:
         g = np.asarray(group_size, dtype=float)
         st = np.maximum(np.asarray(stride, dtype=float), 1.0)
         d = float(self.fabric.scaleup_domain)
@@ -361,7 +362,7 @@ class FabricNetwork:
         divisor = self.fabric.contention("uniform" if kind == "all_to_all" else "ring", g, st)
         t = hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
                                 self.scaleout_bytes_per_s / divisor, NVLINK_HOP_LATENCY_S,
-                                NET_HOP_LATENCY_S + extra, RING_BASE_LATENCY_S, in_network=self.sharp)
+                                NET_HOP_LATENCY_S + extra, RING_BASE_LATENCY_S, in_network=self.sharp, dedup=dedup)
         if kind == "all_reduce" and self.gpu is not None:
             # NCCL takes NVLink SHARP for an all-reduce inside one domain when it is faster.
             nvls = np.array([nvls_algbw_bytes_per_s(self.gpu, int(x)) for x in np.unique(n)])

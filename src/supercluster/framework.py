@@ -66,6 +66,11 @@ class Framework:
     #: EP overlap limited by the compute it runs under (Megatron-Core); False with ep_overlap = the
     #: framework's documentation says the all-to-all is fully hidden (DeepSeek's DualPipe)
     ep_overlap_bounded: bool = False
+    #: the MoE dispatcher sends a token once to each scale-up domain holding any of its experts and
+    #: forwards it there over the scale-up links (DeepEP's internode kernels, Megatron-Core
+    #: --moe-token-dispatcher-type flex --moe-enable-deepep; DeepSeek-V3 report sec. 3.2.2): the
+    #: cross-domain all-to-all bytes shrink by :func:`supercluster.network.node_dedup_factor`
+    ep_node_dedup: bool = False
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
@@ -154,7 +159,8 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head", "pp_split",
-                "fp8_param_gather", "ep_overlap_bounded", "cp_rotate", "cp_kv_repeated", "pipeline_schedule",
+                "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "cp_rotate", "cp_kv_repeated",
+                "pipeline_schedule",
                 "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "zero3_list_collectives", "fsdp_pp_unsharded",
                 "tensor_parallel", "pipeline_parallel", "interleaved_pipeline",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "compiled_loss_bytes_per_logit"}
@@ -193,7 +199,9 @@ EP_OVERLAP_SUFFIX = "+ep-overlap"
 #: and --account-for-loss-in-pipeline-split, Megatron-DeepSpeed --pp-partition-method
 #: 'type:transformer|embedding' (BigScience tr11 README: "pp rank 0: [embed | 5 transformer blocks]")
 EMBED_SPLIT_SUFFIX = "+embedding-split"
-SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX)
+#: DeepEP's dispatcher (see :attr:`Framework.ep_node_dedup`)
+DEEPEP_SUFFIX = "+deepep"
+SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX)
 
 
 def _split_suffixes(name: str) -> tuple[str, list[str]]:
@@ -227,6 +235,8 @@ def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
                      loss_bytes_per_logit=fw.compiled_loss_bytes_per_logit or fw.loss_bytes_per_logit)
     if EP_OVERLAP_SUFFIX in mods:
         fw = replace(fw, key=fw.key + EP_OVERLAP_SUFFIX, ep_overlap=True, ep_overlap_bounded=True)
+    if DEEPEP_SUFFIX in mods:
+        fw = replace(fw, key=fw.key + DEEPEP_SUFFIX, ep_node_dedup=True)
     if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
         fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True, pp_split="even")
     return fw

@@ -92,7 +92,7 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
         if sp and layout.tp > 1 and "--sequence-parallel" not in a:
             a.append("--sequence-parallel")
         a += megatron_args.framework_args(framework, layout.tp, layout.pp, layout.ep, layout.zero_stage,
-                                          bool(sp), layout.precision)
+                                          bool(sp), layout.precision, moe=model is not None and model.is_moe)
     if model is not None:
         a += megatron_args.model_args(model, layout.seq_len)
     return " \\\n  ".join(a)

@@ -52,7 +52,7 @@ import shlex
 from typing import Any
 
 from .errors import InputError, require
-from .framework import EP_OVERLAP_SUFFIX, Framework, get_framework
+from .framework import DEEPEP_SUFFIX, EP_OVERLAP_SUFFIX, Framework, get_framework
 from .models import MAX_LAYERS, MAX_SEQ, MAX_WIDTH, ModelSpec, hybrid_counts
 
 #: Megatron-LM's defaults for flags a script may leave out (arguments.py)
@@ -219,7 +219,7 @@ def model_args(m: ModelSpec, seq_len: int | None = None) -> list[str]:
         a.append("--attention-output-gate")
     if m.is_moe:
         a.append(f"--num-experts {m.num_experts} --moe-router-topk {m.top_k} --moe-ffn-hidden-size {m.moe_ffn_dim}"
-                 " --moe-grouped-gemm --moe-token-dispatcher-type alltoall")
+                 " --moe-grouped-gemm")
         if m.shared_width:
             a.append(f"--moe-shared-expert-intermediate-size {m.shared_width}")
         if m.moe_latent_dim:
@@ -424,12 +424,16 @@ MEGATRON_FAMILIES = ("megatron", "nemo-megatron")
 
 
 def framework_args(fw: Framework, tp: int, pp: int, ep: int, zero_stage: int, sequence_parallel: bool,
-                   precision: str) -> list[str]:
+                   precision: str, moe: bool = False) -> list[str]:
     """The flags that make Megatron-LM run the way ``fw`` is priced on this layout (the inverse of
-    :func:`framework_from_args`; empty for a framework outside :data:`MEGATRON_FAMILIES`)."""
+    :func:`framework_from_args`; empty for a framework outside :data:`MEGATRON_FAMILIES`); ``moe``:
+    the model has experts (its token dispatcher: DeepEP's, or the all-to-all one)."""
     if fw.family not in MEGATRON_FAMILIES:
         return []
     a = []
+    if moe:
+        a.append("--moe-token-dispatcher-type flex --moe-enable-deepep" if fw.ep_node_dedup
+                 else "--moe-token-dispatcher-type alltoall")
     if fw.dp_overlap:
         a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if zero_stage >= 1 else ""))
     if fw.tp_comm_overlap and tp > 1 and sequence_parallel:
@@ -462,12 +466,14 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
     """The Megatron-LM profile with the behaviours these flags switch, at Megatron-LM's defaults
     where a flag is absent (arguments.py): ``--tp-comm-overlap`` (off), ``--overlap-grad-reduce``
     (off), ``--no-overlap-p2p-communication`` (pipeline sends overlap by default),
-    ``--overlap-moe-expert-parallel-comm`` (off), ``--account-for-embedding-in-pipeline-split`` /
+    ``--overlap-moe-expert-parallel-comm`` (off), ``--moe-enable-deepep`` (DeepEP's dispatcher: each
+    token crosses once per node; off), ``--account-for-embedding-in-pipeline-split`` /
     ``--account-for-loss-in-pipeline-split`` (either: the pipeline split counts both),
     ``--grad-reduce-in-bf16`` / ``--accumulate-allreduce-grads-in-fp32`` (bf16 runs keep and reduce
     gradients in fp32 by default, fp16 runs in fp16), ``--attention-dropout`` /
     ``--hidden-dropout`` (0.1 each), ``--fp8-param-gather``, ``--attention-backend unfused|local``."""
-    fw = get_framework("megatron" + (EP_OVERLAP_SUFFIX if args.get("overlap-moe-expert-parallel-comm") else ""))
+    fw = get_framework("megatron" + (EP_OVERLAP_SUFFIX if args.get("overlap-moe-expert-parallel-comm") else "")
+                       + (DEEPEP_SUFFIX if args.get("moe-enable-deepep") else ""))
     # bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16; fp16 in fp16 unless
     # --accumulate-allreduce-grads-in-fp32 (arguments.py validate_args; DDP grad buffer dtype)
     fp32 = args.get("accumulate-allreduce-grads-in-fp32") or (not args.get("fp16")
@@ -492,7 +498,8 @@ def describe(fw: Framework) -> str:
     on = {True: "on", False: "off"}
     return ("Megatron-LM as the script's flags set it: gradient-sync overlap " + on[fw.dp_overlap]
             + " (--overlap-grad-reduce), TP overlap " + on[fw.tp_comm_overlap] + " (--tp-comm-overlap), "
-            + "EP overlap " + on[fw.ep_overlap] + ", pipeline sends " + ("overlapped" if fw.pp_overlap else "exposed")
+            + "EP overlap " + on[fw.ep_overlap] + ", DeepEP " + on[fw.ep_node_dedup] + ", pipeline sends "
+            + ("overlapped" if fw.pp_overlap else "exposed")
             + f", gradients {'fp32' if fw.grad_bytes == 4 else '16-bit'} (--grad-reduce-in-bf16), dropout "
             + on[fw.dropout] + ", embedding and loss " + ("counted" if fw.pp_split_counts_head else "not counted")
             + " in the pipeline split, attention " + fw.attention)

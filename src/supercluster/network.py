@@ -33,9 +33,28 @@ NET_HOP_LATENCY_S = 14e-6 + 2e-6  # per step over the network, plus the network 
 class Network(Protocol):
     """What the cost model needs from a network."""
 
-    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
-        """Seconds for collective ``kind`` of ``size_bytes`` over ``group_size`` ranks."""
+    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
+                          dedup: tuple[float, float] | None = None) -> Array:
+        """Seconds for collective ``kind`` of ``size_bytes`` over ``group_size`` ranks; ``dedup``
+        (experts, top_k): an MoE dispatch that sends each token once per scale-up domain holding any
+        of its experts (:func:`node_dedup_factor`)."""
         ...
+
+
+def node_dedup_factor(experts: float, top_k: float, domains: Array) -> Array:
+    """Share of an MoE all-to-all's cross-domain bytes left when each token crosses once to every
+    domain holding any of its top-k experts and is forwarded inside it over the scale-up links
+    (DeepEP's internode kernels; the DeepSeek-V3 report, sec. 3.2.2), instead of once per expert.
+
+    With the experts spread evenly over k domains and a token's experts drawn uniformly (a balanced
+    router), a domain holds at least one of them with probability 1 - C(E - E/k, t) / C(E, t); a token
+    then crosses to (k - 1) of those, against t (k - 1) / k expert copies without the forwarding."""
+    k = np.maximum(np.asarray(domains, dtype=float), 1.0)
+    per = experts / k
+    miss = np.ones_like(k)
+    for i in range(int(top_k)):
+        miss = miss * np.clip((experts - per - i) / (experts - i), 0.0, 1.0)
+    return np.where(k > 1, np.minimum(1.0, k * (1.0 - miss) / top_k), 1.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,20 +96,23 @@ class TwoLevelNetwork:
         local = np.minimum(g, per_domain)
         return local, np.ceil(g / local)
 
-    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array) -> Array:
+    def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
+                          dedup: tuple[float, float] | None = None) -> Array:
         g = np.asarray(group_size, dtype=float)
         n, k = self.split(g, stride)
         return hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
                                    self.scaleout_bytes_per_s, self.scaleup_hop_latency_s,
-                                   self.scaleout_hop_latency_s, self.base_latency_s)
+                                   self.scaleout_hop_latency_s, self.base_latency_s, dedup=dedup)
 
 
 def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k: Array, bu: Array, bo: Array,
-                        au: Array, ao: Array, base: float, in_network: Array = False) -> Array:
+                        au: Array, ao: Array, base: float, in_network: Array = False,
+                        dedup: tuple[float, float] | None = None) -> Array:
     """Alpha-beta time of a collective over g = n x k ranks: n per scale-up domain (bus bandwidth bu,
     per-step latency au), k domains joined by the scale-out network (per-GPU bandwidth bo, per-step
     latency ao). ``in_network``: the scale-out all-reduce reduces in the switches (SHARP), which
-    halves its traffic (collectives.md sections 1 and 5)."""
+    halves its traffic (collectives.md sections 1 and 5). ``dedup`` (experts, top_k): an all-to-all
+    whose tokens cross once per domain (:func:`node_dedup_factor` of its cross-domain bytes)."""
     require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
     s = np.asarray(size_bytes, dtype=float)
     log_k = np.log2(np.maximum(k, 1.0))
@@ -99,7 +121,10 @@ def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k
         return np.where(g > 1, t, 0.0)
     if kind == "all_to_all":
         # A fraction (n-1)/g of the buffer stays in the domain, (g-n)/g leaves it (section 5).
-        bw = s * (n - 1) / g / bu + s * (g - n) / g / bo
+        remote = s * (g - n) / g / bo
+        if dedup is not None:
+            remote = remote * node_dedup_factor(dedup[0], dedup[1], k)
+        bw = s * (n - 1) / g / bu + remote
         lat = (n - 1) * au + (k - 1) * ao
     else:
         # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a

@@ -436,7 +436,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         s_ep = np.where(etp == tp, s_dpcp, s_tp * etp)
         # (a latent MoE dispatches its tokens at the experts' latent width)
         hx = float(model.expert_width)
-        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * hx * el, ep, s_ep)
+        # (DeepEP: each token crosses once to every node holding any of its experts)
+        dedup = {"dedup": (float(model.num_experts), float(model.top_k))} if fw.ep_node_dedup else {}
+        a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * hx * el, ep, s_ep, **dedup)
         tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * hx * el, etp,
                                                             s_tp), 0.0)
         ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * frc + 2.0 * has["moe"])

@@ -40,7 +40,7 @@ MODELS = st.sampled_from([MODEL, dataclasses.replace(MODEL, mtp_layers=1), load_
 GPU = get_gpu("h100-sxm")
 # Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
 FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
-                              "deepspeed-legacy", "hai-llm"]).map(get_framework)
+                              "deepspeed-legacy", "hai-llm", "nemo-megatron+deepep"]).map(get_framework)
 NET = default_network(GPU)
 
 layouts = st.fixed_dictionaries({
