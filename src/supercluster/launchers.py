@@ -80,7 +80,10 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
                  f"--recompute-num-layers {layout.recompute_layers}")
     elif layout.recompute == "full":
         a.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
-    if layout.sequence_parallel and layout.tp > 1:
+    # sequence parallelism: the layout's, else the framework's default (without one: off)
+    sp = bool(framework.sequence_parallel) if layout.sequence_parallel is None and framework is not None \
+        else bool(layout.sequence_parallel)
+    if sp and layout.tp > 1:
         a.append("--sequence-parallel")
     if layout.zero_stage >= 1:
         a.append("--use-distributed-optimizer")
@@ -88,11 +91,7 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
         strategy = "optim_grads" if layout.zero_stage == 2 else "optim_grads_params"
         a.append(f"--data-parallel-sharding-strategy {strategy} --use-megatron-fsdp")
     if framework is not None:
-        sp = layout.sequence_parallel if layout.sequence_parallel is not None else framework.sequence_parallel
-        if sp and layout.tp > 1 and "--sequence-parallel" not in a:
-            a.append("--sequence-parallel")
-        a += megatron_args.framework_args(framework, layout.tp, layout.pp, layout.ep, layout.zero_stage,
-                                          bool(sp), layout.precision, moe=model is not None and model.is_moe)
+        a += megatron_args.framework_args(framework, layout, sp, moe=model is not None and model.is_moe)
     if model is not None:
         a += megatron_args.model_args(model, layout.seq_len)
     return " \\\n  ".join(a)

@@ -53,6 +53,7 @@ from typing import Any
 
 from .errors import InputError, require
 from .framework import DEEPEP_SUFFIX, EP_OVERLAP_SUFFIX, Framework, get_framework
+from .layout import Layout
 from .models import MAX_LAYERS, MAX_SEQ, MAX_WIDTH, ModelSpec, hybrid_counts
 
 #: Megatron-LM's defaults for flags a script may leave out (arguments.py)
@@ -423,13 +424,13 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
 MEGATRON_FAMILIES = ("megatron", "nemo-megatron")
 
 
-def framework_args(fw: Framework, tp: int, pp: int, ep: int, zero_stage: int, sequence_parallel: bool,
-                   precision: str, moe: bool = False) -> list[str]:
-    """The flags that make Megatron-LM run the way ``fw`` is priced on this layout (the inverse of
+def framework_args(fw: Framework, layout: Layout, sequence_parallel: bool, moe: bool = False) -> list[str]:
+    """The flags that make Megatron-LM run the way ``fw`` is priced on ``layout`` (the inverse of
     :func:`framework_from_args`; empty for a framework outside :data:`MEGATRON_FAMILIES`); ``moe``:
     the model has experts (its token dispatcher: DeepEP's, or the all-to-all one)."""
     if fw.family not in MEGATRON_FAMILIES:
         return []
+    tp, pp, ep, zero_stage, precision = layout.tp, layout.pp, layout.ep, layout.zero_stage, layout.precision
     a = []
     if moe:
         a.append("--moe-token-dispatcher-type flex --moe-enable-deepep" if fw.ep_node_dedup
