@@ -35,6 +35,7 @@ reports = _Lazy(".reports")
 _estimate = _Lazy(".estimate")
 _validate = _Lazy(".validate")
 _evidence = _Lazy(".evidence")
+plots = _Lazy(".plots")
 
 OBJECTIVE_HELP = "time | cost | energy (cost and energy may use fewer GPUs of the cluster)"
 
@@ -73,6 +74,8 @@ FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deep
                                                   "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
                                                   "+embedding-split (embedding and head take a layer's place in "
                                                   "the pipeline split)")]
+PlotOpt = Annotated[str | None, typer.Option(help="also draw it to this file, the suffix its format: .png, .svg or "
+                                                 ".pdf (needs matplotlib: pip install 'supercluster[plot]')")]
 # The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
 # sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
 # bare argument defaults (no SP), with which the default Llama 3 405B layout needs 199 GiB per 80 GiB H100.
@@ -94,6 +97,13 @@ def _out() -> Console:
 def _emit_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, default=lambda o: dataclasses.asdict(o) if dataclasses.is_dataclass(o)
                           else str(o)))
+
+
+def _plot(path: str | None, draw: Any) -> None:
+    """Draw a figure (``draw()``) to ``--plot``'s file, when one was given; say so on stderr, so
+    that --json on stdout stays one object."""
+    if path is not None:
+        typer.echo(f"wrote {plots.save(draw(), path)}", err=True)
 
 
 @app.command()
@@ -229,8 +239,11 @@ def estimate(
     evidence: Annotated[bool, typer.Option(help="also report the model's error on the published runs closest "
                                            "to this configuration (framework, GPU architecture, dense/MoE, "
                                            "precision)")] = True,
+    plot: PlotOpt = None,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
+    if plot is not None:
+        plots.check_path(plot)
     if config is not None:
         from . import megatron_args
         from .launchers import load_layout
@@ -242,7 +255,8 @@ def estimate(
         fw: str | Any = framework or _config_framework(config, script)
         layout = load_layout(config, num_gpus=gpus, num_layers=load_model(model).num_layers)
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-        _estimate_and_print(model, gpu, layout.num_gpus, layout, fw, as_json, profile, fab, rank_order, evidence)
+        _estimate_and_print(model, gpu, layout.num_gpus, layout, fw, as_json, profile, fab, rank_order, evidence,
+                            plot)
         return
     model, framework = model or "llama3-405b", framework or CLI_FRAMEWORK
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
@@ -276,12 +290,12 @@ def estimate(
                     recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
                     pp_layout=pp_layout)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence)
+    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence, plot)
 
 
 def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str | Any, as_json: bool,
                         profile: str | None = None, fabric_options: dict[str, Any] | None = None,
-                        rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True) -> None:
+                        rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True, plot: str | None = None) -> None:
     from .estimate import default_network
     from .framework import get_framework
 
@@ -303,15 +317,15 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
     # (a calibrated device profile is its own evidence: supercluster verify compares it with real steps)
     evidence = evidence and profile is None
     ev = _evidence.evidence_for(m, g, fw.family, layout.precision, gpus, layout.seq_len) if evidence else None
+    title = (f"{m.name} on {gpus:,} x {gpu}, {layout.short()}" + (f" ({layout.pp_layout})" if layout.pp_layout else "")
+             + f", {layout.precision}, {framework}")
+    obj = reports.breakdown_json(b, (layout, fw, m), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
+                                 **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}), framework=framework)
+    _plot(plot, lambda: plots.ledger(obj, title=title))
     if as_json:
-        extra: dict[str, Any] = {"evidence": ev.as_json() if ev else None} if evidence else {}
-        _emit_json(reports.breakdown_json(b, (layout, fw, m), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
-                                          **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}),
-                                          framework=framework, **extra))
+        _emit_json(obj | ({"evidence": ev.as_json() if ev else None} if evidence else {}))
         return
-    reports.print_breakdown(_out(), b, f"{m.name} on {gpus:,} x {gpu}, {layout.short()}"
-                                       + (f" ({layout.pp_layout})" if layout.pp_layout else "")
-                                       + f", {layout.precision}, {framework}", (layout, fw, m))
+    reports.print_breakdown(_out(), b, title, (layout, fw, m))
     if not isinstance(framework_given, str):  # a launch script's own profile: say what its flags switched
         _out().print(fw.doc, style="dim", markup=False)
     if ev is not None:
@@ -339,8 +353,11 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     evidence: Annotated[bool, typer.Option(help="also report the model's error on the published runs closest "
                                            "to the best layout's kind")] = True,
+    plot: PlotOpt = None,
 ) -> None:
     """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
+    if plot is not None:
+        plots.check_path(plot)
     from rich.progress import Progress
 
     from .framework import get_framework
@@ -365,15 +382,18 @@ def plan(
         return
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens}")
+    found = {"best": res.best.to_json(), "top": [c.to_json() for c in res.top],
+             "pareto": [c.to_json() for c in res.pareto], "why": dict(res.why), "evaluated": res.evaluated,
+             "feasible": res.feasible, "seconds": res.seconds, "objective": res.objective}
+    _plot(plot, lambda: plots.plan(found, title=f"{m.name} on {gpus:,} x {gpu}, global batch {global_batch:,} x "
+                                               f"{seq_len:,}, {framework}", hbm_bytes=g.hbm_bytes))
     ev = (_evidence.evidence_for(m, g, framework, res.best.layout.precision, res.best.layout.num_gpus, seq_len)
           if evidence else None)
     if as_json:
         extra = {"budget": res.best.budget(tokens)} if tokens else {}
         if evidence:
             extra["evidence"] = ev.as_json() if ev else None
-        _emit_json(extra | {"best": res.best.to_json(), "top": [c.to_json() for c in res.top],
-                    "pareto": [c.to_json() for c in res.pareto], "why": dict(res.why), "evaluated": res.evaluated,
-                    "feasible": res.feasible, "seconds": res.seconds, "objective": res.objective})
+        _emit_json(extra | found)
         return
     reports.print_plan(_out(), res, f"{m.name} on {gpus:,} x {gpu}: best layouts by {objective}")
     if tokens:
@@ -395,10 +415,15 @@ def validate(
     by: Annotated[str | None, typer.Option(help="also summarise the rows by gpu | framework | kind (dense / moe): "
                                                 "count, MAPE, error range")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Predict every scored published run and report per-row error, MAPE and the worst row."""
     if by is not None:
         _validate.check_group_key(by)  # before the (slower) predictions, and in --ranks mode too
+    if plot is not None:
+        if ranks:
+            raise InputError("plot", "draws the per-row errors; it does not go with --ranks")
+        plots.check_path(plot)
     if ranks:
         from rich.table import Table
 
@@ -420,6 +445,10 @@ def validate(
         return
     res = _validate.validate(runs)
     groups = _validate.by_group(res["rows"], by) if by else None  # type: ignore[arg-type]
+    _plot(plot, lambda: plots.validation(
+        [dataclasses.asdict(r) for r in res["rows"]], group=by or "kind",  # type: ignore[attr-defined]
+        title=f"{runs or 'public'} runs: MAPE {100 * res['mape']:.1f} %, worst {100 * res['worst_abs_error']:.1f} % "
+              f"({res['worst_row']})"))
     if as_json:
         out = dict(res)
         out["rows"] = [dataclasses.asdict(r) for r in res["rows"]]  # type: ignore[attr-defined]
@@ -554,8 +583,11 @@ def scale(
     seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
     rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
+    plot: PlotOpt = None,
 ) -> None:
     """From one GPU to a million: step time, job MTBF, checkpoint interval, ETTR and days to train."""
+    if plot is not None:
+        plots.check_path(plot)
     from rich.progress import track
     from rich.table import Table
 
@@ -573,6 +605,8 @@ def scale(
     rows = []
     for size in track(sizes, description="planning and simulating", disable=as_json, transient=True):
         rows += scale_table(m, g, [size], framework=fw, tokens=tokens, seq_len=seq_len, options=opts)
+    _plot(plot, lambda: plots.scale(rows, title=f"{m.name} on {gpu}, {tokens or 20 * m.num_params:.3g} tokens, "
+                                                f"rates {rates}, {framework}"))
     if as_json:
         _emit_json(rows)
         return
@@ -778,8 +812,11 @@ def simulate(
     pp_layout: Annotated[str | None, typer.Option(help="explicit pipeline layout (as estimate --pp-layout; "
                                                   "with --layout)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Lay one step out on the pipeline schedule: when each stage computes, sends and idles."""
+    if plot is not None:
+        plots.check_path(plot)
     from .estimate import default_network
     from .framework import get_framework
     from .planner import plan
@@ -808,6 +845,8 @@ def simulate(
                 json.dump(tl.to_trace(), f)
         except OSError as exc:
             raise InputError("trace", f"cannot write {trace}: {exc.strerror}") from None
+    _plot(plot, lambda: plots.timeline(tl.to_trace(), title=f"{model} on {gpus:,} x {gpu}, {lay.short()} (mb "
+                                                            f"{lay.micro_batch}): one step, {tl.step_time_s:.3g} s"))
     s = {**tl.summary(), "layout": lay.short(), "micro_batch": lay.micro_batch, "trace": trace,
          "gantt": tl.gantt() if tl.pp <= 32 else []}
     if as_json:
@@ -830,8 +869,13 @@ def fabric(
     compare: Annotated[bool, typer.Option("--compare", help="every catalog switch x 1/2/4/8 planes side by side")]
     = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Size the scale-out fabric for N GPUs: tiers, switches, optics, bisection, power and cost."""
+    if plot is not None:
+        if not compare:
+            raise InputError("plot", "draws the options side by side: use it with --compare")
+        plots.check_path(plot)
     from rich.table import Table
 
     from .fabric import build_fabric, compare_options, fabric_summary
@@ -842,6 +886,8 @@ def fabric(
     over = _over(oversubscription)
     if compare:
         rows = compare_options(gpus, g, system, pue=pue, oversubscription=over)
+        _plot(plot, lambda: plots.fabric_options(rows, title=f"{gpus:,} x {gpu}: fabric options (rail-optimized "
+                                                              f"Clos, PUE {pue:g})"))
         if as_json:
             _emit_json(rows)
             return

@@ -1,0 +1,134 @@
+"""Figures: drawn from the objects the commands print as JSON, saved by suffix, bad paths refused early."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("matplotlib")
+
+from matplotlib.collections import PathCollection, PolyCollection  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from supercluster import plots  # noqa: E402
+from supercluster.cli import app  # noqa: E402
+from supercluster.errors import InputError  # noqa: E402
+
+runner = CliRunner()
+ESTIMATE = ["estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5",
+            "--global-batch", "128", "--json"]
+
+
+def _json(args: list[str]) -> dict:
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _bars(ax) -> list[Rectangle]:
+    return [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() > 0 and p.get_height() > 0]
+
+
+def test_the_ledger_bar_adds_up_to_the_step_and_the_memory_bar_to_the_memory_per_gpu():
+    d = _json(ESTIMATE)
+    fig = plots.ledger(d, title="t")
+    ax, am = fig.axes
+    widths = [b.get_width() for b in _bars(ax)]
+    assert len(widths) == sum(v > 0 for v in d["ledger"].values())
+    assert sum(widths) == pytest.approx(d["step_time_s"], rel=1e-12)
+    assert sum(b.get_height() for b in _bars(am)) * plots.GIB == pytest.approx(d["memory_per_gpu_bytes"], rel=1e-12)
+    # the bars sit end to end in the ledger's order: each starts where the one before ended
+    lefts = [b.get_x() for b in _bars(ax)]
+    assert lefts == pytest.approx([sum(widths[:i]) for i in range(len(widths))])
+
+
+def test_the_validation_scatter_has_one_point_per_supported_row_and_names_the_worst():
+    d = _json(["validate", "--json"])
+    fig = plots.validation(d["rows"], title="t", label_worst=3)
+    ax = fig.axes[0]
+    pts = sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection))
+    assert pts == sum(bool(r["supported"]) for r in d["rows"])
+    worst = max(d["rows"], key=lambda r: abs(r["error"]))
+    labels = [t.get_text() for t in ax.texts]
+    assert len(labels) == 3 and labels[0].startswith(worst["id"])
+    # measured on x, predicted on y: the worst row's point is where its numbers put it
+    offsets = [tuple(p) for c in ax.collections if isinstance(c, PathCollection) for p in c.get_offsets()]
+    assert (worst["measured_step_time_s"], worst["predicted_step_time_s"]) in offsets
+
+
+def test_the_timeline_draws_every_task_of_the_simulated_step_once():
+    from supercluster.estimate import default_network
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.layout import Layout
+    from supercluster.models import load_model
+    from supercluster.simulate import simulate
+
+    g = get_gpu("h100-sxm")
+    lay = Layout.from_string("tp4-pp4-dp2-cp2-vpp5", global_batch=64, seq_len=8192)
+    tl = simulate(load_model("llama3-70b"), layout=lay, gpu=g, net=default_network(g, num_gpus=64),
+                  fw=get_framework("nemo-megatron"))
+    fig = plots.timeline(tl.to_trace(), title="t")
+    ax = fig.axes[0]
+    spans = sum(len(c.get_paths()) for c in ax.collections if isinstance(c, PolyCollection))
+    assert spans == len(tl.tasks)
+    assert ax.get_xlim()[1] == pytest.approx(tl.step_time_s * 1.01)
+
+
+def test_the_plan_figure_marks_the_best_layout_at_its_memory_and_step_time():
+    r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--json",
+                            "--no-evidence"])
+    d = json.loads(r.stdout)
+    fig = plots.plan(d, title="t", hbm_bytes=80e9)
+    star = list(fig.axes[0].collections[-1].get_offsets()[0])
+    assert star == pytest.approx([d["best"]["memory_per_gpu_bytes"] / plots.GIB, d["best"]["step_time_s"]])
+
+
+def test_scale_and_fabric_figures_draw_one_point_per_row():
+    rows = _json(["scale", "--model", "llama3-8b", "--max-gpus", "64", "--trials", "20", "--json"])
+    ax = plots.scale(rows, title="t").axes[0]
+    assert len(ax.lines[0].get_xdata()) == sum(bool(r["fits"]) for r in rows)
+    opts = _json(["fabric", "--gpus", "4096", "--gpu", "h100-sxm", "--compare", "--json"])
+    cost, power = plots.fabric_options(opts, title="t").axes
+    assert sorted(b.get_width() * 1e9 for b in _bars(cost)) == pytest.approx(sorted(r["network_capex_usd"]
+                                                                                    for r in opts))
+    assert sorted(b.get_width() * 1e6 for b in _bars(power)) == pytest.approx(sorted(r["network_power_w"]
+                                                                                     for r in opts))
+
+
+def test_plot_writes_the_format_its_suffix_names_and_keeps_json_on_stdout(tmp_path):
+    png, svg = tmp_path / "ledger.png", tmp_path / "ledger.svg"
+    d = _json([*ESTIMATE, "--plot", str(png)])
+    assert d["step_time_s"] > 0  # stdout is still exactly one JSON object
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = runner.invoke(app, ["simulate", "--layout", "tp4-pp4-dp2-cp2-vpp5", "--plot", str(svg)])
+    assert r.exit_code == 0, r.output
+    assert b"<svg" in svg.read_bytes()[:500]
+
+
+@pytest.mark.parametrize("args", [
+    ["validate", "--plot", "out.jpg"],
+    ["estimate", "--plot", "ledger"],
+    ["fabric", "--gpus", "4096", "--plot", "f.png"],  # one fabric is a table; the figure compares options
+    ["validate", "--ranks", "--plot", "v.png"],
+])
+def test_a_plot_that_cannot_be_drawn_is_one_error_line_before_any_pricing(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0 and isinstance(r.exception, InputError) and r.exception.field == "plot"
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_missing_matplotlib_is_named_with_the_extra_that_installs_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(InputError, match=r"supercluster\[plot\]"):
+        plots.ledger(_json(ESTIMATE), title="t")
+
+
+def test_an_unwritable_path_is_an_error_naming_it(tmp_path):
+    fig = plots.ledger(_json(ESTIMATE), title="t")
+    with pytest.raises(InputError, match="cannot write"):
+        plots.save(fig, str(tmp_path / "no-such-dir" / "x.png"))
