@@ -132,3 +132,12 @@ def test_an_unwritable_path_is_an_error_naming_it(tmp_path):
     fig = plots.ledger(_json(ESTIMATE), title="t")
     with pytest.raises(InputError, match="cannot write"):
         plots.save(fig, str(tmp_path / "no-such-dir" / "x.png"))
+
+
+def test_the_sweep_figure_draws_one_line_per_question_through_its_fitting_cells():
+    cells = [{"model": "m", "gpu": g, "gpus": n, "seq_len": 8192, "global_batch": 64, "precision": "bf16",
+              "best": None if (g, n) == ("b", 8) else {"tokens_per_s_per_gpu": 1000.0 * n + (g == "b")}}
+             for g in ("a", "b") for n in (8, 64, 512)]
+    ax = plots.sweep(cells, title="t").axes[0]
+    assert [list(line.get_xdata()) for line in ax.lines] == [[8, 64, 512], [64, 512]]
+    assert list(ax.lines[1].get_ydata()) == [64001.0, 512001.0]

@@ -115,3 +115,43 @@ def test_a_sweep_axis_no_scenario_could_use_is_one_error_naming_it(tmp_path, opt
     res = CliRunner().invoke(app, ["sweep", "--db", str(db), "--log", *[x for kv in args.items() for x in kv]])
     assert isinstance(res.exception, InputError) and str(res.exception).startswith(message)
     assert not db.exists()  # nothing was priced
+
+
+def test_each_cell_reports_its_fastest_fitting_layout(tmp_path):
+    from supercluster.sweep import best_per_cell
+
+    db = tmp_path / "s.duckdb"
+    grid = SweepGrid(model=("llama3-8b", "llama3-70b"), gpu=("h100-sxm",), gpus=(8, 64), tp=(1, 2, 4, 8),
+                     pp=(1, 2, 4), recompute=("none", "full"), zero=(1, 3))
+    run_sweep(grid, db, workers=1)
+    cells = best_per_cell(db)
+    assert len(cells) == 4 and sum(c["scenarios"] for c in cells) == grid.size
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        for c in cells:
+            rows = con.execute("SELECT tp, pp, recompute, zero, tokens_per_s, ok, fits FROM results WHERE model = ? "
+                               "AND gpus = ?", [c["model"], c["gpus"]]).fetchall()
+            fitting = [r for r in rows if r[5] and r[6]]
+            assert (c["legal"], c["fit"]) == (sum(r[5] for r in rows), len(fitting))
+            if not fitting:
+                assert c["best"] is None
+                continue
+            top = max(fitting, key=lambda r: r[4])
+            b = c["best"]
+            assert (b["tp"], b["pp"], b["recompute"], b["zero"], b["tokens_per_s"]) == top[:5]
+            assert b["tokens_per_s_per_gpu"] == pytest.approx(top[4] / c["gpus"])
+    finally:
+        con.close()
+    # 70B on one 8-GPU H100 node: no layout of this grid fits, and the cell says so
+    none = next(c for c in cells if (c["model"], c["gpus"]) == ("llama3-70b", 8))
+    assert none["best"] is None and none["fit"] == 0 and none["legal"] > 0
+
+
+def test_the_sweep_command_prints_the_answer_on_stderr_and_one_json_line_on_stdout(tmp_path):
+    db = tmp_path / "s.duckdb"
+    out = subprocess.run([sys.executable, "-m", "supercluster", "sweep", "--db", str(db), "--models", "llama3-8b",
+                          "--gpu-types", "h100-sxm", "--sizes", "8,16", "--tp", "1,2", "--pp", "1", "--cp", "1",
+                          "--zero", "1", "--log"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == {"total": 24, "stored_before": 0, "stored": 24}
+    assert "fastest layout that fits" in out.stderr and "llama3-8b" in out.stderr

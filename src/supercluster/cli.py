@@ -646,14 +646,21 @@ def sweep(
     workers: Annotated[int, typer.Option(help="local processes or Ray CPUs")] = 2,
     chunk: Annotated[int, typer.Option(help="scenarios per task and per transaction")] = 500,
     log: Annotated[bool, typer.Option("--log", help="print a line per committed chunk instead of a bar")] = False,
+    plot: PlotOpt = None,
 ) -> None:
-    """Price a grid of scenarios into DuckDB; rerun the same command to resume after a kill."""
+    """Price a grid of scenarios into DuckDB; rerun the same command to resume after a kill.
+
+    Prints, on stderr, the fastest layout that fits for each model, GPU type, size, batch, sequence
+    and precision (from the database: a resumed sweep reports every scenario stored); stdout's one
+    line is the JSON count of scenarios."""
     from rich.progress import Progress
 
     from .framework import get_framework
-    from .sweep import SweepGrid, parse_axis, print_progress_line, run_sweep
+    from .sweep import SweepGrid, best_per_cell, parse_axis, print_progress_line, run_sweep
 
     get_framework(framework)
+    if plot is not None:
+        plots.check_path(plot)
     grid = SweepGrid(model=parse_axis(models, str, "models"), gpu=parse_axis(gpu_types, str, "gpu-types"),
                      gpus=parse_axis(sizes, int, "sizes"), tp=parse_axis(tp, int, "tp"), pp=parse_axis(pp, int, "pp"),
                      cp=parse_axis(cp, int, "cp"), micro_batch=parse_axis(micro_batch, int, "micro-batch"),
@@ -679,6 +686,9 @@ def sweep(
             task = bar.add_task("scenarios", total=grid.size)
             res = run_sweep(grid, db, executor=executor, workers=workers, chunk=chunk, address=address,
                             progress=lambda done, total: bar.update(task, completed=done))
+    cells = best_per_cell(db)
+    Console(stderr=True, width=160).print(reports.sweep_table(cells, f"{db}: the fastest layout that fits, per cell"))
+    _plot(plot, lambda: plots.sweep(cells, title=f"{db} ({grid.framework})"))
     typer.echo(json.dumps(res))
 
 

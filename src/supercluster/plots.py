@@ -190,6 +190,28 @@ def scale(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
     return fig
 
 
+def sweep(cells: Sequence[dict[str, Any]], *, title: str) -> Any:
+    """A sweep's answer: tokens per second per GPU of each cell's fastest fitting layout against the
+    GPU count, one line per model, GPU type, sequence, batch and precision (a cell where nothing fits
+    is left out of its line)."""
+    plt = _pyplot()
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for c in cells:
+        if c["best"] is not None:
+            key = f"{c['model']} on {c['gpu']}, {c['precision']}, {c['global_batch']:,} x {c['seq_len']:,}"
+            lines.setdefault(key, []).append((c["gpus"], c["best"]["tokens_per_s_per_gpu"]))
+    require(bool(lines), "sweep", "no cell has a layout that fits: nothing to plot")
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    for key, pts in lines.items():
+        pts.sort()
+        ax.plot([n for n, _ in pts], [v for _, v in pts], marker="o", label=key)
+    ax.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="tokens / s per GPU (fastest layout that fits)",
+           title=title)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="major", lw=0.3)
+    return fig
+
+
 def timeline(trace: dict[str, Any], *, title: str, max_stages: int = 64) -> Any:
     """The simulated step: one row per pipeline stage and stream (compute, p2p, dp), each task a
     bar (forward, backward, send, the step's tail: exposed data-parallel sync, optimizer,
@@ -252,4 +274,5 @@ def fabric_options(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
     return fig
 
 
-__all__ = ["FORMATS", "check_path", "save", "validation", "ledger", "plan", "scale", "timeline", "fabric_options"]
+__all__ = ["FORMATS", "check_path", "save", "validation", "ledger", "plan", "scale", "sweep", "timeline",
+           "fabric_options"]

@@ -166,6 +166,25 @@ def groups_table(groups: list[dict[str, Any]], title: str) -> Table:
     return t
 
 
+def sweep_table(cells: list[dict[str, Any]], title: str) -> Table:
+    """Rows of :func:`~supercluster.sweep.best_per_cell`: each cell's fastest fitting layout."""
+    t = Table(title=title)
+    for col in ("model", "gpu", "gpus", "seq", "batch", "prec", "fit / legal", "layout", "mb", "recompute", "zero",
+                "step s", "tok/s/GPU", "MFU", "mem GiB"):
+        t.add_column(col, justify="left" if col in ("model", "gpu", "prec", "layout", "recompute") else "right")
+    for c in cells:
+        head = [c["model"], c["gpu"], f"{c['gpus']:,}", f"{c['seq_len']:,}", f"{c['global_batch']:,}", c["precision"],
+                f"{c['fit']:,} / {c['legal']:,}"]
+        b = c["best"]
+        if b is None:
+            t.add_row(*head, "none fits", *["-"] * 7)
+            continue
+        t.add_row(*head, f"tp{b['tp']}-pp{b['pp']}-cp{b['cp']}", str(b["micro_batch"]), b["recompute"],
+                  str(b["zero"]), f"{b['step_time_s']:.3f}", f"{b['tokens_per_s_per_gpu']:,.0f}",
+                  f"{100 * b['mfu']:.1f}%", f"{b['memory_per_gpu_bytes'] / GiB:.1f}")
+    return t
+
+
 def plan_table(result: Any, title: str) -> Table:
     """Top-k layouts of a :class:`~supercluster.planner.PlanResult`."""
     t = Table(title=title)

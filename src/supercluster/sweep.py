@@ -207,6 +207,43 @@ def run_sweep(grid: SweepGrid, db: str | Path, *, executor: str = "local", worke
     return {"total": grid.size, "stored_before": len(done), "stored": int(total)}
 
 
+#: What makes a cell of a sweep: the question asked (which model, on which GPU type and how many,
+#: for which batch, sequence and precision); the layout axes are the answers searched within it.
+CELL = ("model", "gpu", "gpus", "seq_len", "global_batch", "precision")
+
+
+def best_per_cell(db: str | Path) -> list[dict[str, Any]]:
+    """For each cell of a stored sweep, its fastest layout that fits (most tokens per second) and how
+    many of the cell's scenarios were legal and fit; a cell where none fits has ``best`` None."""
+    import duckdb
+
+    require(Path(db).exists(), "db", f"{db} does not exist")
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        keys = ", ".join(CELL)
+        counts = con.execute(f"SELECT {keys}, count(*), count(*) FILTER (ok), count(*) FILTER (ok AND fits) "
+                             f"FROM results GROUP BY {keys} ORDER BY {keys}").fetchall()
+        best = con.execute(
+            f"SELECT {keys}, tp, pp, cp, micro_batch, recompute, zero, step_time_s, mfu, memory_per_gpu_bytes, "
+            f"tokens_per_s FROM results WHERE ok AND fits "
+            f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY tokens_per_s DESC, scenario_id) = 1").fetchall()
+    finally:
+        con.close()
+    found = {tuple(r[:len(CELL)]): r[len(CELL):] for r in best}
+    out = []
+    for r in counts:
+        cell = dict(zip(CELL, r[:len(CELL)], strict=True))
+        b = found.get(tuple(r[:len(CELL)]))
+        layout = None if b is None else dict(zip(
+            ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "step_time_s", "mfu", "memory_per_gpu_bytes",
+             "tokens_per_s"), b, strict=True))
+        if layout is not None:
+            layout["tokens_per_s_per_gpu"] = layout["tokens_per_s"] / cell["gpus"]
+        out.append(cell | {"scenarios": r[len(CELL)], "legal": r[len(CELL) + 1], "fit": r[len(CELL) + 2],
+                           "best": layout})
+    return out
+
+
 def _run_ray(grid_json: str, chunks: list[list[int]], commit: Callable[[list[tuple[Any, ...]]], None],
              address: str | None, workers: int) -> None:
     try:
