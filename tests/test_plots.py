@@ -141,3 +141,28 @@ def test_the_sweep_figure_draws_one_line_per_question_through_its_fitting_cells(
     ax = plots.sweep(cells, title="t").axes[0]
     assert [list(line.get_xdata()) for line in ax.lines] == [[8, 64, 512], [64, 512]]
     assert list(ax.lines[1].get_ydata()) == [64001.0, 512001.0]
+
+
+def test_the_run_waterfall_steps_down_from_peak_to_the_useful_flops():
+    s = _json(["train", "--model", "llama3-8b", "--gpus", "64", "--tokens", "1e11", "--trials", "50", "--json"])
+    ax = plots.run_ledger(s, title="t").axes[0]
+    bars = _bars(ax)
+    peak, losses, useful = bars[0], bars[1:-1], bars[-1]
+    assert peak.get_width() == pytest.approx(100.0)
+    assert len(losses) == sum(v > 0 for k, v in s["ledger_flops"].items() if k != "ideal_compute")
+    # each loss starts where the next one ends, and the last ends at the useful share
+    for a, b in zip(losses, losses[1:], strict=False):
+        assert b.get_x() + b.get_width() == pytest.approx(a.get_x())
+    assert losses[-1].get_x() == pytest.approx(useful.get_width())
+    assert useful.get_width() == pytest.approx(100.0 * s["useful_flops"] / s["peak_flops_total"])
+
+
+def test_every_figure_the_readme_shows_is_in_the_repository():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shown = re.findall(r"!\[[^\]]*\]\((docs/img/[^)]+)\)", (root / "README.md").read_text(encoding="utf-8"))
+    assert len(shown) >= 6
+    for path in shown:
+        assert (root / path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path

@@ -546,9 +546,13 @@ def train(
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Time to train a token budget: days, GPU-hours, MWh, dollars and the run's entropy ledger."""
     from .run import compute_optimal_for_deadline
+
+    if plot is not None:
+        plots.check_path(plot)
 
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     g = get_gpu(gpu)
@@ -560,10 +564,12 @@ def train(
     # the days scale with the step time, so the step's evidence bounds them too
     ev = _evidence.evidence_for(load_model(model), g, framework, precision, gpus, seq_len)
     s["evidence"] = ev.as_json() if ev else None
+    title = f"training {model} on {gpus:,} x {gpu}: where the peak FLOPs go"
+    _plot(plot, lambda: plots.run_ledger(s, title=f"{title} ({s['layout']}, {s['wall_days_p50']:,.1f} days)"))
     if as_json:
         _emit_json(s)
         return
-    reports.print_run(_out(), s, f"training {model} on {gpus:,} x {gpu}: where the peak FLOPs go")
+    reports.print_run(_out(), s, title)
     if deadline_days is not None:
         c = s["compute_optimal_for_deadline"]
         _out().print(f"compute-optimal for {deadline_days:g} days at this MFU and ETTR: {c['params'] / 1e9:,.0f} B "

@@ -134,6 +134,37 @@ def ledger(breakdown: dict[str, Any], *, title: str) -> Any:
     return fig
 
 
+#: The run ledger's lines beyond the step's: what failures and checkpoints cost (train's ledger).
+RUN_COLOURS = {"checkpoint_stalls": "#6d4c41", "failed_work": "#c62828", "restarts": "#ad1457",
+               "degraded_replicas": "#4e342e"}
+
+
+def run_ledger(summary: dict[str, Any], *, title: str) -> Any:
+    """Where a training run's peak FLOPs go (train's ledger): a waterfall from peak x GPUs x wall
+    clock down, each loss a step of its own share, to the useful model FLOPs that remain."""
+    plt = _pyplot()
+    peak = float(summary["peak_flops_total"])
+    losses = [(k, v) for k, v in summary["ledger_flops"].items() if k != "ideal_compute" and v > 0]
+    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.32 * (len(losses) + 2)))
+    labels, level = ["peak x GPUs x wall"], 100.0
+    ax.barh(0, level, color="#455a64")
+    for i, (name, flops) in enumerate(losses, start=1):
+        share = 100.0 * flops / peak
+        level -= share
+        ax.barh(i, share, left=level, color={**LEDGER_COLOURS, **RUN_COLOURS}.get(name, "#607d8b"))
+        ax.text(level + share, i, f" -{share:.2f} %", va="center", fontsize=7)
+        labels.append(name.replace("_", " "))
+    useful = 100.0 * float(summary["useful_flops"]) / peak
+    ax.barh(len(labels), useful, color=LEDGER_COLOURS["ideal_compute"])
+    ax.text(useful, len(labels), f" {useful:.1f} % useful model FLOPs", va="center", fontsize=7.5)
+    labels.append("useful model FLOPs")
+    ax.set_yticks(range(len(labels)), labels, fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set(xlim=(0, 112), xlabel="% of peak FLOPs x GPUs x wall clock", title=title)
+    ax.grid(True, axis="x", lw=0.3)
+    return fig
+
+
 def plan(result: dict[str, Any], *, title: str, hbm_bytes: float) -> Any:
     """The planner's layouts: memory per GPU against step time for its top rows and its Pareto
     front (fastest for each memory), the best marked and named, the GPU's HBM as a line."""
@@ -274,5 +305,5 @@ def fabric_options(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
     return fig
 
 
-__all__ = ["FORMATS", "check_path", "save", "validation", "ledger", "plan", "scale", "sweep", "timeline",
+__all__ = ["FORMATS", "check_path", "save", "validation", "ledger", "run_ledger", "plan", "scale", "sweep", "timeline",
            "fabric_options"]
