@@ -166,3 +166,15 @@ def test_every_figure_the_readme_shows_is_in_the_repository():
     assert len(shown) >= 6
     for path in shown:
         assert (root / path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
+
+
+def test_the_goodput_figure_draws_the_ettr_curve_whose_peak_is_the_interval_chosen():
+    s = _json(["goodput", "--model", "llama3-70b", "--gpus", "4096", "--days", "10", "--trials", "200", "--json"])
+    curve = s["ettr_by_interval"]
+    assert len(curve) > 20 and all(0.0 < e <= 1.0 for _, e in curve)
+    best_t = max(curve, key=lambda p: p[1])[0]
+    # the closed form's optimum and the simulated choice (a 25-point grid over 0.2x-5x) agree within a step
+    assert best_t / s["checkpoint_interval_s"] == pytest.approx(1.0, rel=0.35)
+    ae, ac = plots.goodput(s, title="t").axes
+    assert list(ae.lines[0].get_ydata()) == pytest.approx([100 * e for _, e in curve])
+    assert len(_bars(ac)) == min(10, sum(v > 0 for v in s["expected_by_component"].values()))

@@ -521,11 +521,16 @@ def goodput(
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Interruptions, checkpoint interval and effective training time (ETTR) of a run of --days."""
+    if plot is not None:
+        plots.check_path(plot)
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     s = _analyse(model, gpu, gpus, framework, _layout_arg(layout, global_batch, seq_len, recompute, "bf16"),
                  global_batch, seq_len, opts, days=days)
+    _plot(plot, lambda: plots.goodput(s, title=f"{days:g} days on {gpus:,} x {gpu} ({model}, {s['layout']}), "
+                                                f"rates {rates}"))
     if as_json:
         _emit_json(s)
         return

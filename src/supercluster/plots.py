@@ -9,6 +9,7 @@ optional extra: ``pip install 'supercluster[plot]'`` (the test extra installs it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,35 @@ def run_ledger(summary: dict[str, Any], *, title: str) -> Any:
     return fig
 
 
+def goodput(summary: dict[str, Any], *, title: str, top: int = 10) -> Any:
+    """What failures cost a run (goodput's and train's summary): the mean ETTR against the
+    checkpoint interval (closed form), with the interval used, Young's and Daly's marked, beside
+    the expected interruptions by component (the ``top`` most frequent)."""
+    plt = _pyplot()
+    fig, (ae, ac) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    curve = summary["ettr_by_interval"]
+    require(bool(curve), "goodput", "no checkpoint interval to plot")
+    ae.plot([t / 60 for t, _ in curve], [100 * e for _, e in curve], color="#1e88e5", label="mean ETTR")
+    for key, name, style in (("checkpoint_interval_s", "used", "-"), ("checkpoint_interval_young_s", "Young", ":"),
+                             ("checkpoint_interval_daly_s", "Daly", "--")):
+        t = summary[key]
+        if math.isfinite(t):
+            ae.axvline(t / 60, color="black", lw=0.8, ls=style, label=f"{name} {t / 60:,.1f} min")
+    ae.scatter([summary["checkpoint_interval_s"] / 60], [100 * summary["ettr_p50"]], color="#e53935", zorder=3,
+               label=f"simulated median {100 * summary['ettr_p50']:.1f} %")
+    ae.set(xscale="log", xlabel="checkpoint interval (minutes)", ylabel="ETTR (%)",
+           title=f"job MTBF {summary['job_mtbf_h']:,.2f} h, {summary['interruptions_p50']:,.0f} interruptions")
+    ae.legend(fontsize=7)
+    ae.grid(True, which="major", lw=0.3)
+    comp = sorted(summary["expected_by_component"].items(), key=lambda kv: -kv[1])[:top]
+    ac.barh(range(len(comp)), [v for _, v in comp], color="#8e24aa")
+    ac.set_yticks(range(len(comp)), [k.replace("_", " ") for k, _ in comp], fontsize=7)
+    ac.invert_yaxis()
+    ac.set(xlabel="expected interruptions over the run", title="by component")
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
 def plan(result: dict[str, Any], *, title: str, hbm_bytes: float) -> Any:
     """The planner's layouts: memory per GPU against step time for its top rows and its Pareto
     front (fastest for each memory), the best marked and named, the GPU's HBM as a line."""
@@ -305,5 +335,5 @@ def fabric_options(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
     return fig
 
 
-__all__ = ["FORMATS", "check_path", "save", "validation", "ledger", "run_ledger", "plan", "scale", "sweep", "timeline",
-           "fabric_options"]
+__all__ = ["FORMATS", "check_path", "save", "validation", "ledger", "run_ledger", "goodput", "plan", "scale", "sweep",
+           "timeline", "fabric_options"]

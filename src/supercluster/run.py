@@ -75,6 +75,9 @@ class RunReport:
     facility_power_w: float
     gpu_hour_usd: float
     tokens: float
+    #: (interval s, closed-form mean ETTR) on a log grid around the interval used: what the choice of
+    #: checkpoint interval is worth
+    ettr_by_interval: tuple[tuple[float, float], ...] = ()
 
     @property
     def ettr(self) -> dict[str, float]:
@@ -121,6 +124,7 @@ class RunReport:
             "gpu_hour_usd": self.gpu_hour_usd, "expected_by_component": self.by_component,
             "ledger_s": ledger, "ledger_flops": {k: v * peak for k, v in ledger.items()},
             "peak_flops_total": wall * peak, "useful_flops": ledger["ideal_compute"] * peak,
+            "ettr_by_interval": [list(p) for p in self.ettr_by_interval],
         }
 
 
@@ -188,6 +192,8 @@ def analyse_run(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, framework: Fra
         facility_power_w=costs.facility_power_w_per_gpu(gpu, system, pue=options.pue, num_gpus=num_gpus),
         gpu_hour_usd=price,
         tokens=tok,
+        ettr_by_interval=tuple((float(t), expected_ettr(spec_for(work, float(t))))
+                               for t in spec.interval_s * np.geomspace(0.05, 20.0, 41) if t <= work),
     )
 
 
