@@ -454,3 +454,34 @@ def test_an_exported_config_prices_as_it_was_planned(tmp_path, framework, fmt, l
     back = json.loads(r.output)
     assert back["framework"] == framework
     assert back["step_time_s"] == pytest.approx(planned.step_time_s, rel=1e-12)
+
+
+def test_compare_plans_each_gpu_type_as_plan_does_and_says_why_one_cannot_run(megatron):
+    from supercluster.hardware import get_gpu
+    from supercluster.planner import compare_gpus
+
+    m = load_model("llama3-70b")
+    kinds = [get_gpu(k) for k in ("a100-80gb", "h100-sxm", "b200")]
+    rows = compare_gpus(m, kinds, 64, global_batch=128, seq_len=4096, framework=megatron, precisions=("fp8",),
+                        tokens=1e11)
+    assert [r["gpu"] for r in rows] == ["a100-80gb", "h100-sxm", "b200"]
+    assert not rows[0]["fits"] and "fp8" in rows[0]["reason"]  # A100 has no fp8 tensor cores
+    for r, g in zip(rows[1:], kinds[1:], strict=True):
+        alone = plan(m, g, 64, global_batch=128, seq_len=4096, framework=megatron, precisions=("fp8",), top=1).best
+        assert r["best"]["step_time_s"] == alone.step_time_s  # the same search, the same answer
+        assert r["days_to_train"] == pytest.approx(1e11 / (128 * 4096) * alone.step_time_s / 86400)
+    # a model no layout fits is a row with the planner's reason, not an error
+    big = compare_gpus(load_model("llama3-405b"), [get_gpu("h100-sxm")], 8, global_batch=8, seq_len=8192,
+                       framework=megatron)
+    assert not big[0]["fits"] and "no layout" in big[0]["reason"]
+
+
+def test_compare_command_prints_a_row_per_gpu_type():
+    r = CliRunner().invoke(app, ["compare", "--model", "llama3-8b", "--gpu-types", "h100-sxm,b200", "--gpus", "16",
+                                 "--global-batch", "64", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [x["gpu"] for x in rows] == ["h100-sxm", "b200"] and all(x["fits"] for x in rows)
+    assert rows[1]["days_to_train"] < rows[0]["days_to_train"]  # B200 outruns H100 on the same job
+    bad = CliRunner().invoke(app, ["compare", "--gpu-types", "h100-sxm,nope"])
+    assert isinstance(bad.exception, InputError) and bad.exception.field == "gpu"

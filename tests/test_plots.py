@@ -178,3 +178,12 @@ def test_the_goodput_figure_draws_the_ettr_curve_whose_peak_is_the_interval_chos
     ae, ac = plots.goodput(s, title="t").axes
     assert list(ae.lines[0].get_ydata()) == pytest.approx([100 * e for _, e in curve])
     assert len(_bars(ac)) == min(10, sum(v > 0 for v in s["expected_by_component"].values()))
+
+
+def test_the_compare_figure_draws_each_gpu_types_days_dollars_and_energy():
+    rows = _json(["compare", "--model", "llama3-8b", "--gpu-types", "h100-sxm,b200", "--gpus", "16",
+                  "--global-batch", "64", "--json"])
+    days, usd, mwh = plots.compare(rows, title="t").axes
+    assert [b.get_width() for b in _bars(days)] == pytest.approx([r["days_to_train"] for r in rows])
+    assert [b.get_width() * 1e6 for b in _bars(usd)] == pytest.approx([r["cost_usd"] for r in rows])
+    assert [b.get_width() for b in _bars(mwh)] == pytest.approx([r["energy_mwh"] for r in rows])

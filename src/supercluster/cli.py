@@ -407,6 +407,71 @@ def plan(
 
 
 @app.command()
+def compare(
+    model: ModelOpt = "llama3-70b",
+    gpu_types: Annotated[str, typer.Option("--gpu-types", help="comma-separated GPU keys (supercluster catalog "
+                                           "gpus)")] = "a100-80gb,h100-sxm,h200,b200,gb200,mi300x",
+    gpus: GpusOpt = 1024,
+    global_batch: GbsOpt = 1024,
+    seq_len: SeqOpt = 8192,
+    precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8, where the GPU has "
+                                                "them)")] = "bf16",
+    objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
+    framework: FrameworkOpt = CLI_FRAMEWORK,
+    tokens: Annotated[float | None, _num(help="token budget for days, dollars and MWh (default: 20 per "
+                                                 "parameter)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Which GPU? Plan the same job on each GPU type: best layout, throughput, days, dollars, MWh."""
+    from rich.progress import track
+    from rich.table import Table
+
+    from .framework import get_framework
+    from .planner import compare_gpus
+    from .sweep import parse_axis
+
+    if plot is not None:
+        plots.check_path(plot)
+    m, fw = load_model(model), get_framework(framework)
+    kinds = [get_gpu(k) for k in parse_axis(gpu_types, str, "gpu_types")]
+    precs = ("bf16", "fp8") if precision == "any" else (precision,)
+    for p in precs:  # an unknown precision is one error, not a row per GPU
+        Layout(precision=p)
+    rows = []
+    for g in track(kinds, description="planning", disable=as_json or len(kinds) < 2, transient=True,
+                   console=Console(stderr=True)):
+        rows += compare_gpus(m, [g], gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
+                             objective=objective, precisions=precs, tokens=tokens)
+    tok = tokens if tokens is not None else 20.0 * m.num_params
+    title = f"{m.name} on {gpus:,} GPUs, global batch {global_batch:,} x {seq_len:,}, {tok:.3g} tokens, {framework}"
+    _plot(plot, lambda: plots.compare(rows, title=title))
+    if as_json:
+        _emit_json(rows)
+        return
+    t = Table(title=title + f": best layout by {objective} per GPU type")
+    for col in ("GPU", "layout", "prec", "step s", "MFU", "tok/s/GPU", "mem GiB", "days", "$M", "MWh"):
+        t.add_column(col, justify="left" if col in ("GPU", "layout", "prec") else "right")
+    for r in rows:
+        if not r["fits"]:
+            t.add_row(str(r["gpu"]), str(r["reason"])[:70], *["-"] * 8)
+            continue
+        b = r["best"]
+        t.add_row(str(r["gpu"]), _candidate_name(b), str(b["precision"]), f"{b['step_time_s']:.3f}",
+                  f"{100 * b['mfu']:.1f}%", f"{r['tokens_per_s_per_gpu']:,.0f}",
+                  f"{b['memory_per_gpu_bytes'] / 2**30:.1f}", f"{r['days_to_train']:,.1f}",
+                  f"{r['cost_usd'] / 1e6:,.2f}", f"{r['energy_mwh']:,.0f}")
+    _out().print(t)
+    _out().print("days are failure-free: supercluster train --gpu ... adds interruptions and checkpoints",
+                 style="dim")
+
+
+def _candidate_name(b: dict[str, Any]) -> str:
+    parts = [f"{k}{b[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "vpp") if k in ("tp", "pp", "dp") or b[k] > 1]
+    return "-".join(parts) + f" mb{b['micro_batch']} z{b['zero_stage']} {b['recompute']}"
+
+
+@app.command()
 def validate(
     runs: Annotated[str | None, typer.Option(help="runs CSV, or a shipped set: public (default) | heldout "
                                                       "(other published runs, a check only)")] = None,

@@ -370,3 +370,32 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         why = sorted(((k, a[k] - b[k]) for k in LEDGER if abs(a[k] - b[k]) > 1e-12), key=lambda kv: kv[1])
     return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=why, evaluated=len(order), feasible=n_feasible,
                       seconds=time.perf_counter() - t0, objective=objective, columns=cols, refine=refine)
+
+
+def compare_gpus(model: ModelSpec, gpus: list[GpuSpec], num_gpus: int, *, global_batch: int, seq_len: int,
+                 framework: Framework, objective: str = "time", precisions: tuple[str, ...] = ("bf16",),
+                 tokens: float | None = None, headroom: float = 0.0) -> list[dict[str, object]]:
+    """The same question asked of several GPU types: each one's best layout by ``objective`` (the
+    planner's whole search, on its own default fabric and price), with the failure-free days,
+    dollars and MWh to train ``tokens`` (default: 20 per parameter). A GPU type on which no layout
+    fits, or which lacks a precision asked for, is a row saying why rather than an error."""
+    require(bool(gpus), "gpu_types", "needs at least one GPU type")
+    tok = tokens if tokens is not None else 20.0 * model.num_params
+    require(tok > 0, "tokens", f"must be > 0, got {tok}")
+    rows: list[dict[str, object]] = []
+    for g in gpus:
+        usable = tuple(p for p in precisions if g.peak_flops_per_s.get(p, 0.0) > 0)
+        if not usable:
+            rows.append({"gpu": g.key, "fits": False, "reason": f"no {' or '.join(precisions)} tensor cores"})
+            continue
+        try:
+            res = plan(model, g, num_gpus, global_batch=global_batch, seq_len=seq_len, framework=framework,
+                       objective=objective, precisions=usable, headroom=headroom, top=1)
+        except InputError as exc:
+            rows.append({"gpu": g.key, "fits": False, "reason": str(exc)})
+            continue
+        best = res.best
+        rows.append({"gpu": g.key, "fits": True, "reason": "", "best": best.to_json(),
+                     "tokens_per_s_per_gpu": best.layout.global_batch * best.layout.seq_len
+                     / (best.step_time_s * best.num_gpus), **best.budget(tok)})
+    return rows

@@ -215,7 +215,7 @@ def plan(result: dict[str, Any], *, title: str, hbm_bytes: float) -> Any:
                 xytext=(6, 6), textcoords="offset points")
     ax.axvline(hbm_bytes / GIB, color="black", lw=0.8, ls="--")
     ax.text(hbm_bytes / GIB, ax.get_ylim()[1], " HBM", va="top", fontsize=7)
-    ax.set(xlabel="memory per GPU (GiB)", ylabel="step time (s)",
+    ax.set(yscale="log", xlabel="memory per GPU (GiB)", ylabel="step time (s)",
            title=f"{title}\n{result['feasible']:,} feasible of {result['evaluated']:,} layouts")
     ax.legend(fontsize=7.5)
     ax.grid(True, lw=0.3)
@@ -270,6 +270,29 @@ def sweep(cells: Sequence[dict[str, Any]], *, title: str) -> Any:
            title=title)
     ax.legend(fontsize=7)
     ax.grid(True, which="major", lw=0.3)
+    return fig
+
+
+def compare(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
+    """compare's rows: for each GPU type its failure-free days, dollars and MWh to train the budget
+    (three panels sharing the GPU axis); a type where nothing fits is named with an empty bar."""
+    plt = _pyplot()
+    require(any(r["fits"] for r in rows), "compare", "no GPU type has a layout that fits: nothing to plot")
+    fig, axes = plt.subplots(1, 3, sharey=True, figsize=(11, 1.2 + 0.4 * len(rows)))
+    y = list(range(len(rows)))
+    for ax, (key, scale, label, colour) in zip(axes, (("days_to_train", 1.0, "days (failure-free)", "#1e88e5"),
+                                                     ("cost_usd", 1e6, "US$ million", "#43a047"),
+                                                     ("energy_mwh", 1.0, "MWh at the facility", "#fb8c00")),
+                                               strict=True):
+        vals = [r[key] / scale if r["fits"] else 0.0 for r in rows]
+        ax.barh(y, vals, color=colour)
+        for i, (r, v) in enumerate(zip(rows, vals, strict=True)):
+            ax.text(v, i, f" {v:,.3g}" if r["fits"] else " does not fit", va="center", fontsize=7)
+        ax.set(xlabel=label, xlim=(0, max(vals) * 1.3))
+        ax.grid(True, axis="x", lw=0.3)
+    axes[0].set_yticks(y, [str(r["gpu"]) for r in rows], fontsize=8)
+    axes[0].invert_yaxis()
+    fig.suptitle(title, fontsize=9)
     return fig
 
 
@@ -336,4 +359,4 @@ def fabric_options(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
 
 
 __all__ = ["FORMATS", "check_path", "save", "validation", "ledger", "run_ledger", "goodput", "plan", "scale", "sweep",
-           "timeline", "fabric_options"]
+           "compare", "timeline", "fabric_options"]
