@@ -1,8 +1,9 @@
 """Host cost of the Python-side tensor views a framework builds per data-parallel rank (one core).
 
 DeepSpeed before v0.4 builds one ``narrow`` view per rank in a Python loop before each ZeRO-3 gather
-and reduce-scatter (``_allgather_param``, ``_reduce_scatter_gradient``). This measures that loop on
-the machine at hand; kernels.toml [host] view_op_s is its result on the development machine. Also
+(``_allgather_param``; ``grad.view(-1).narrow`` before each reduce-scatter, ``_reduce_scatter_gradient``).
+This measures that loop on the machine at hand, a check on kernels.toml [host] view_op_s (2 us, the
+published cost of one tensor op from Python in the PyTorch of 2020, pytorch/pytorch#41383). Also
 prints a tiny CPU matmul for scale (the GPU launch cost itself is NVIDIA's published figure,
 kernels.toml [host] op_launch_s). Needs torch.
 

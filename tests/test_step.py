@@ -447,10 +447,11 @@ def test_deepspeed_2021_zero3_gathers_the_four_linear_weights_and_reduces_every_
     # GPT block's gathers are its 4 linear weights, while each of its 12 parameters' gradients is
     # reduce-scattered on its own: 8 more reduce-scatter calls a layer than gathers, each one NCCL
     # latency (a zero-byte call on the data-parallel group) and, through the list-form collective, one
-    # host copy launch per rank. Without overlap the difference is exact.
+    # host copy launch per rank, after DeepSpeed's own loop of two views per rank. Without overlap the
+    # difference is exact.
     from dataclasses import replace
 
-    from supercluster.framework import get_framework, host_op_launch_s
+    from supercluster.framework import get_framework, host_op_launch_s, host_view_op_s
     from supercluster.hardware import get_gpu
     from supercluster.models import load_model
 
@@ -465,7 +466,8 @@ def test_deepspeed_2021_zero3_gathers_the_four_linear_weights_and_reduces_every_
     lat = float(net.collective_time_s("reduce_scatter", 0.0, 64, 1))
     m = 128 / 64
     extra = as_is.ledger["exposed_dp_comm"] - fewer.ledger["exposed_dp_comm"]
-    assert extra == pytest.approx(m * (12 - 4) * model.num_layers * (lat + 64 * host_op_launch_s()), rel=1e-9)
+    per_call = lat + 64 * (host_op_launch_s() + fw.zero3_reduce_views_per_rank * host_view_op_s())
+    assert extra == pytest.approx(m * (12 - 4) * model.num_layers * per_call, rel=1e-9)
 
 
 def test_torchtitan_fsdp_under_pipeline_keeps_the_stage_gathered(h100):
@@ -787,6 +789,33 @@ def test_deepspeed_2021_list_collectives_cost_one_host_launch_per_rank_and_call(
         # the gathers add at most their launches (4 per layer, in the forward, recomputed forward, backward)
         assert extras[dp] <= reduce_launches + model.num_layers * 4 * 3 * dp * t
     assert extras[1536] > 4.0 * extras[384]  # per call the launches grow with dp, the gathers overtake NCCL
+
+
+def test_deepspeed_2021_builds_its_per_rank_views_on_the_host_before_each_call():
+    # DeepSpeed 0.3: _allgather_param appends flat_tensor.narrow(...) for each rank (1 view), and
+    # _reduce_scatter_gradient param.grad.view(-1).narrow(...) (2), each a tensor op from Python
+    from dataclasses import replace
+
+    from supercluster.framework import get_framework, host_view_op_s
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+
+    model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
+    fw = get_framework("deepspeed-legacy")
+    assert (fw.zero3_gather_views_per_rank, fw.zero3_reduce_views_per_rank) == (1, 2)
+    assert host_view_op_s() == 2.0e-6  # kernels.toml [host] view_op_s, pytorch/pytorch#41383
+    for dp in (384, 1536):
+        lay = Layout(tp=1, pp=1, dp=dp, micro_batch=1, global_batch=dp, seq_len=2048, recompute="full",
+                     zero_stage=3)
+        net = default_network(gpu, num_gpus=dp)
+        on = estimate(model, gpu=gpu, num_gpus=dp, layout=lay, framework=fw, network=net)
+        off = estimate(model, gpu=gpu, num_gpus=dp, layout=lay, network=net,
+                       framework=replace(fw, zero3_gather_views_per_rank=0, zero3_reduce_views_per_rank=0))
+        # 4 gathers a layer in the forward, the recomputed forward and the backward; 12 reduce-scatters
+        # a layer; one micro-batch; nothing hides the loop, so the ledger grows by exactly its time
+        loop = model.num_layers * dp * host_view_op_s() * (4 * 3 * 1 + 12 * 2)
+        assert on.ledger["exposed_dp_comm"] - off.ledger["exposed_dp_comm"] == pytest.approx(loop, rel=1e-9)
+    assert get_framework("torchtitan").zero3_gather_views_per_rank == 0  # FSDP2: no per-rank Python loop
 
 
 def test_unique_rows_is_numpys_unique_by_rows():

@@ -91,6 +91,12 @@ class Framework:
     #: ZeRO-3 gathers and reduce-scatters go through PyTorch's list-form collectives, one tensor view per
     #: rank, which copy each rank's slice with its own launch: the host pays one op launch per rank per call
     zero3_list_collectives: bool = False
+    #: tensor view ops the framework's Python loop builds per data-parallel rank before each ZeRO-3
+    #: gather / reduce-scatter call (DeepSpeed before v0.4: one ``narrow`` per rank in _allgather_param;
+    #: ``grad.view(-1).narrow`` per rank in _reduce_scatter_gradient); each costs kernels.toml [host]
+    #: view_op_s on the host, exposed like the launches
+    zero3_gather_views_per_rank: int = 0
+    zero3_reduce_views_per_rank: int = 0
     #: with pipeline parallelism, FSDP keeps each stage's parameters gathered for the whole step and
     #: accumulates unsharded gradients (in the reduce dtype) over the micro-batches, reducing them
     #: once at the last: one gather and one reduce-scatter per step instead of per micro-batch
@@ -162,6 +168,7 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementw
                 "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "cp_rotate", "cp_kv_repeated",
                 "pipeline_schedule",
                 "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "zero3_list_collectives", "fsdp_pp_unsharded",
+                "zero3_gather_views_per_rank", "zero3_reduce_views_per_rank",
                 "tensor_parallel", "pipeline_parallel", "interleaved_pipeline",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "compiled_loss_bytes_per_logit"}
 
@@ -315,6 +322,12 @@ def quantize_bytes_per_element(arch: str, precision: str) -> float:
 def host_op_launch_s() -> float:
     """Host seconds PyTorch takes to launch one small GPU op (kernels.toml [host])."""
     return float(_kernels()["host"]["op_launch_s"])  # type: ignore[index]
+
+
+def host_view_op_s() -> float:
+    """Host seconds one tensor op called from Python takes when it launches no kernel (a view):
+    kernels.toml [host] view_op_s."""
+    return float(_kernels()["host"]["view_op_s"])  # type: ignore[index]
 
 
 def hbm_frac() -> float:

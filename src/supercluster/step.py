@@ -43,6 +43,7 @@ from .framework import (
     attention_efficiency,
     hbm_frac,
     host_op_launch_s,
+    host_view_op_s,
     quantize_bytes_per_element,
     straggler_waste_frac,
 )
@@ -607,9 +608,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # reduce-scatter's copies come before its kernel, and no compute hides them (the host launches that
     # compute; the device is synchronised around the gathers).
     launch = float(fw.zero3_list_collectives) * dpg * host_op_launch_s()
-    ag3 = np.maximum(ag3, n_coll * launch)
+    # ... and where the framework builds the per-rank views in its own Python loop, that loop runs
+    # first, on the host, before the call is made
+    view_ag = fw.zero3_gather_views_per_rank * dpg * host_view_op_s()
+    view_rs = fw.zero3_reduce_views_per_rank * dpg * host_view_op_s()
+    ag3 = n_coll * view_ag + np.maximum(ag3, n_coll * launch)
     # (per micro-batch; once a step where FSDP keeps a pipeline stage gathered, below)
-    host = np.where((pp > 1) & fw.fsdp_pp_unsharded, 1.0, m) * n_rs * launch
+    host = np.where((pp > 1) & fw.fsdp_pp_unsharded, 1.0, m) * n_rs * (launch + view_rs)
     ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute))
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
     # backward gathers and the gradient reduce-scatters together (one window, shared).
