@@ -74,8 +74,16 @@ FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deep
                                                   "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
                                                   "+embedding-split (embedding and head take a layer's place in "
                                                   "the pipeline split)")]
-PlotOpt = Annotated[str | None, typer.Option(help="also draw it to this file, the suffix its format: .png, .svg or "
-                                                 ".pdf (needs matplotlib: pip install 'supercluster[plot]')")]
+def _plot_path(path: str | None) -> str | None:
+    """--plot's check at parse time, before any pricing: the suffix must name a format."""
+    if path is not None:
+        plots.check_path(path)
+    return path
+
+
+PlotOpt = Annotated[str | None, typer.Option(callback=_plot_path, help="also draw it to this file, the suffix its "
+                                             "format: .png, .svg or .pdf (needs matplotlib: pip install "
+                                             "'supercluster[plot]')")]
 # The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
 # sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
 # bare argument defaults (no SP), with which the default Llama 3 405B layout needs 199 GiB per 80 GiB H100.
@@ -242,8 +250,6 @@ def estimate(
     plot: PlotOpt = None,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
-    if plot is not None:
-        plots.check_path(plot)
     if config is not None:
         from . import megatron_args
         from .launchers import load_layout
@@ -356,8 +362,6 @@ def plan(
     plot: PlotOpt = None,
 ) -> None:
     """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
-    if plot is not None:
-        plots.check_path(plot)
     from rich.progress import Progress
 
     from .framework import get_framework
@@ -431,8 +435,6 @@ def compare(
     from .planner import compare_gpus
     from .sweep import parse_axis
 
-    if plot is not None:
-        plots.check_path(plot)
     m, fw = load_model(model), get_framework(framework)
     kinds = [get_gpu(k) for k in parse_axis(gpu_types, str, "gpu_types")]
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
@@ -485,10 +487,8 @@ def validate(
     """Predict every scored published run and report per-row error, MAPE and the worst row."""
     if by is not None:
         _validate.check_group_key(by)  # before the (slower) predictions, and in --ranks mode too
-    if plot is not None:
-        if ranks:
-            raise InputError("plot", "draws the per-row errors; it does not go with --ranks")
-        plots.check_path(plot)
+    if plot is not None and ranks:
+        raise InputError("plot", "draws the per-row errors; it does not go with --ranks")
     if ranks:
         from rich.table import Table
 
@@ -589,8 +589,6 @@ def goodput(
     plot: PlotOpt = None,
 ) -> None:
     """Interruptions, checkpoint interval and effective training time (ETTR) of a run of --days."""
-    if plot is not None:
-        plots.check_path(plot)
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     s = _analyse(model, gpu, gpus, framework, _layout_arg(layout, global_batch, seq_len, recompute, "bf16"),
                  global_batch, seq_len, opts, days=days)
@@ -621,8 +619,6 @@ def train(
     """Time to train a token budget: days, GPU-hours, MWh, dollars and the run's entropy ledger."""
     from .run import compute_optimal_for_deadline
 
-    if plot is not None:
-        plots.check_path(plot)
 
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     g = get_gpu(gpu)
@@ -662,8 +658,6 @@ def scale(
     plot: PlotOpt = None,
 ) -> None:
     """From one GPU to a million: step time, job MTBF, checkpoint interval, ETTR and days to train."""
-    if plot is not None:
-        plots.check_path(plot)
     from rich.progress import track
     from rich.table import Table
 
@@ -735,8 +729,6 @@ def sweep(
     from .sweep import SweepGrid, best_per_cell, parse_axis, print_progress_line, run_sweep
 
     get_framework(framework)
-    if plot is not None:
-        plots.check_path(plot)
     grid = SweepGrid(model=parse_axis(models, str, "models"), gpu=parse_axis(gpu_types, str, "gpu-types"),
                      gpus=parse_axis(sizes, int, "sizes"), tp=parse_axis(tp, int, "tp"), pp=parse_axis(pp, int, "pp"),
                      cp=parse_axis(cp, int, "cp"), micro_batch=parse_axis(micro_batch, int, "micro-batch"),
@@ -901,8 +893,6 @@ def simulate(
     plot: PlotOpt = None,
 ) -> None:
     """Lay one step out on the pipeline schedule: when each stage computes, sends and idles."""
-    if plot is not None:
-        plots.check_path(plot)
     from .estimate import default_network
     from .framework import get_framework
     from .planner import plan
@@ -958,10 +948,8 @@ def fabric(
     plot: PlotOpt = None,
 ) -> None:
     """Size the scale-out fabric for N GPUs: tiers, switches, optics, bisection, power and cost."""
-    if plot is not None:
-        if not compare:
-            raise InputError("plot", "draws the options side by side: use it with --compare")
-        plots.check_path(plot)
+    if plot is not None and not compare:
+        raise InputError("plot", "draws the options side by side: use it with --compare")
     from rich.table import Table
 
     from .fabric import build_fabric, compare_options, fabric_summary
