@@ -452,25 +452,22 @@ def compare(
         _emit_json(rows)
         return
     t = Table(title=title + f": best layout by {objective} per GPU type")
-    for col in ("GPU", "layout", "prec", "step s", "MFU", "tok/s/GPU", "mem GiB", "days", "$M", "MWh"):
+    for col in ("GPU", "layout", "prec", "step s", "MFU", "tok/s/GPU", "mem GiB", "days", "cost", "MWh"):
         t.add_column(col, justify="left" if col in ("GPU", "layout", "prec") else "right")
     for r in rows:
         if not r["fits"]:
             t.add_row(str(r["gpu"]), str(r["reason"])[:70], *["-"] * 8)
             continue
         b = r["best"]
-        t.add_row(str(r["gpu"]), _candidate_name(b), str(b["precision"]), f"{b['step_time_s']:.3f}",
+        t.add_row(str(r["gpu"]), f"{b['layout']} mb{b['micro_batch']} z{b['zero_stage']} {b['recompute']}",
+                  str(b["precision"]), f"{b['step_time_s']:.3f}",
                   f"{100 * b['mfu']:.1f}%", f"{r['tokens_per_s_per_gpu']:,.0f}",
                   f"{b['memory_per_gpu_bytes'] / 2**30:.1f}", f"{r['days_to_train']:,.1f}",
-                  f"{r['cost_usd'] / 1e6:,.2f}", f"{r['energy_mwh']:,.0f}")
+                  f"${r['cost_usd'] / 1e6:,.2f} M" if r["cost_usd"] >= 1e6 else f"${r['cost_usd'] / 1e3:,.1f} k",
+                  f"{r['energy_mwh']:,.1f}")
     _out().print(t)
     _out().print("days are failure-free: supercluster train --gpu ... adds interruptions and checkpoints",
                  style="dim")
-
-
-def _candidate_name(b: dict[str, Any]) -> str:
-    parts = [f"{k}{b[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "vpp") if k in ("tp", "pp", "dp") or b[k] > 1]
-    return "-".join(parts) + f" mb{b['micro_batch']} z{b['zero_stage']} {b['recompute']}"
 
 
 @app.command()

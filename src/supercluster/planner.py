@@ -68,7 +68,7 @@ class Candidate:
     def to_json(self) -> dict[str, object]:
         lay = self.layout
         return {
-            "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
+            "layout": lay.short(), "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
             "micro_batch": lay.micro_batch, "global_batch": lay.global_batch, "seq_len": lay.seq_len,
             "precision": lay.precision, "recompute": lay.recompute,
             "recompute_modules": list(lay.recompute_modules), "zero_stage": lay.zero_stage,

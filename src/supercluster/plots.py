@@ -1,5 +1,5 @@
-"""Figures of what the commands compute: ``--plot FILE`` on validate, estimate, plan, scale,
-simulate and fabric --compare.
+"""Figures of what the commands compute: ``--plot FILE`` on estimate, plan, compare, validate,
+goodput, train, scale, sweep, simulate and fabric --compare.
 
 Each figure is drawn from the very object the command prints with ``--json`` (or, for the
 timeline, its Perfetto trace), so a plot can never say something the numbers do not. Matplotlib
@@ -211,7 +211,8 @@ def plan(result: dict[str, Any], *, title: str, hbm_bytes: float) -> Any:
     best = result["best"]
     ax.scatter([best["memory_per_gpu_bytes"] / GIB], [best["step_time_s"]], marker="*", s=180, color="#d81b60",
                zorder=4, label="best")
-    ax.annotate(_layout_name(best), (best["memory_per_gpu_bytes"] / GIB, best["step_time_s"]), fontsize=7,
+    name = f"{best['layout']} mb{best['micro_batch']} {best['precision']} {best['recompute']} zero{best['zero_stage']}"
+    ax.annotate(name, (best["memory_per_gpu_bytes"] / GIB, best["step_time_s"]), fontsize=7,
                 xytext=(6, 6), textcoords="offset points")
     ax.axvline(hbm_bytes / GIB, color="black", lw=0.8, ls="--")
     ax.text(hbm_bytes / GIB, ax.get_ylim()[1], " HBM", va="top", fontsize=7)
@@ -220,13 +221,6 @@ def plan(result: dict[str, Any], *, title: str, hbm_bytes: float) -> Any:
     ax.legend(fontsize=7.5)
     ax.grid(True, lw=0.3)
     return fig
-
-
-def _layout_name(c: dict[str, Any]) -> str:
-    parts = [f"{k}{c[k]}" for k in ("tp", "pp", "dp", "cp", "ep") if k in ("tp", "pp", "dp") or c[k] > 1]
-    if c.get("vpp", 1) > 1:
-        parts.append(f"vpp{c['vpp']}")
-    return "-".join(parts) + f" mb{c['micro_batch']} {c['precision']} {c['recompute']} zero{c['zero_stage']}"
 
 
 def scale(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
