@@ -894,3 +894,34 @@ def test_dualpipe_needs_an_even_pipeline_and_enough_micro_batches():
     with pytest.raises(InputError, match="^framework: hai-llm runs dualpipe"):
         simulate(load_model("llama3-70b"), layout=lay, gpu=get_gpu("h800"),
                  net=default_network(get_gpu("h800"), num_gpus=32), fw=get_framework("hai-llm"))
+
+
+def test_fused_attention_runs_slower_on_short_sequences_as_measured():
+    # kernels.toml [attention_length]: FlashAttention-3 on H100 at 512 ... 16K tokens (pytorch/benchmark
+    # PR #2391), relative to 16K; held at both ends, log-linear between
+    from supercluster.framework import attention_length_factor
+
+    f = attention_length_factor(np.array([256.0, 512, 1024, 1448.15, 16384, 65536]))
+    assert f[0] == f[1] == pytest.approx(430.32 / 620.73)
+    assert f[2] == pytest.approx(517.099 / 620.73)
+    assert f[3] == pytest.approx((517.099 + 565.544) / 2 / 620.73, rel=1e-4)  # half-way in log2
+    assert f[4] == f[5] == 1.0
+    assert np.all(np.diff(attention_length_factor(np.geomspace(64, 1 << 20, 50))) >= 0)
+
+
+def test_context_parallelism_shortens_what_each_rank_attends_over(h100, llama3_70b):
+    # the same 8K sequence attended over by 1 or 8 ranks: each rank's query blocks walk 1K keys, where
+    # the kernel runs at 0.83 of its long-sequence rate; the GEMMs and the attention FLOPs per GPU are
+    # the same, so only the attention's time below peak grows
+    from supercluster.framework import attention_length_factor, get_framework
+
+    def ledger(cp: int) -> dict[str, float]:
+        lay = Layout(tp=1, pp=4, dp=256 // cp, cp=cp, vpp=10, global_batch=1024, seq_len=8192, zero_stage=2)
+        return estimate(llama3_70b, gpu=h100, num_gpus=1024, layout=lay,
+                        framework=get_framework("nemo-megatron")).ledger
+
+    one, eight = ledger(1), ledger(8)
+    assert eight["ideal_compute"] == pytest.approx(one["ideal_compute"])
+    assert eight["gemm_inefficiency"] == pytest.approx(one["gemm_inefficiency"])
+    assert eight["attention_inefficiency"] > 1.2 * one["attention_inefficiency"]
+    assert attention_length_factor(8192 / 8) < attention_length_factor(8192) < 1.0

@@ -311,6 +311,15 @@ def attention_efficiency(family: str, arch: str) -> AttentionEfficiency:
     return AttentionEfficiency(fwd_frac=float(t["fwd_frac"]), bwd_frac=float(t["bwd_frac"]), source=t["source"])
 
 
+def attention_length_factor(tokens: np.ndarray | float) -> np.ndarray:
+    """A fused attention kernel's rate at ``tokens`` of sequence per rank relative to its long-sequence
+    rate (kernels.toml [attention_length]): interpolated in log2 of the length, held at the ends."""
+    t = _kernels()["attention_length"]  # type: ignore[index]
+    xs = np.log2(np.asarray(t["tokens"], dtype=float))  # type: ignore[index]
+    ys = np.asarray(t["fa3_tflops"], dtype=float)  # type: ignore[index]
+    return np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1.0)), xs, ys / ys[-1])
+
+
 def quantize_bytes_per_element(arch: str, precision: str) -> float:
     """HBM bytes Transformer Engine's autocast moves per element it quantises to ``precision`` (fp8 /
     fp4) for a GEMM (kernels.toml [quantize]); 0 for 16-bit GEMMs or where no figure applies."""

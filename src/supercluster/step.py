@@ -41,6 +41,7 @@ from .framework import (
     AttentionEfficiency,
     Framework,
     attention_efficiency,
+    attention_length_factor,
     hbm_frac,
     host_op_launch_s,
     host_view_op_s,
@@ -339,8 +340,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # (sparse MLA at the flash kernel's efficiency: DeepSeek's FlashMLA sparse prefill kernel reaches
         # 640 TFLOP/s on H800, FlashAttention-3's range; the indexer likewise, in 16 bits, an assumption:
         # DeepSeek runs it in fp8)
-        t_attn_f = (attn_f + idx_f) / (peak16 * gpu.clock_frac * att.fwd_frac)
-        t_attn_b = (2.5 * attn_f + idx_b) / (peak16 * gpu.clock_frac * att.bwd_frac)
+        # (below long sequences the kernel runs slower: the sequence each rank attends over, seq / cp; a
+        # calibrated profile's rate is its own measurement and is not scaled)
+        short = attention_length_factor(seq / cp) if gpu.attention_frac is None else 1.0
+        t_attn_f = (attn_f + idx_f) / (peak16 * gpu.clock_frac * att.fwd_frac * short)
+        t_attn_b = (2.5 * attn_f + idx_b) / (peak16 * gpu.clock_frac * att.bwd_frac * short)
         t_score_f = t_score_b = np.zeros_like(tp)
     # The chunked recurrences (Mamba-2's SSD scan, mamba_chunk_scan_combined; Gated DeltaNet's delta
     # rule, FLA's chunk_gated_delta_rule): Triton kernels of chunked matmuls with masking, like
