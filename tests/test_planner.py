@@ -485,3 +485,8 @@ def test_compare_command_prints_a_row_per_gpu_type():
     assert rows[1]["days_to_train"] < rows[0]["days_to_train"]  # B200 outruns H100 on the same job
     bad = CliRunner().invoke(app, ["compare", "--gpu-types", "h100-sxm,nope"])
     assert isinstance(bad.exception, InputError) and bad.exception.field == "gpu"
+    # a mistake in the question itself is one error naming the field, not a row per GPU type
+    for option, value in (("--gpus", "0"), ("--global-batch", "0"), ("--seq-len", "-1"), ("--objective", "speed")):
+        bad = CliRunner().invoke(app, ["compare", "--gpu-types", "h100-sxm", option, value])
+        assert isinstance(bad.exception, InputError), (option, bad.output)
+        assert bad.exception.field == option[2:].replace("-", "_"), option

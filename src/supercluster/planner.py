@@ -380,6 +380,12 @@ def compare_gpus(model: ModelSpec, gpus: list[GpuSpec], num_gpus: int, *, global
     dollars and MWh to train ``tokens`` (default: 20 per parameter). A GPU type on which no layout
     fits, or which lacks a precision asked for, is a row saying why rather than an error."""
     require(bool(gpus), "gpu_types", "needs at least one GPU type")
+    # the question's own mistakes are one error, not a row per GPU type
+    require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
+    require(global_batch >= 1, "global_batch", f"must be a positive integer, got {global_batch}")
+    require(seq_len >= 1, "seq_len", f"must be a positive integer, got {seq_len}")
+    require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
     tok = tokens if tokens is not None else 20.0 * model.num_params
     require(tok > 0, "tokens", f"must be > 0, got {tok}")
     rows: list[dict[str, object]] = []
