@@ -123,9 +123,17 @@ def test_a_plot_that_cannot_be_drawn_is_one_error_line_before_any_pricing(args, 
 
 
 def test_a_missing_matplotlib_is_named_with_the_extra_that_installs_it(monkeypatch):
+    d = _json(ESTIMATE)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(InputError, match=r"supercluster\[plot\]"):
-        plots.ledger(_json(ESTIMATE), title="t")
+        plots.ledger(d, title="t")
+    # ... and the command says so when it parses --plot, before it prices anything
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else object())
+    r = runner.invoke(app, ["validate", "--plot", "v.png"])
+    assert isinstance(r.exception, InputError) and "supercluster[plot]" in str(r.exception)
+    assert "MAPE" not in r.output
 
 
 def test_an_unwritable_path_is_an_error_naming_it(tmp_path):

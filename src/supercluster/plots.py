@@ -35,13 +35,18 @@ TASK_COLOURS = {"F": "#43a047", "B": "#1e88e5", "send": "#fb8c00", "dp_sync": "#
 TASK_LABELS = {"F": "forward", "B": "backward", "send": "p2p send", "dp_sync": "exposed data-parallel sync",
                "optimizer": "optimizer", "stragglers": "stragglers"}
 GIB = 1024.0 ** 3
+_NO_MATPLOTLIB = "needs matplotlib: pip install 'supercluster[plot]'"
 
 
 def check_path(path: str) -> Path:
-    """The figure's path, refused up front (before any pricing) when its suffix is not a format."""
+    """The figure's path, refused up front (before any pricing) when its suffix is not a format or
+    matplotlib is not installed."""
+    import importlib.util
+
     p = Path(path)
     require(p.suffix.lower() in FORMATS, "plot",
             f"{path!r}: the suffix picks the format; allowed: {', '.join(FORMATS)}")
+    require(importlib.util.find_spec("matplotlib") is not None, "plot", _NO_MATPLOTLIB)
     return p
 
 
@@ -49,7 +54,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise InputError("plot", "needs matplotlib: pip install 'supercluster[plot]'") from None
+        raise InputError("plot", _NO_MATPLOTLIB) from None
     matplotlib.use("Agg")  # off-screen: no display needed, never a window
     import matplotlib.pyplot as plt
 
