@@ -74,6 +74,8 @@ FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deep
                                                   "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
                                                   "+embedding-split (embedding and head take a layer's place in "
                                                   "the pipeline split)")]
+
+
 def _plot_path(path: str | None) -> str | None:
     """--plot's check at parse time, before any pricing: the suffix must name a format."""
     if path is not None:
@@ -615,7 +617,6 @@ def train(
 ) -> None:
     """Time to train a token budget: days, GPU-hours, MWh, dollars and the run's entropy ledger."""
     from .run import compute_optimal_for_deadline
-
 
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     g = get_gpu(gpu)
