@@ -195,3 +195,18 @@ def test_the_compare_figure_draws_each_gpu_types_days_dollars_and_energy():
     assert [b.get_width() for b in _bars(days)] == pytest.approx([r["days_to_train"] for r in rows])
     assert [b.get_width() * 1e6 for b in _bars(usd)] == pytest.approx([r["cost_usd"] for r in rows])
     assert [b.get_width() for b in _bars(mwh)] == pytest.approx([r["energy_mwh"] for r in rows])
+
+
+@pytest.mark.parametrize("draw, what", [
+    (lambda: plots.validation([{"id": "x", "supported": False, "predicted_step_time_s": None,
+                                "measured_step_time_s": 1.0, "error": None}], title="t"), "runs"),
+    (lambda: plots.scale([{"gpus": 8, "fits": False}], title="t"), "scale"),
+    (lambda: plots.compare([{"gpu": "h100-sxm", "fits": False, "reason": "no layout fits"}], title="t"), "compare"),
+    (lambda: plots.sweep([{"model": "m", "gpu": "g", "gpus": 8, "seq_len": 1, "global_batch": 1, "precision": "bf16",
+                           "best": None}], title="t"), "sweep"),
+    (lambda: plots.fabric_options([], title="t"), "fabric"),
+])
+def test_a_figure_with_nothing_to_draw_is_an_error_naming_why(draw, what):
+    with pytest.raises(InputError) as exc:
+        draw()
+    assert exc.value.field == what
