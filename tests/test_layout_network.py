@@ -38,7 +38,7 @@ def test_tp_must_divide_heads():
 
 def test_catalog_is_complete_and_sourced():
     required = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-96gb-500w", "h800", "h200", "b200", "gb200", "gb300",
-                "mi300x", "mi355x"}
+                "mi300x", "mi325x", "mi355x", "gaudi3"}
     cat = gpu_catalog()
     assert required <= set(cat)
     for g in cat.values():
@@ -76,3 +76,22 @@ def test_network_is_vectorized():
     sizes = np.logspace(3, 10, 50)
     t = net.collective_time_s("all_gather", sizes, 64, 1)
     assert t.shape == (50,) and np.all(np.diff(t) > 0)
+
+
+def test_gaudi3_scales_out_on_three_ethernet_planes_of_its_200g_ports():
+    # each Gaudi 3 card faces the scale-out network with 3 of its 24 on-die 200GbE ports: by default
+    # its fabric is three planes of 200 Gb/s links on the system's Ethernet switch, the NIC's 600 Gb/s
+    from supercluster.fabric import build_fabric
+
+    g = get_gpu("gaudi3")
+    sys_ = get_system(g.system)
+    fab = build_fabric(4096, g, sys_)
+    assert (fab.planes, fab.link_gbit, fab.switch.key) == (3, 200.0, "tomahawk-5")
+    assert fab.nic_bytes_per_s == pytest.approx(600e9 / 8)
+    # a system that names no ports keeps one plane at its NIC speed, its switch by that speed
+    h = get_gpu("h100-sxm")
+    assert build_fabric(4096, h, get_system(h.system)).planes == 1
+    # and MI325X is MI300X's compute with its own memory: the same peak, more HBM, its own measured GEMM
+    a, b = get_gpu("mi300x"), get_gpu("mi325x")
+    assert a.peak("bf16") == b.peak("bf16") and b.hbm_bytes > a.hbm_bytes
+    assert b.gemm_frac["bf16"] > a.gemm_frac["bf16"]

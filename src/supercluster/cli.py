@@ -241,7 +241,8 @@ def estimate(
     switch: Annotated[str | None, typer.Option(help="fabric: scale-out switch (see supercluster fabric)")] = None,
     tiers: Annotated[int | None, typer.Option(help="fabric: tiers")] = None,
     oversubscription: Annotated[str | None, typer.Option(help="fabric: down:up per tier, e.g. 1,1,2")] = None,
-    planes: Annotated[int, typer.Option(help="fabric: network planes")] = 1,
+    planes: Annotated[int | None, typer.Option(help="fabric: network planes [default: the system's NIC ports "
+                                               "per GPU]")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="fabric: in-network all-reduce")] = False,
     rank_order: Annotated[str, typer.Option(help="rank order, innermost first (Megatron-Core: tp-cp-ep-dp-pp)")]
     = "tp-cp-ep-dp-pp",
@@ -937,7 +938,8 @@ def fabric(
     switch: Annotated[str | None, typer.Option(help="scale-out switch (default by NIC speed)")] = None,
     tiers: Annotated[int | None, typer.Option(help="tiers (default: the fewest that reach --gpus)")] = None,
     oversubscription: Annotated[str | None, typer.Option(help="down:up per tier, e.g. 1,1,2")] = None,
-    planes: Annotated[int, typer.Option(help="independent network planes per NIC")] = 1,
+    planes: Annotated[int | None, typer.Option(help="independent network planes [default: the system's NIC ports "
+                                               "per GPU]")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="in-network all-reduce (switches that support it)")] = False,
     pue: Annotated[float, _num(help="facility PUE")] = 1.1,
     compare: Annotated[bool, typer.Option("--compare", help="every catalog switch x 1/2/4/8 planes side by side")]
@@ -980,7 +982,7 @@ def fabric(
     if as_json:
         _emit_json(s)
         return
-    t = Table(title=f"{gpus:,} x {gpu} on {fab.switch.name}, {planes} plane(s) of {fab.link_gbit:g} Gb/s links")
+    t = Table(title=f"{gpus:,} x {gpu} on {fab.switch.name}, {fab.planes} plane(s) of {fab.link_gbit:g} Gb/s links")
     for col in ("tier", "switches", "radix", "down", "up", "down:up", "links up", "GPUs below", "latency"):
         t.add_column(col, justify="right")
     for tr in s["tiers"]:  # type: ignore[attr-defined]

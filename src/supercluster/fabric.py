@@ -232,9 +232,12 @@ def _optics(link_gbit: float) -> dict[str, float]:
 
 
 def default_switch(system: SystemSpec) -> SwitchSpec:
-    nic_gbit = system.nic_bytes_per_s * 8 / 1e9
+    """The system's own switch family where it names one, else by the speed of each NIC port."""
+    if system.switch is not None:
+        return get_switch(system.switch)
+    port_gbit = system.nic_bytes_per_s * 8 / 1e9 / system.nic_ports
     d = _defaults()
-    return get_switch(str(d["switch_for_800g"] if nic_gbit > 400 else d["switch_for_400g"]))
+    return get_switch(str(d["switch_for_800g"] if port_gbit > 400 else d["switch_for_400g"]))
 
 
 def max_gpus(radix: int, tiers: int, oversubscription: tuple[float, ...]) -> int:
@@ -248,9 +251,11 @@ def max_gpus(radix: int, tiers: int, oversubscription: tuple[float, ...]) -> int
 
 def build_fabric(num_gpus: int, gpu: GpuSpec, system: SystemSpec, *, switch: SwitchSpec | str | None = None,
                  tiers: int | None = None, oversubscription: tuple[float, ...] | None = None,
-                 planes: int = 1) -> Fabric:
-    """Size a rail-optimized Clos for ``num_gpus``; the fewest tiers that reach it unless ``tiers`` is given."""
+                 planes: int | None = None) -> Fabric:
+    """Size a rail-optimized Clos for ``num_gpus``; the fewest tiers that reach it unless ``tiers`` is given;
+    one plane per NIC port of the system unless ``planes`` is given."""
     require(isinstance(num_gpus, int) and num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus!r}")
+    planes = system.nic_ports if planes is None else planes
     require(isinstance(planes, int) and planes >= 1, "planes", f"must be a positive integer, got {planes!r}")
     sw = get_switch(switch) if isinstance(switch, str) else (switch or default_switch(system))
     nic_gbit = system.nic_bytes_per_s * 8 / 1e9
@@ -406,7 +411,7 @@ def compare_options(num_gpus: int, gpu: GpuSpec, system: SystemSpec, *, pue: flo
     """The feasible (switch, planes) fabrics for ``num_gpus``, fewest tiers first for each switch."""
     rows = []
     for key in sorted(switch_catalog()):
-        for planes in (1, 2, 4, 8):
+        for planes in sorted({1, 2, 4, 8, system.nic_ports}):
             try:
                 fab = build_fabric(num_gpus, gpu, system, switch=key, planes=planes, oversubscription=oversubscription)
             except InputError:

@@ -76,6 +76,10 @@ class SystemSpec:
     nic_busbw_frac: float
     host_power_w: float
     sources: str
+    #: scale-out ports per GPU (its NIC bandwidth split over that many links, one per network plane)
+    #: and the switch family they plug into; None = by the port speed (network.toml [fabric_defaults])
+    nic_ports: int = 1
+    switch: str | None = None
 
 
 _GPU_REQUIRED = {
@@ -120,15 +124,19 @@ def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
 
 def system_from_table(key: str, t: dict[str, object]) -> SystemSpec:
     """Build and validate a :class:`SystemSpec` from one TOML table."""
-    check_keys(f"system {key}", t, _SYSTEM_REQUIRED, set())
+    check_keys(f"system {key}", t, _SYSTEM_REQUIRED, {"nic_ports", "switch"})
     nic = float(t["nic_gbit_per_gpu"])  # type: ignore[arg-type]
     frac = float(t["nic_busbw_frac"])  # type: ignore[arg-type]
+    ports = t.get("nic_ports", 1)
     require(nic > 0, f"system {key}.nic_gbit_per_gpu", f"must be > 0, got {nic}")
     require(0 < frac <= 1, f"system {key}.nic_busbw_frac", f"must be in (0, 1], got {frac}")
+    require(isinstance(ports, int) and ports >= 1, f"system {key}.nic_ports", f"must be a whole number >= 1, got "
+            f"{ports!r}")
     return SystemSpec(
         key=key, name=str(t["name"]), gpu=str(t["gpu"]), gpus_per_node=int(t["gpus_per_node"]),  # type: ignore[call-overload]
         scaleup_domain=int(t["scaleup_domain"]), nic_bytes_per_s=nic * GBIT,  # type: ignore[call-overload]
         nic_busbw_frac=frac, host_power_w=float(t["host_power_w"]), sources=str(t["sources"]),  # type: ignore[arg-type]
+        nic_ports=int(ports), switch=str(t["switch"]) if "switch" in t else None,  # type: ignore[call-overload]
     )
 
 
