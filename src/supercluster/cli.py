@@ -389,9 +389,7 @@ def plan(
         return
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens}")
-    found = {"best": res.best.to_json(), "top": [c.to_json() for c in res.top],
-             "pareto": [c.to_json() for c in res.pareto], "why": dict(res.why), "evaluated": res.evaluated,
-             "feasible": res.feasible, "seconds": res.seconds, "objective": res.objective}
+    found = res.to_json()
     _plot(plot, lambda: plots.plan(found, title=f"{m.name} on {gpus:,} x {gpu}, global batch {global_batch:,} x "
                                                f"{seq_len:,}, {framework}", hbm_bytes=g.hbm_bytes))
     ev = (_evidence.evidence_for(m, g, framework, res.best.layout.precision, res.best.layout.num_gpus, seq_len)
@@ -471,6 +469,44 @@ def compare(
     _out().print(t)
     _out().print("days are failure-free: supercluster train --gpu ... adds interruptions and checkpoints",
                  style="dim")
+
+
+@app.command()
+def report(
+    model: ModelOpt = "llama3-70b",
+    gpu: GpuOpt = "h100-sxm",
+    gpus: GpusOpt = 1024,
+    global_batch: GbsOpt = 1024,
+    seq_len: SeqOpt = 8192,
+    precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8)")] = "bf16",
+    framework: FrameworkOpt = CLI_FRAMEWORK,
+    tokens: Annotated[float | None, _num(help="token budget (default: 20 per parameter)")] = None,
+    gpu_types: Annotated[str, typer.Option("--gpu-types", help="also plan the job on these GPU types, "
+                                           "comma-separated (empty: none)")] = "",
+    rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
+    out: Annotated[str, typer.Option(help="directory for report.md, report.json and the figures")] = "report",
+) -> None:
+    """One job, one shareable report: plan, step, run with failures, network, other GPUs, figures."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from . import report as _report
+    from .framework import get_framework
+    from .run import RunOptions
+    from .sweep import parse_axis
+
+    _report.check_out(out)
+    m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
+    kinds = parse_axis(gpu_types, str, "gpu_types") if gpu_types.strip() else ()
+    for k in kinds:
+        get_gpu(k)
+    precs = ("bf16", "fp8") if precision == "any" else (precision,)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
+                  disable=not sys.stderr.isatty()) as bar:
+        bar.add_task("planning, pricing and simulating the run", total=None)
+        r = _report.build(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=precs,
+                          tokens=tokens, gpu_types=kinds, options=RunOptions(rates=rates, trials=trials, seed=seed))
+        md = _report.write(r, out)
+    typer.echo(f"wrote {md} (and report.json, {len(list(md.parent.glob('*.png')))} figures)")
 
 
 @app.command()

@@ -95,6 +95,12 @@ class PlanResult:
     #: prices given rows by their schedule where they still hold a bound, updating score and rank
     refine: Callable[[np.ndarray], bool] | None = field(default=None, repr=False, compare=False)
 
+    def to_json(self) -> dict[str, object]:
+        """What ``supercluster plan --json`` prints (besides a budget and the evidence)."""
+        return {"best": self.best.to_json(), "top": [c.to_json() for c in self.top],
+                "pareto": [c.to_json() for c in self.pareto], "why": dict(self.why), "evaluated": self.evaluated,
+                "feasible": self.feasible, "seconds": self.seconds, "objective": self.objective}
+
     def rank_of(self, layout: Layout) -> int | None:
         """1-based rank of ``layout`` among the feasible layouts by the objective, or None if absent
         (exact: the layout and every layout whose bound could place it ahead are priced first)."""
