@@ -65,6 +65,7 @@ ModelOpt = Annotated[str, typer.Option(help="preset key, or path to a Hugging Fa
                                              "launch script (its architecture arguments); a +mtp / +mtpN suffix "
                                              "adds N multi-token-prediction modules (deepseek-v3+mtp)")]
 GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")]
+PrecisionAnyOpt = Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8, where the GPU has them)")]
 GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
@@ -350,7 +351,7 @@ def plan(
     gpus: GpusOpt = 16384,
     global_batch: GbsOpt = 2048,
     seq_len: SeqOpt = 8192,
-    precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8)")] = "bf16",
+    precision: PrecisionAnyOpt = "bf16",
     objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
     framework: FrameworkOpt = CLI_FRAMEWORK,
     headroom: Annotated[float, _num(help="fraction of HBM kept free (0-1)")] = 0.0,
@@ -419,8 +420,7 @@ def compare(
     gpus: GpusOpt = 1024,
     global_batch: GbsOpt = 1024,
     seq_len: SeqOpt = 8192,
-    precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8, where the GPU has "
-                                                "them)")] = "bf16",
+    precision: PrecisionAnyOpt = "bf16",
     objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
     framework: FrameworkOpt = CLI_FRAMEWORK,
     tokens: Annotated[float | None, _num(help="token budget for days, dollars and MWh (default: 20 per "
@@ -478,7 +478,7 @@ def report(
     gpus: GpusOpt = 1024,
     global_batch: GbsOpt = 1024,
     seq_len: SeqOpt = 8192,
-    precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8)")] = "bf16",
+    precision: PrecisionAnyOpt = "bf16",
     framework: FrameworkOpt = CLI_FRAMEWORK,
     tokens: Annotated[float | None, _num(help="token budget (default: 20 per parameter)")] = None,
     gpu_types: Annotated[str, typer.Option("--gpu-types", help="also plan the job on these GPU types, "
