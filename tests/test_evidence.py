@@ -40,7 +40,11 @@ def test_evidence_is_the_validation_error_of_runs_of_the_same_kind():
 def test_evidence_loosens_the_match_until_enough_runs_remain():
     # no published run on MI300X: the basis falls back to every dense run, and says so
     ev = evidence_for(load_model("gpt3-175b"), get_gpu("mi300x"), "megatron", "bf16")
-    assert ev is not None and ev.basis == "any framework or GPU, dense"
+    assert ev is not None and ev.basis == "any framework or GPU, dense; none shipped on cdna3"
+    assert "none shipped on cdna3" in ev.line()
+    # a GPU whose architecture has shipped runs falls back without that note
+    loose = evidence_for(load_model("gpt3-175b"), get_gpu("h100-sxm"), "composer", "fp4")
+    assert loose is not None and "none shipped" not in loose.basis
     moe = evidence_for(load_model("qwen3-30b-a3b"), get_gpu("b200"), "nemo-megatron", "fp8", 8, 4096)
     assert moe is not None and moe.basis.endswith("MoE, 8/4-bit")
     # the closest published run is this very configuration's (Megatron-Bridge 25.11, 8 B200, MXFP8)

@@ -179,7 +179,8 @@ def evidence_for(model: ModelSpec, gpu: GpuSpec, framework: str, precision: str,
          lambda r: r.family == fam and r.arch == gpu.arch and r.kind == kind and r.low == low),
         (f"{fam}, {gpu.arch}, {kind}", lambda r: r.family == fam and r.arch == gpu.arch and r.kind == kind),
         (f"any framework, {gpu.arch}, {kind}", lambda r: r.arch == gpu.arch and r.kind == kind),
-        (f"any framework or GPU, {kind}", lambda r: r.kind == kind),
+        (f"any framework or GPU, {kind}" + ("" if any(r.arch == gpu.arch for r in _runs()) else
+                                              f"; none shipped on {gpu.arch}"), lambda r: r.kind == kind),
     )
     active = float(model.num_active_params)
     for basis, match in bases:
