@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, require
+from .units import GiB as GIB
 
 #: File suffixes ``save`` writes, by matplotlib's backend for each.
 FORMATS = (".png", ".svg", ".pdf")
@@ -34,20 +35,24 @@ TASK_COLOURS = {"F": "#43a047", "B": "#1e88e5", "send": "#fb8c00", "dp_sync": "#
                 "stragglers": "#9e9e9e"}
 TASK_LABELS = {"F": "forward", "B": "backward", "send": "p2p send", "dp_sync": "exposed data-parallel sync",
                "optimizer": "optimizer", "stragglers": "stragglers"}
-GIB = 1024.0 ** 3
 _NO_MATPLOTLIB = "needs matplotlib: pip install 'supercluster[plot]'"
 
 
 def check_path(path: str) -> Path:
     """The figure's path, refused up front (before any pricing) when its suffix is not a format or
     matplotlib is not installed."""
-    import importlib.util
-
     p = Path(path)
     require(p.suffix.lower() in FORMATS, "plot",
             f"{path!r}: the suffix picks the format; allowed: {', '.join(FORMATS)}")
-    require(importlib.util.find_spec("matplotlib") is not None, "plot", _NO_MATPLOTLIB)
+    require_matplotlib()
     return p
+
+
+def require_matplotlib() -> None:
+    """Refuse, before any work, a figure matplotlib is not installed to draw."""
+    import importlib.util
+
+    require(importlib.util.find_spec("matplotlib") is not None, "plot", _NO_MATPLOTLIB)
 
 
 def _pyplot() -> Any:
@@ -357,5 +362,5 @@ def fabric_options(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
     return fig
 
 
-__all__ = ["FORMATS", "check_path", "save", "validation", "ledger", "run_ledger", "goodput", "plan", "scale", "sweep",
-           "compare", "timeline", "fabric_options"]
+__all__ = ["FORMATS", "GIB", "check_path", "require_matplotlib", "save", "validation", "ledger", "run_ledger",
+           "goodput", "plan", "scale", "sweep", "compare", "timeline", "fabric_options"]

@@ -24,8 +24,7 @@ from .models import ModelSpec
 from .planner import compare_gpus, plan
 from .reports import breakdown_json
 from .run import RunOptions, analyse_run
-
-GIB = 2.0 ** 30
+from .units import GiB
 
 
 def build(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int, framework: Framework,
@@ -98,7 +97,7 @@ def _markdown(report: dict[str, Any], figures: dict[str, Any]) -> str:
         f"{report['plan']['evaluated']:,} searched) |",
         f"| step | {step['step_time_s']:.3f} s, {step['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU "
         f"{100 * step['mfu']:.1f} % |",
-        f"| memory per GPU | {step['memory_per_gpu_bytes'] / GIB:.1f} of {step['hbm_bytes'] / GIB:.0f} GiB |",
+        f"| memory per GPU | {step['memory_per_gpu_bytes'] / GiB:.1f} of {step['hbm_bytes'] / GiB:.0f} GiB |",
         f"| time to train | {run['wall_days_p50']:,.1f} days (p10-p90 {run['wall_days_p10']:,.1f}-"
         f"{run['wall_days_p90']:,.1f}; {run['failure_free_days']:,.1f} failure-free) |",
         f"| goodput | ETTR {100 * run['ettr_p50']:.1f} %, job MTBF {run['job_mtbf_h']:,.2f} h, checkpoint every "
@@ -147,4 +146,4 @@ def check_out(out_dir: str) -> None:
     """The report's directory: refused up front if it is a file, or matplotlib is missing."""
     p = Path(out_dir)
     require(not p.exists() or p.is_dir(), "out", f"{out_dir} exists and is not a directory")
-    plots.check_path(str(p / "plan.png"))
+    plots.require_matplotlib()
