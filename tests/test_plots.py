@@ -210,3 +210,10 @@ def test_a_figure_with_nothing_to_draw_is_an_error_naming_why(draw, what):
     with pytest.raises(InputError) as exc:
         draw()
     assert exc.value.field == what
+
+
+def test_the_plot_option_help_names_the_extra_to_install():
+    # rich markup reads "[plot]" as a style tag and drops it unless escaped
+    r = runner.invoke(app, ["estimate", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    assert "pip install 'supercluster[plot]'" in r.output

@@ -86,7 +86,7 @@ def _plot_path(path: str | None) -> str | None:
 
 PlotOpt = Annotated[str | None, typer.Option(callback=_plot_path, help="also draw it to this file, the suffix its "
                                              "format: .png, .svg or .pdf (needs matplotlib: pip install "
-                                             "'supercluster[plot]')")]
+                                             "'supercluster\\[plot]')")]  # \\[: rich markup would eat [plot]
 # The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
 # sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
 # bare argument defaults (no SP), with which the default Llama 3 405B layout needs 199 GiB per 80 GiB H100.
