@@ -35,6 +35,7 @@ reports = _Lazy(".reports")
 _estimate = _Lazy(".estimate")
 _validate = _Lazy(".validate")
 _evidence = _Lazy(".evidence")
+_sensitivity = _Lazy(".sensitivity")
 plots = _Lazy(".plots")
 
 OBJECTIVE_HELP = "time | cost | energy (cost and energy may use fewer GPUs of the cluster)"
@@ -251,6 +252,9 @@ def estimate(
     evidence: Annotated[bool, typer.Option(help="also report the model's error on the published runs closest "
                                            "to this configuration (framework, GPU architecture, dense/MoE, "
                                            "precision)")] = True,
+    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="also price the step with each hardware rate "
+                                              "(tensor FLOP/s, HBM, NVLink, NIC) 1.1x and 2x faster: which "
+                                              "upgrade buys the most")] = False,
     plot: PlotOpt = None,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
@@ -266,7 +270,7 @@ def estimate(
         layout = load_layout(config, num_gpus=gpus, num_layers=load_model(model).num_layers)
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
         _estimate_and_print(model, gpu, layout.num_gpus, layout, fw, as_json, profile, fab, rank_order, evidence,
-                            plot)
+                            plot, sensitivity)
         return
     model, framework = model or "llama3-405b", framework or CLI_FRAMEWORK
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
@@ -300,12 +304,14 @@ def estimate(
                     recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
                     pp_layout=pp_layout)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence, plot)
+    _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence, plot,
+                        sensitivity)
 
 
 def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str | Any, as_json: bool,
                         profile: str | None = None, fabric_options: dict[str, Any] | None = None,
-                        rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True, plot: str | None = None) -> None:
+                        rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True, plot: str | None = None,
+                        sensitivity: bool = False) -> None:
     from .estimate import default_network
     from .framework import get_framework
 
@@ -313,6 +319,9 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
     g = get_gpu(gpu)
     layout.check_gpus(gpus)
     net = default_network(g, num_gpus=gpus, **(fabric_options or {}))
+    if sensitivity and profile is not None:
+        raise InputError("sensitivity", "scales the catalog's rates and links; a --profile's measured "
+                         "collectives have none to scale: drop --profile or --sensitivity")
     if profile is not None:
         from .calibrate import load_profile
 
@@ -331,11 +340,17 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
              + f", {layout.precision}, {framework}")
     obj = reports.breakdown_json(b, (layout, fw, m), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
                                  **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}), framework=framework)
+    sens = _sensitivity.sensitivity(m, gpu=g, num_gpus=gpus, layout=layout, framework=fw, network=net,
+                                    rank_order=rank_order) if sensitivity else None
     _plot(plot, lambda: plots.ledger(obj, title=title))
     if as_json:
-        _emit_json(obj | ({"evidence": ev.as_json() if ev else None} if evidence else {}))
+        _emit_json(obj | ({"evidence": ev.as_json() if ev else None} if evidence else {})
+                   | ({"sensitivity": [r.as_json() for r in sens]} if sens else {}))
         return
     reports.print_breakdown(_out(), b, title, (layout, fw, m))
+    if sens:
+        _out().print(reports.sensitivity_table(sens, "Which faster part buys the most (the same step, one rate "
+                                               "scaled, the fabric's topology kept)"))
     if not isinstance(framework_given, str):  # a launch script's own profile: say what its flags switched
         _out().print(fw.doc, style="dim", markup=False)
     if ev is not None:

@@ -77,6 +77,22 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str, fit: Fit | N
         console.print(f"[yellow]does not fit: {fit_reason(b, *(fit or ()))}[/yellow]")
 
 
+def sensitivity_table(rows: list[Any], title: str) -> Table:
+    """``estimate --sensitivity``: the step with each rate scaled, one row per resource."""
+    factors = sorted({r.factor for r in rows})
+    t = Table(title=title)
+    t.add_column("faster part")
+    for f in factors:
+        t.add_column(f"step at x{f:g}", justify="right")
+        t.add_column("speedup", justify="right")
+    t.add_column(f"elasticity (x{factors[0]:g})", justify="right")
+    for res in dict.fromkeys(r.resource for r in rows):
+        mine = {r.factor: r for r in rows if r.resource == res}
+        cells = [c for f in factors for c in (f"{mine[f].step_time_s:.4f}", f"{mine[f].speedup:.3f}x")]
+        t.add_row(mine[factors[0]].label, *cells, f"{mine[factors[0]].elasticity:+.2f}")
+    return t
+
+
 def fit_reason(b: StepBreakdown, layout: Layout | None = None, fw: Framework | None = None,
                model: ModelSpec | None = None) -> str:
     """Why a layout does not fit, naming the largest memory term and what reduces it; given the
