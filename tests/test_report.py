@@ -28,8 +28,11 @@ def test_the_report_is_the_commands_own_answers_on_one_page(tmp_path):
         "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", str(best["tp"]),
         "--pp", str(best["pp"]), "--cp", str(best["cp"]), "--vpp", str(best["vpp"]), "--micro-batch",
         str(best["micro_batch"]), "--global-batch", "256", "--seq-len", "4096", "--zero", str(best["zero_stage"]),
-        "--recompute", best["recompute"], "--json", "--no-evidence"]).stdout)
+        "--recompute", best["recompute"], "--json", "--no-evidence", "--sensitivity"]).stdout)
     assert d["step"]["step_time_s"] == est["step_time_s"] == best["step_time_s"]
+    # and its "which faster part" table is estimate --sensitivity of that layout
+    assert [(r["resource"], r["factor"], r["step_time_s"]) for r in d["sensitivity"]] == \
+        [(r["resource"], r["factor"], r["step_time_s"]) for r in est["sensitivity"]]
     # the run is that step through failures: its ledger sums to the peak, its step is the plan's
     run = d["run"]
     assert run["step_time_s"] == best["step_time_s"] and run["layout"] == best["layout"]
@@ -38,7 +41,8 @@ def test_the_report_is_the_commands_own_answers_on_one_page(tmp_path):
     md = (out / "report.md").read_text()
     for fig in ("plan.png", "step.png", "run.png", "goodput.png", "compare.png"):
         assert (out / fig).read_bytes()[:4] == b"\x89PNG" and f"]({fig})" in md
-    assert best["layout"] in md and "How far to trust it" in md
+    assert best["layout"] in md and "How far to trust it" in md and "Which faster part buys the most" in md
+    assert "| scale-out bandwidth (NIC) | " in md
 
 
 def test_a_report_directory_that_is_a_file_is_refused_before_any_work(tmp_path):

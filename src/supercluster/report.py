@@ -15,7 +15,7 @@ from typing import Any
 
 from . import plots
 from .errors import InputError, require
-from .estimate import estimate
+from .estimate import default_network, estimate
 from .evidence import evidence_for, no_runs_line
 from .fabric import build_fabric, fabric_summary
 from .framework import Framework
@@ -24,6 +24,7 @@ from .models import ModelSpec
 from .planner import compare_gpus, plan
 from .reports import breakdown_json
 from .run import RunOptions, analyse_run
+from .sensitivity import sensitivity
 from .units import GiB
 
 
@@ -36,6 +37,9 @@ def build(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, s
                precisions=precisions, top=10)
     lay = res.best.layout
     b = estimate(model, gpu=gpu, num_gpus=num_gpus, layout=lay, framework=framework)
+    net = default_network(gpu, num_gpus=num_gpus)
+    sens = [r.as_json() | {"label": r.label}
+            for r in sensitivity(model, gpu=gpu, num_gpus=num_gpus, layout=lay, framework=framework, network=net)]
     step = breakdown_json(b, (lay, framework, model), model=model.key, gpu=gpu.key, gpus=num_gpus,
                           layout=lay.short(), framework=framework.key)
     run = analyse_run(model, gpu, num_gpus, framework=framework, layout=lay, tokens=tokens, options=options).summary()
@@ -48,7 +52,8 @@ def build(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, s
     return {"job": {"model": model.key, "model_name": model.name, "gpu": gpu.key, "gpu_name": gpu.name,
                     "gpus": num_gpus, "global_batch": global_batch, "seq_len": seq_len, "framework": framework.key,
                     "precisions": list(precisions), "tokens": run["tokens"], "rates": options.rates},
-            "plan": res.to_json(), "step": step, "run": run, "fabric": fabric, "compare": others,
+            "plan": res.to_json(), "step": step, "sensitivity": sens, "run": run, "fabric": fabric,
+            "compare": others,
             "evidence": ev.as_json() if ev else None,
             "evidence_line": ev.line() if ev else no_runs_line(model)}
 
@@ -117,6 +122,15 @@ def _markdown(report: dict[str, Any], figures: dict[str, Any]) -> str:
         "",
         "![step](step.png)",
         "",
+        "## Which faster part buys the most",
+        "",
+        "The same step priced with one hardware rate scaled, the rest and the fabric's topology kept "
+        "(`supercluster estimate --sensitivity`):",
+        "",
+        "| faster part | step at x1.1 | speedup | step at x2 | speedup |",
+        "|---|---|---|---|---|",
+        *_sensitivity_rows(report["sensitivity"]),
+        "",
         "## The whole run, from peak FLOPs to useful work",
         "",
         "![run](run.png)",
@@ -140,6 +154,14 @@ def _markdown(report: dict[str, Any], figures: dict[str, Any]) -> str:
         if "compare.png" in figures:
             lines += ["![compare](compare.png)", ""]
     return "\n".join(lines)
+
+
+def _sensitivity_rows(rows: list[dict[str, Any]]) -> list[str]:
+    by: dict[str, dict[float, dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["label"], {})[r["factor"]] = r
+    return [f"| {label} | " + " | ".join(f"{r['step_time_s']:.3f} s | {r['speedup']:.3f}x"
+                                         for _, r in sorted(fs.items())) + " |" for label, fs in by.items()]
 
 
 def check_out(out_dir: str) -> None:
