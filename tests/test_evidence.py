@@ -47,9 +47,11 @@ def test_evidence_loosens_the_match_until_enough_runs_remain():
     assert loose is not None and "none shipped" not in loose.basis
     moe = evidence_for(load_model("qwen3-30b-a3b"), get_gpu("b200"), "nemo-megatron", "fp8", 8, 4096)
     assert moe is not None and moe.basis.endswith("MoE, 8/4-bit")
-    # the closest published run is this very configuration's (Megatron-Bridge 25.11, 8 B200, MXFP8)
-    assert moe.nearest[0] == "MB2511-QWEN3-30B-B200-mxfp8-8" and len(moe.nearest) == 3
-    assert set(moe.nearest) <= set(moe.ids) and "closest: MB2511-QWEN3-30B-B200-mxfp8-8" in moe.line()
+    # the closest published runs are this very configuration's, on this very GPU (Megatron-Bridge 25.09, 25.11
+    # and 26.02, 8 B200, 4K tokens), before the same runs on GB200 or GB300
+    assert moe.nearest == ("MB2509-QWEN3-30B-B200-fp8cs-8", "MB2511-QWEN3-30B-B200-mxfp8-8",
+                           "MB2602-QWEN3-30B-B200-mxfp8-8")
+    assert set(moe.nearest) <= set(moe.ids) and f"closest: {moe.nearest[0]}" in moe.line()
     assert get_framework("torchtitan-2024+compile").family == "torchtitan"
 
 

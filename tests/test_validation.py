@@ -101,7 +101,7 @@ KNOWN_MEMORY_MISSES = {"NAR-T2-ZeRO3-530B-640", "DGXC-N4-340B-bf16-128"}
 # Held-out MoE recipes predicted not to fit: they recompute modules or offload (Megatron-Core
 # recompute_modules, paged stash) and the published tables do not say which each container version
 # used (the GPT-OSS configs read name layernorm + moe_act for some). Listed so that a change that
-# makes more MoE runs "not fit" shows up; 31 of the 38 scored MoE rows fit (with bf16 gradients;
+# makes more MoE runs "not fit" shows up; 47 of the 57 scored MoE rows fit (with bf16 gradients;
 # the recipes' precision-aware optimizer keeps Adam's moments in BF16, not priced). DeepSeek-V3's own run
 # (2,048 H800, PP16 EP64, micro-batch not published) is priced at about 136 GiB with DualPipe's two
 # parameter copies and pp + 1 micro-batches in flight: its report lists savings the model does not
@@ -111,6 +111,9 @@ KNOWN_MEMORY_MISSES = {"NAR-T2-ZeRO3-530B-640", "DGXC-N4-340B-bf16-128"}
 KNOWN_MOE_MEMORY_MISSES = {"DSV3-REPORT-H800-2048",
     "MB2511-QWEN3-30B-H100-SXM-fp8cs-16", "MB2511-GPTOSS-120B-B200-bf16-64", "MB2511-GPTOSS-120B-H100-SXM-bf16-64",
     "MB2602-DSV3-GB300-mxfp8-256", "MB2602-DSV3-GB200-mxfp8-256", "MB2511-DSV3-GB200-bf16-256",
+    # NeMo 25.09: the same Qwen3 30B H100 layout as 25.11's; DeepSeek-V3 with its MTP module on 256 GB200 at
+    # PP 4 and on 1,024 H100 (whose later recipe recomputes mla_up_proj and mlp)
+    "MB2509-QWEN3-30B-H100-SXM-fp8cs-16", "MB2509-DSV3-GB200-fp8cs-256", "MB2509-DSV3-H100-SXM-fp8cs-1024",
 }
 
 
@@ -133,12 +136,14 @@ def test_published_layouts_are_predicted_to_fit():
             if not b.fits:
                 (moe_over if held_moe else over).append(row["id"])
     assert set(over) == KNOWN_MEMORY_MISSES
-    assert set(moe_over) <= KNOWN_MOE_MEMORY_MISSES and moe_rows >= 38
+    assert set(moe_over) <= KNOWN_MOE_MEMORY_MISSES and moe_rows >= 57
 
 
 def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     """Other published runs (Megatron-Bridge tables, torchtitan A100): a check, not a target
-    (regression bounds on today's figures). Dense: worst the torchtitan CP 4 row at 128K (-27 %);
+    (regression bounds on today's figures). Dense: worst NeMo 25.09's Llama 3.1 405B in MXFP8 on 128
+    GB200 (-30 %: measured slower than the same layout on 128 B200, 578 against 622 tokens/s a GPU)
+    and the torchtitan CP 4 row at 128K (-27 %);
     GB300 runs +4..+13 % (GB300 GEMM fractions are B300's: no GB300 measurement). MoE: the large
     ones (DeepSeek-V3, Qwen3 235B) on NVL72 racks within 12 %; on 8-GPU nodes with the all-to-all
     dispatcher (a host sync per layer, no CUDA graphs) and for the small ones (Qwen3 30B-A3B,
@@ -159,7 +164,7 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     dense = [r for r in rows if r not in moe and r not in mpt and r not in hybrid and r not in mzoo]
     mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe),
                                                                             ("mpt", mpt), ("hybrid", hybrid))}
-    assert mape["dense"] <= 0.08 and max(abs(r.error) for r in dense) <= 0.30
+    assert mape["dense"] <= 0.08 and max(abs(r.error) for r in dense) <= 0.31
     assert len(hybrid) == 9 and mape["hybrid"] <= 0.19 and max(abs(r.error) for r in hybrid) <= 0.25
     assert mape["moe"] <= 0.27
     # Megatron-MoE-ModelZoo, H100 (code branches of mid-2025; DeepEP's dispatcher on five of six, priced
@@ -186,7 +191,9 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     # quarter of their per-GPU rate: -68 %, reported, not bounded here)
     large_nvl72 = [r for r in moe if r.id.startswith("MB") and ("GB200" in r.id or "GB300" in r.id)
                    and ("DSV3" in r.id or "235B" in r.id)]
-    assert len(large_nvl72) >= 8 and max(abs(r.error) for r in large_nvl72) <= 0.12
+    assert len(large_nvl72) >= 13 and max(abs(r.error) for r in large_nvl72) <= 0.20
+    # (NeMo 25.09's token-drop runs on 64-256 GB200 read -19 .. -15 %; 25.11 and 26.02's within 12 %)
+    assert max(abs(r.error) for r in large_nvl72 if not r.id.startswith("MB2509")) <= 0.12
     r = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["mape"] == res["mape"]
 

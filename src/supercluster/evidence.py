@@ -117,6 +117,7 @@ class _Run:
     active_params: float
     gpus: int
     seq_len: int
+    gpu: str = ""
 
 
 @cache
@@ -135,7 +136,8 @@ def _runs() -> tuple[_Run, ...]:
             except InputError:
                 continue
             out.append(_Run(set_name, row["id"], fw.family, arch, model_kind(spec),
-                            _low(parse_precision(row.get("precision", ""))), float(spec.num_active_params), gpus, seq))
+                            _low(parse_precision(row.get("precision", ""))), float(spec.num_active_params), gpus, seq,
+                            (row.get("gpu") or "").strip()))
     return tuple(out)
 
 
@@ -155,10 +157,11 @@ def _error(set_name: str, run_id: str) -> float | None:
 NEAREST = 3
 
 
-def _distance(r: _Run, active: float, gpus: int | None, seq_len: int | None) -> float:
+def _distance(r: _Run, active: float, gpus: int | None, seq_len: int | None, gpu: str = "") -> float:
     """How far a run is from the configuration: orders of magnitude apart in active parameters, half
-    weight on GPU count, a quarter on sequence length (a display order only)."""
-    d = abs(math.log(r.active_params / active))
+    weight on GPU count, a quarter on sequence length, and half a unit for another GPU of the
+    architecture (a display order only)."""
+    d = abs(math.log(r.active_params / active)) + (0.5 if gpu and r.gpu != gpu else 0.0)
     if gpus:
         d += 0.5 * abs(math.log(r.gpus / gpus))
     if seq_len:
@@ -186,7 +189,8 @@ def evidence_for(model: ModelSpec, gpu: GpuSpec, framework: str, precision: str,
     for basis, match in bases:
         picked = [(r, e) for r in _runs() if match(r) and (e := _error(r.set_name, r.id)) is not None]
         if len(picked) >= MIN_RUNS:
-            near = sorted(picked, key=lambda x: (_distance(x[0], active, num_gpus, seq_len), x[0].id))[:NEAREST]
+            near = sorted(picked, key=lambda x: (_distance(x[0], active, num_gpus, seq_len, gpu.key),
+                                                 x[0].id))[:NEAREST]
             return Evidence(basis, tuple(r.id for r, _ in picked), tuple(e for _, e in picked),
                             tuple(r.id for r, _ in near))
     return None

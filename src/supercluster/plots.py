@@ -102,9 +102,14 @@ def validation(rows: Sequence[dict[str, Any]], *, title: str, group: str = "kind
         ax.scatter([r["measured_step_time_s"] for r in sel], [r["predicted_step_time_s"] for r in sel], s=22,
                    color=cmap(i % cmap.N), edgecolors="white", linewidths=0.4, label=f"{name} ({len(sel)})",
                    zorder=3)
+    placed: list[tuple[float, float]] = []
     for r in sorted(pts, key=lambda r: -abs(r["error"]))[:label_worst]:
-        ax.annotate(f"{r['id']} {100 * r['error']:+.0f} %", (r["measured_step_time_s"], r["predicted_step_time_s"]),
-                    fontsize=6.5, xytext=(4, -3), textcoords="offset points")
+        xy = (r["measured_step_time_s"], r["predicted_step_time_s"])
+        # a label beside an already named point goes one line lower instead of over it
+        near = sum(abs(math.log10(xy[0] / x)) < 0.05 and abs(math.log10(xy[1] / y)) < 0.05 for x, y in placed)
+        placed.append(xy)
+        ax.annotate(f"{r['id']} {100 * r['error']:+.0f} %", xy, fontsize=6.5, xytext=(4, -3 - 8 * near),
+                    textcoords="offset points")
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (s)",
            ylabel="predicted step time (s)", title=title)
     ax.legend(fontsize=7.5, loc="upper left", title=group, title_fontsize=8)
