@@ -36,10 +36,10 @@ def build(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, s
     res = plan(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len, framework=framework,
                precisions=precisions, top=10)
     lay = res.best.layout
-    b = estimate(model, gpu=gpu, num_gpus=num_gpus, layout=lay, framework=framework)
     net = default_network(gpu, num_gpus=num_gpus)
-    sens = [r.as_json() | {"label": r.label}
-            for r in sensitivity(model, gpu=gpu, num_gpus=num_gpus, layout=lay, framework=framework, network=net)]
+    b = estimate(model, gpu=gpu, num_gpus=num_gpus, layout=lay, framework=framework, network=net)
+    sens = [r.as_json() for r in sensitivity(model, gpu=gpu, num_gpus=num_gpus, layout=lay, framework=framework,
+                                             network=net)]
     step = breakdown_json(b, (lay, framework, model), model=model.key, gpu=gpu.key, gpus=num_gpus,
                           layout=lay.short(), framework=framework.key)
     run = analyse_run(model, gpu, num_gpus, framework=framework, layout=lay, tokens=tokens, options=options).summary()
@@ -127,8 +127,6 @@ def _markdown(report: dict[str, Any], figures: dict[str, Any]) -> str:
         "The same step priced with one hardware rate scaled, the rest and the fabric's topology kept "
         "(`supercluster estimate --sensitivity`):",
         "",
-        "| faster part | step at x1.1 | speedup | step at x2 | speedup |",
-        "|---|---|---|---|---|",
         *_sensitivity_rows(report["sensitivity"]),
         "",
         "## The whole run, from peak FLOPs to useful work",
@@ -157,11 +155,15 @@ def _markdown(report: dict[str, Any], figures: dict[str, Any]) -> str:
 
 
 def _sensitivity_rows(rows: list[dict[str, Any]]) -> list[str]:
+    """The sensitivity as a markdown table: one row per resource, a step and a speedup per factor."""
+    factors = sorted({r["factor"] for r in rows})
     by: dict[str, dict[float, dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(r["label"], {})[r["factor"]] = r
-    return [f"| {label} | " + " | ".join(f"{r['step_time_s']:.3f} s | {r['speedup']:.3f}x"
-                                         for _, r in sorted(fs.items())) + " |" for label, fs in by.items()]
+    head = ["| faster part | " + " | ".join(f"step at x{f:g} | speedup" for f in factors) + " |",
+            "|---|" + "---|---|" * len(factors)]
+    return head + [f"| {label} | " + " | ".join(f"{fs[f]['step_time_s']:.3f} s | {fs[f]['speedup']:.3f}x"
+                                                for f in factors) + " |" for label, fs in by.items()]
 
 
 def check_out(out_dir: str) -> None:

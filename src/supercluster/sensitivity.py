@@ -69,8 +69,8 @@ class Sensitivity:
         return math.log(self.step_time_s / self.base_step_time_s) / math.log(self.factor)
 
     def as_json(self) -> dict[str, float | str]:
-        return {"resource": self.resource, "factor": self.factor, "step_time_s": self.step_time_s,
-                "speedup": self.speedup, "elasticity": self.elasticity}
+        return {"resource": self.resource, "label": self.label, "factor": self.factor,
+                "step_time_s": self.step_time_s, "speedup": self.speedup, "elasticity": self.elasticity}
 
 
 def scaled_gpu(gpu: GpuSpec, resource: str, factor: float) -> GpuSpec:
