@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -380,3 +381,10 @@ def test_multi_query_configs_have_one_kv_head():
     falcon40 = from_hf_config({"model_type": "RefinedWeb", "hidden_size": 8192, "n_layer": 60, "n_head": 128,
                                "n_head_kv": 8, "vocab_size": 65024})
     assert falcon40.num_kv_heads == 8 and falcon40.mlp_mats == 2
+
+
+def test_llama4_maverick_preset_is_its_hugging_face_config():
+    # the preset (which the held-out Llama 4 rows take their structure from) is the import of Meta's config
+    preset, hf = load_model("llama4-maverick"), from_hf_config({"model_type": "llama4", "text_config": MAVERICK_TEXT})
+    same = ("key", "name", "seq_len", "source")
+    assert dataclasses.replace(preset, **{k: getattr(hf, k) for k in same}) == hf
