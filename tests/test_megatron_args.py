@@ -324,8 +324,9 @@ def test_nvfp4_travels_as_megatron_fp4_flags_and_is_refused_where_a_launcher_has
 
 
 def test_deepep_dispatch_sends_each_token_once_per_node():
-    """DeepEP's internode dispatch (Megatron --moe-enable-deepep): a token crosses once to every node
-    holding any of its experts; hand-worked for Qwen3 235B's 128 experts, top-8, over four nodes."""
+    """DeepEP's dispatch (Megatron --moe-enable-deepep): a token crosses once to every node, and goes
+    once to every rank, holding any of its experts; hand-worked for Qwen3 235B's 128 experts, top-8,
+    over four nodes and over the eight ranks of one."""
     from math import comb
 
     from supercluster.estimate import default_network, estimate
@@ -346,7 +347,11 @@ def test_deepep_dispatch_sends_each_token_once_per_node():
     within = Layout(tp=1, pp=8, vpp=4, dp=32, ep=8, global_batch=2048, seq_len=4096, zero_stage=1)
     plain, deep = get_framework("megatron"), get_framework("megatron+deepep")
     assert ep_comm(across, deep) < 0.6 * ep_comm(across, plain)  # EP 32 spans four nodes
-    assert ep_comm(within, deep) == ep_comm(within, plain)  # one node: nothing crosses
+    # one node: nothing crosses, but each rank gets a token once however many of its experts it holds
+    # (16 of 128 a rank: 8 x (1 - C(112, 8) / C(128, 8)) = 5.3 ranks of 8 copies); latency stays
+    share, t_plain, t_deep = node_dedup_factor(128, 8, 8), ep_comm(within, plain), ep_comm(within, deep)
+    assert share == pytest.approx(1 - comb(112, 8) / comb(128, 8), rel=1e-12)
+    assert share * t_plain < t_deep < t_plain and t_deep == pytest.approx(share * t_plain, rel=0.05)
     # the launch flags carry it both ways
     text = launchers.export(across, "megatron", m, deep)
     assert "--moe-token-dispatcher-type flex --moe-enable-deepep" in text

@@ -39,7 +39,7 @@ import numpy as np
 from .errors import InputError, is_whole, require, subtable
 from .framework import hbm_frac
 from .hardware import GpuSpec
-from .network import KINDS, Array
+from .network import KINDS, Array, TokenDispatch
 
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -237,7 +237,7 @@ class MeasuredNetwork:
         raise InputError("profile", "has no [collectives] measurements: calibrate with --nproc >= 2")
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
-                          dedup: tuple[float, float] | None = None) -> Array:
+                          dedup: TokenDispatch | None = None) -> Array:
         """(``dedup``: a measured collective has no domains to skip, so only the fallback applies it.)"""
         require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
         g = np.asarray(group_size, dtype=float)

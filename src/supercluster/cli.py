@@ -71,11 +71,12 @@ GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
 FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
-                                                  "hai-llm | megatron-legacy | deepspeed-legacy | torchtitan-2024 "
-                                                  "(supercluster catalog frameworks); +compile for "
+                                                  "hai-llm | megatron-legacy | deepspeed-legacy | torchtitan-2024 | "
+                                                  "automodel (supercluster catalog frameworks); +compile for "
                                                   "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
                                                   "+embedding-split (embedding and head take a layer's place in "
-                                                  "the pipeline split)")]
+                                                  "the pipeline split), +round-robin-gate (a benchmark's fixed "
+                                                  "gate: token i to experts ik ... ik + k - 1)")]
 
 
 def _plot_path(path: str | None) -> str | None:
@@ -226,8 +227,9 @@ def estimate(
                                                   "(sets vpp)")] = None,
     framework: Annotated[str | None, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | "
                                                   "composer | hai-llm | megatron-legacy | deepspeed-legacy | "
-                                                  "torchtitan-2024 (supercluster catalog frameworks); +compile, "
-                                                  "+ep-overlap, +deepep, +embedding-split [default: what --config "
+                                                  "torchtitan-2024 | automodel (supercluster catalog frameworks); "
+                                                  "+compile, +ep-overlap, +deepep, +embedding-split, "
+                                                  "+round-robin-gate [default: what --config "
                                                   "describes: "
                                                   "Megatron-LM as a script's flags set it (overlaps, gradient "
                                                   "precision, dropout), torchtitan (+compile) for a job TOML, "

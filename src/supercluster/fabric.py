@@ -31,6 +31,7 @@ from .network import (
     NVLINK_HOP_LATENCY_S,
     RING_BASE_LATENCY_S,
     Array,
+    TokenDispatch,
     hierarchical_time_s,
 )
 
@@ -356,7 +357,7 @@ class FabricNetwork:
         return lat[tier]
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
-                          dedup: tuple[float, float] | None = None) -> Array:
+                          dedup: TokenDispatch | None = None) -> Array:
         g = np.asarray(group_size, dtype=float)
         st = np.maximum(np.asarray(stride, dtype=float), 1.0)
         d = float(self.fabric.scaleup_domain)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ._toml import check_keys, load_package_toml
 from .errors import InputError, require
+from .network import ROUTERS
 
 ALIASES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
@@ -71,6 +72,10 @@ class Framework:
     #: --moe-token-dispatcher-type flex --moe-enable-deepep; DeepSeek-V3 report sec. 3.2.2): the
     #: cross-domain all-to-all bytes shrink by :func:`supercluster.network.node_dedup_factor`
     ep_node_dedup: bool = False
+    #: how the run's router spreads tokens over the experts (:data:`supercluster.network.ROUTERS`):
+    #: "random" (a balanced router) or "round-robin" (a benchmark's fixed gate, the "+round-robin-gate"
+    #: option); it decides how many ranks and nodes DeepEP's dispatch reaches per token
+    moe_router: str = "random"
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
@@ -101,9 +106,17 @@ class Framework:
     #: accumulates unsharded gradients (in the reduce dtype) over the micro-batches, reducing them
     #: once at the last: one gather and one reduce-scatter per step instead of per micro-batch
     fsdp_pp_unsharded: bool = False
+    #: ZeRO-3 / FSDP frees each layer's gathered parameters after its forward and gathers them again
+    #: for its backward (FSDP2 reshard_after_forward=True, the default); False keeps them gathered from
+    #: the forward to the backward: one gather per layer and micro-batch, the stage's weights whole
+    zero3_reshard_after_forward: bool = True
     #: where a run does not state its micro-batch size, the framework splits each DP rank's batch into
     #: this many micro-batches per pipeline stage it runs (pp x vpp in all); 0 = micro-batch 1
     pp_microbatches_per_stage: int = 0
+    #: optimizer-state bytes per parameter in 16-bit training: an fp32 master copy and Adam's fp32 m and
+    #: v (12, the mixed-precision default); 4 where the 16-bit parameters are the master and Adam keeps
+    #: its states in their dtype (torch.optim.Adam: zeros_like(param))
+    optimizer_bytes_per_param: float = 12.0
     #: peak bytes per logit the loss holds (default: fp32 logits and their fp32 gradient)
     loss_bytes_per_logit: float = 8.0
     #: the same where the framework compiles its loss under torch.compile (the "+compile" option);
@@ -165,12 +178,14 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head", "pp_split",
-                "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "cp_rotate", "cp_kv_repeated",
+                "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "moe_router", "cp_rotate", "cp_kv_repeated",
                 "pipeline_schedule",
                 "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "zero3_list_collectives", "fsdp_pp_unsharded",
+                "zero3_reshard_after_forward",
                 "zero3_gather_views_per_rank", "zero3_reduce_views_per_rank",
                 "tensor_parallel", "pipeline_parallel", "interleaved_pipeline",
-                "pp_microbatches_per_stage", "loss_bytes_per_logit", "compiled_loss_bytes_per_logit"}
+                "pp_microbatches_per_stage", "loss_bytes_per_logit", "optimizer_bytes_per_param",
+                "compiled_loss_bytes_per_logit"}
 
 
 @cache
@@ -184,6 +199,8 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.elementwise", "must be 'fused' or 'eager'")
         if t.get("cp_rotate", "p2p") not in ("p2p", "allgather"):
             raise InputError(f"framework {key}.cp_rotate", "must be 'p2p' or 'allgather'")
+        if t.get("moe_router", "random") not in ROUTERS:
+            raise InputError(f"framework {key}.moe_router", f"must be one of {', '.join(ROUTERS)}")
         if t.get("pipeline_schedule", "1f1b") not in ("1f1b", "dualpipe"):
             raise InputError(f"framework {key}.pipeline_schedule", "must be '1f1b' or 'dualpipe'")
         if t.get("pipeline_schedule") == "dualpipe" and t.get("interleaved_pipeline", True):
@@ -208,7 +225,12 @@ EP_OVERLAP_SUFFIX = "+ep-overlap"
 EMBED_SPLIT_SUFFIX = "+embedding-split"
 #: DeepEP's dispatcher (see :attr:`Framework.ep_node_dedup`)
 DEEPEP_SUFFIX = "+deepep"
-SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX)
+#: the run routes with a fixed round-robin gate instead of its learned router: token i of a micro-batch
+#: to experts i k ... i k + k - 1 (mod E). NeMo AutoModel's FakeBalancedGate (nemo_automodel
+#: components/moe/layers.py; every benchmark config sets fake_balanced_gate: true, and its performance
+#: summary notes "Fake balanced gate is enabled to simulate ideal expert routing").
+ROUND_ROBIN_SUFFIX = "+round-robin-gate"
+SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX, ROUND_ROBIN_SUFFIX)
 
 
 def _split_suffixes(name: str) -> tuple[str, list[str]]:
@@ -244,6 +266,8 @@ def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
         fw = replace(fw, key=fw.key + EP_OVERLAP_SUFFIX, ep_overlap=True, ep_overlap_bounded=True)
     if DEEPEP_SUFFIX in mods:
         fw = replace(fw, key=fw.key + DEEPEP_SUFFIX, ep_node_dedup=True)
+    if ROUND_ROBIN_SUFFIX in mods:
+        fw = replace(fw, key=fw.key + ROUND_ROBIN_SUFFIX, moe_router="round-robin")
     if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
         fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True, pp_split="even")
     return fw

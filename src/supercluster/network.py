@@ -14,6 +14,8 @@ All functions accept floats or equal-length numpy arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from math import gcd
 from typing import Protocol
 
 import numpy as np
@@ -34,11 +36,60 @@ class Network(Protocol):
     """What the cost model needs from a network."""
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
-                          dedup: tuple[float, float] | None = None) -> Array:
-        """Seconds for collective ``kind`` of ``size_bytes`` over ``group_size`` ranks; ``dedup``
-        (experts, top_k): an MoE dispatch that sends each token once per scale-up domain holding any
-        of its experts (:func:`node_dedup_factor`)."""
+                          dedup: TokenDispatch | None = None) -> Array:
+        """Seconds for collective ``kind`` of ``size_bytes`` over ``group_size`` ranks; ``dedup``: an
+        MoE dispatch that sends each token once per rank and once per scale-up domain holding any of
+        its experts (:class:`TokenDispatch`)."""
         ...
+
+
+#: how a benchmark's router assigns tokens to experts: "random" = each token's top-k experts drawn
+#: uniformly (a balanced learned router; Megatron-Core --moe-router-force-load-balancing draws random
+#: logits); "round-robin" = token i of a micro-batch goes to experts i k ... i k + k - 1 (mod E)
+#: (NeMo AutoModel's FakeBalancedGate, its benchmark configs' fake_balanced_gate: true)
+ROUTERS = ("random", "round-robin")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDispatch:
+    """An MoE dispatch that sends each token once to every rank, and across the scale-up domains
+    once to every domain, holding any of its ``top_k`` experts (DeepEP's kernels: intranode one copy
+    per destination rank, internode one RDMA copy per destination node forwarded over NVLink;
+    the DeepSeek-V3 report, sec. 3.2.2), instead of one copy per expert. The experts sit in equal
+    contiguous blocks on the group's ranks (rank r of g holds experts r E/g ... (r + 1) E/g - 1)."""
+
+    experts: float
+    top_k: float
+    router: str = "random"
+
+    def __post_init__(self) -> None:
+        require(self.router in ROUTERS, "router", f"unknown {self.router!r}; allowed: {', '.join(ROUTERS)}")
+
+    def factors(self, g: Array, n: Array, k: Array) -> tuple[np.ndarray, np.ndarray]:
+        """(rank share, domain share): distinct ranks, and distinct domains, a token reaches, each as a
+        share of its top_k expert copies; over g ranks, n per scale-up domain, k domains."""
+        g, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (g, n, k)))
+        if self.router == "random":
+            return (node_dedup_factor(self.experts, self.top_k, g),
+                    node_dedup_factor(self.experts, self.top_k, k))
+        counts = np.vectorize(lambda gi, ni: _round_robin_reach(int(self.experts), int(self.top_k), int(gi),
+                                                                int(ni)), otypes=[float, float])
+        ranks, domains = counts(np.maximum(g, 1.0), np.maximum(n, 1.0))
+        return ranks / self.top_k, np.where(k > 1, domains / self.top_k, 1.0)
+
+
+@cache
+def _round_robin_reach(experts: int, top_k: int, g: int, n: int) -> tuple[float, float]:
+    """Mean distinct ranks and distinct scale-up domains that a round-robin router's tokens reach:
+    token i's experts are (i top_k + j) mod E, j < top_k; the pattern repeats every E / gcd(E, top_k)
+    tokens, so the mean over one period is the mean over a micro-batch of whole periods."""
+    period = experts // gcd(experts, top_k)
+    ranks = domains = 0
+    for i in range(period):
+        owners = {((i * top_k + j) % experts) * g // experts for j in range(top_k)}
+        ranks += len(owners)
+        domains += len({r // n for r in owners})
+    return ranks / period, domains / period
 
 
 def node_dedup_factor(experts: float, top_k: float, domains: Array) -> Array:
@@ -97,7 +148,7 @@ class TwoLevelNetwork:
         return local, np.ceil(g / local)
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
-                          dedup: tuple[float, float] | None = None) -> Array:
+                          dedup: TokenDispatch | None = None) -> Array:
         g = np.asarray(group_size, dtype=float)
         n, k = self.split(g, stride)
         return hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
@@ -107,12 +158,12 @@ class TwoLevelNetwork:
 
 def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k: Array, bu: Array, bo: Array,
                         au: Array, ao: Array, base: float, in_network: Array = False,
-                        dedup: tuple[float, float] | None = None) -> Array:
+                        dedup: TokenDispatch | None = None) -> Array:
     """Alpha-beta time of a collective over g = n x k ranks: n per scale-up domain (bus bandwidth bu,
     per-step latency au), k domains joined by the scale-out network (per-GPU bandwidth bo, per-step
     latency ao). ``in_network``: the scale-out all-reduce reduces in the switches (SHARP), which
-    halves its traffic (collectives.md sections 1 and 5). ``dedup`` (experts, top_k): an all-to-all
-    whose tokens cross once per domain (:func:`node_dedup_factor` of its cross-domain bytes)."""
+    halves its traffic (collectives.md sections 1 and 5). ``dedup``: an all-to-all whose tokens go once
+    to each rank and cross once to each domain holding their experts (:class:`TokenDispatch`)."""
     require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
     s = np.asarray(size_bytes, dtype=float)
     log_k = np.log2(np.maximum(k, 1.0))
@@ -122,9 +173,11 @@ def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k
     if kind == "all_to_all":
         # A fraction (n-1)/g of the buffer stays in the domain, (g-n)/g leaves it (section 5).
         remote = s * (g - n) / g / bo
+        intra = s * (n - 1) / g / bu
         if dedup is not None:
-            remote = remote * node_dedup_factor(dedup[0], dedup[1], k)
-        bw = s * (n - 1) / g / bu + remote
+            per_rank, per_domain = dedup.factors(g, n, k)
+            intra, remote = intra * per_rank, remote * per_domain
+        bw = intra + remote
         lat = (n - 1) * au + (k - 1) * ao
     else:
         # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a

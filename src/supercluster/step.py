@@ -51,7 +51,7 @@ from .framework import (
 from .hardware import GpuSpec
 from .layout import Layout
 from .models import GATED, ModelSpec
-from .network import Network
+from .network import Network, TokenDispatch
 from .schedule import chunk_durations, makespan, makespan_bound
 from .units import GiB
 
@@ -441,8 +441,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         s_ep = np.where(etp == tp, s_dpcp, s_tp * etp)
         # (a latent MoE dispatches its tokens at the experts' latent width)
         hx = float(model.expert_width)
-        # (DeepEP: each token crosses once to every node holding any of its experts)
-        dedup = {"dedup": (float(model.num_experts), float(model.top_k))} if fw.ep_node_dedup else {}
+        # (DeepEP: each token goes once to every rank, and crosses once to every node, holding any of
+        # its experts; where they are depends on how the router spreads them)
+        dedup = {"dedup": TokenDispatch(float(model.num_experts), float(model.top_k), fw.moe_router)
+                 } if fw.ep_node_dedup else {}
         a2a = net.collective_time_s("all_to_all", tok_sp * model.top_k * hx * el, ep, s_ep, **dedup)
         tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * hx * el, etp,
                                                             s_tp), 0.0)
@@ -619,7 +621,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ag3 = n_coll * view_ag + np.maximum(ag3, n_coll * launch)
     # (per micro-batch; once a step where FSDP keeps a pipeline stage gathered, below)
     host = np.where((pp > 1) & fw.fsdp_pp_unsharded, 1.0, m) * n_rs * (launch + view_rs)
-    ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute))
+    # (a framework that keeps the parameters gathered from the forward to the backward gathers once)
+    ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute)) * float(fw.zero3_reshard_after_forward)
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
     # backward gathers and the gradient reduce-scatters together (one window, shared).
     if fw.dp_overlap:
@@ -943,10 +946,18 @@ def _memory(model: ModelSpec, fw: Framework, tp: np.ndarray, etp: np.ndarray, pp
         # Under PP the stage stays gathered and its gradients accumulate unsharded in the reduce dtype
         # until the last micro-batch's reduce-scatter, which frees them (so the peak holds the whole
         # gradients, not the shard as well): ZeRO-2 and -3 then hold what ZeRO-1 holds.
+        # (experts that no data-parallel group shards stay outside FSDP: plain gradients, stored bytes)
         keep = (zero >= 2) & (pp > 1)
         weights = np.where(keep, local * w_bytes, weights)
-        grads = np.where(keep, local * fw.grad_reduce_bytes, grads)
-    optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, 12.0)  # (fp32 master,) Adam m and v
+        kept = dense_params * fw.grad_reduce_bytes + expert_params * np.where(edpg > 1, fw.grad_reduce_bytes,
+                                                                              fw.grad_bytes)
+        grads = np.where(keep, kept, grads)
+    if not fw.zero3_reshard_after_forward:
+        # the gathered parameters stay from each layer's forward to its backward: at the turn of a
+        # micro-batch every layer of the stage is gathered
+        weights = np.where(zero >= 3, local * w_bytes, weights)
+    # (fp32 master,) Adam m and v: 12 bytes, or what the framework keeps (16-bit parameters as the master)
+    optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, fw.optimizer_bytes_per_param)
     # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
     # SP-shardable: the two LN inputs (2 B), the QKV and FC1 inputs and, with dropout, two masks (1 B);
     # a dropout of probability 0 saves no mask (PyTorch returns its input). Transformer Engine saves a
