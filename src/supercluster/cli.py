@@ -212,6 +212,10 @@ def estimate(
                                             "and the framework interleaves, else 1]")] = None,
     micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
     global_batch: GbsOpt = 2048,
+    grad_accum: Annotated[int, typer.Option(help="gradient-accumulation steps, each its own pipeline schedule "
+                                            "with its own fill and drain (torchtitan, NeMo AutoModel: global "
+                                            "batch / (dp x local batch)); 1 = one schedule a step (Megatron)")]
+    = 1,
     seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | fp4")] = "bf16",
     recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
@@ -279,7 +283,7 @@ def estimate(
     load_model(model)
     get_gpu(gpu)
     for field, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("micro_batch", micro_batch),
-                         ("global_batch", global_batch), ("seq_len", seq_len)):
+                         ("global_batch", global_batch), ("seq_len", seq_len), ("grad_accum", grad_accum)):
         if value <= 0:
             raise InputError(field, f"must be a positive integer, got {value}")
     if vpp is None and pp_layout is not None:
@@ -304,7 +308,7 @@ def estimate(
                     sequence_parallel=sequence_parallel, recompute_layers=recompute_layers,
                     expert_tp=expert_tp or None,
                     recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
-                    pp_layout=pp_layout)
+                    pp_layout=pp_layout, grad_accum=grad_accum)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence, plot,
                         sensitivity)
@@ -606,7 +610,8 @@ StorageOpt = Annotated[float | None, _num(help="checkpoint storage GB/s (default
 IntervalOpt = Annotated[float | None, _num(help="checkpoint interval in minutes (default: best in simulation)")]
 PueOpt = Annotated[float, _num(help="facility PUE")]
 PriceOpt = Annotated[float | None, _num(help="price of a GPU-hour in USD (default: ownership cost)")]
-LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4 (default: the planner's best)")]
+LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4, -ga4 for four pipeline "
+                                                   "schedules a step (default: the planner's best)")]
 RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full (with --layout)")]
 
 

@@ -100,8 +100,9 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
 def _tt_sections(layout: Layout, model: ModelSpec | None = None,
                  framework: Framework | None = None) -> dict[str, dict[str, Any]]:
     """torchtitan's job config (torchtitan/config/job_config.py) for ``layout``. Under pipeline
-    parallelism a step is one schedule pass: each data-parallel rank's whole batch as its
-    ``local_batch_size``, cut into ``pipeline_parallel_microbatch_size`` micro-batches; without it,
+    parallelism a step is ``grad_accum`` schedule passes (one by default): each data-parallel rank's
+    batch, or that share of it, as its ``local_batch_size``, cut into
+    ``pipeline_parallel_microbatch_size`` micro-batches, torchtitan accumulating the passes; without it,
     ``local_batch_size`` is the micro-batch and torchtitan accumulates gradients up to
     ``global_batch_size``. Interleaved chunks are placed by split points: the explicit layout's, or
     torchtitan's own split of the model's layers (generate_split_points, what the torchtitan
@@ -121,7 +122,7 @@ def _tt_sections(layout: Layout, model: ModelSpec | None = None,
     if layout.pp > 1:
         par["pipeline_parallel_schedule"] = TT_SCHEDULE[layout.vpp > 1]
         par["pipeline_parallel_microbatch_size"] = layout.micro_batch
-        training["local_batch_size"] = layout.global_batch // layout.dp
+        training["local_batch_size"] = layout.global_batch // (layout.dp * layout.grad_accum)
         if layout.pp_layout is not None:
             par["pipeline_parallel_split_points"] = _tt_split_points(layout.pp_layout)
         elif layout.vpp > 1:
@@ -212,6 +213,9 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
     require(fmt != "deepspeed" or layout.pp_layout is None, "pp_layout",
             "DeepSpeed's config has no explicit pipeline layout (its PipelineModule partitions in code); "
             "export to megatron or torchtitan")
+    require(fmt == "torchtitan" or layout.pp == 1 or layout.grad_accum == 1, "grad_accum",
+            f"{fmt} runs every micro-batch of a step in one pipeline schedule; {layout.grad_accum} schedules a step "
+            "is torchtitan's gradient accumulation under PP (export to torchtitan, or use grad_accum 1)")
     require(fmt != "deepspeed" or layout.vpp == 1, "vpp",
             f"DeepSpeed's pipeline engine runs 1F1B over contiguous stages, with no interleaved schedule; "
             f"got vpp {layout.vpp} (use vpp 1, or export to megatron or torchtitan)")
@@ -344,6 +348,11 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int
     # under PP the schedule cuts the local batch into micro-batches of this size (torchtitan's default 1)
     micro = _as_int("pipeline_parallel_microbatch_size", par.get("pipeline_parallel_microbatch_size", 1)) \
         if pp > 1 else local
+    # under PP each local batch is one schedule pass, and torchtitan accumulates up to the global batch
+    require(pp == 1 or gbs % (local * dp) == 0, "global_batch_size",
+            f"{gbs} must be a multiple of local_batch_size x data-parallel degree = {local} x {dp} under pipeline "
+            "parallelism (each local batch is one schedule pass)")
+    ga = gbs // (local * dp) if pp > 1 else 1
     resh = par.get("fsdp_reshard_after_forward", "default")
     zero = 0 if shard == 1 else (2 if resh == "never" else 3)  # FSDP2 has no ZeRO-1
     mode = subtable(cfg, "activation_checkpoint").get("mode", "selective")
@@ -361,7 +370,7 @@ def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int
     return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro, global_batch=gbs,
                   seq_len=_as_int("seq_len", tr.get("seq_len", 2048)), precision="fp8" if fp8 else "bf16",
                   recompute=str(mode), zero_stage=zero, sequence_parallel=tp > 1, pp_layout=pp_layout,
-                  expert_tp=etp if etp != tp else None)
+                  expert_tp=etp if etp != tp else None, grad_accum=ga)
 
 
 def torchtitan_compiles(text: str) -> bool:

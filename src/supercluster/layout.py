@@ -52,9 +52,14 @@ class Layout:
     #: an explicit pipeline layout, Megatron-Core --pipeline-model-parallel-layout notation
     #: (:mod:`supercluster.pplayout`); None = the framework's own split
     pp_layout: str | None = None
+    #: gradient-accumulation steps, each its own pipeline schedule with its own fill and drain
+    #: (torchtitan and NeMo AutoModel run global batch / (dp x local batch) of them, each a
+    #: schedule.step over local batch / micro-batch micro-batches); 1 = every micro-batch of the step
+    #: in one schedule (Megatron-LM, DeepSpeed's PipelineEngine)
+    grad_accum: int = 1
 
     def __post_init__(self) -> None:
-        for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len"):
+        for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len", "grad_accum"):
             v = getattr(self, f)
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f,
                     f"must be a positive integer, got {v!r}")
@@ -84,6 +89,9 @@ class Layout:
         require(self.global_batch % per_step == 0, "global_batch",
                 f"{self.global_batch} must be a multiple of dp x micro_batch = {self.dp} x {self.micro_batch}"
                 f" = {per_step}")
+        require(self.num_microbatches % self.grad_accum == 0, "grad_accum",
+                f"{self.grad_accum} must divide the {self.num_microbatches} micro-batches per data-parallel rank "
+                f"(global_batch / (dp x micro_batch) = {self.global_batch} / ({self.dp} x {self.micro_batch}))")
         etp = self.etp
         require(isinstance(etp, int) and not isinstance(etp, bool) and etp >= 1 and self.tp % etp == 0,
                 "expert_tp", f"must divide tp = {self.tp}, got {self.expert_tp!r}")
@@ -115,6 +123,11 @@ class Layout:
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def schedule_microbatches(self) -> int:
+        """Micro-batches in each pipeline schedule (the step runs ``grad_accum`` of them)."""
+        return self.num_microbatches // self.grad_accum
 
     def check_model(self, model: ModelSpec, extra_pp_layers: int = 0) -> None:
         """Divisibility rules that depend on the model; errors name every number. ``extra_pp_layers``:
@@ -162,10 +175,11 @@ class Layout:
         for part in text.lower().replace("_", "-").split("-"):
             if not part:
                 continue
-            m = re.fullmatch(r"(tp|pp|dp|cp|ep|etp|vpp|mb)(\d+)", part)
+            m = re.fullmatch(r"(tp|pp|dp|cp|ep|etp|vpp|mb|ga)(\d+)", part)
             if not m:
-                raise InputError("layout", f"cannot read {part!r} in {text!r}; use e.g. tp8-pp16-dp128-cp1-ep1-vpp1")
-            name = {"mb": "micro_batch", "etp": "expert_tp"}.get(m.group(1), m.group(1))
+                raise InputError("layout", f"cannot read {part!r} in {text!r}; use e.g. tp8-pp16-dp128-cp1-ep1-vpp1 "
+                                           "(also etp, mb, ga)")
+            name = {"mb": "micro_batch", "etp": "expert_tp", "ga": "grad_accum"}.get(m.group(1), m.group(1))
             fields[name] = int(m.group(2))
         return cls(**fields)  # type: ignore[arg-type]
 
@@ -187,4 +201,6 @@ class Layout:
                 s += f"-{name}{getattr(self, name)}"
         if self.etp != self.tp:
             s += f"-etp{self.etp}"
+        if self.grad_accum > 1:
+            s += f"-ga{self.grad_accum}"
         return s

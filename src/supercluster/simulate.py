@@ -160,9 +160,10 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
             f"{fw.key} runs {fw.pipeline_schedule}, which the timeline does not lay out (it walks 1F1B and "
             "interleaved 1F1B); estimate prices its bubble by the DeepSeek-V3 report's formula")
     p, v = layout.pp, layout.vpp
-    m = layout.num_microbatches
-    require(v == 1 or m % p == 0, "micro_batch",
-            f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of pp = {p}")
+    m, ga = layout.num_microbatches, layout.grad_accum
+    ms = layout.schedule_microbatches  # each of the ga schedules runs ms micro-batches
+    require(v == 1 or ms % p == 0, "micro_batch",
+            f"the interleaved schedule needs the micro-batches per schedule ({ms}) to be a multiple of pp = {p}")
     stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
     out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(
         model, gpu, net, fw, layout_columns(layout, fw), stages=stages).items()}
@@ -175,7 +176,7 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     static = sum(out[k] for k in ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_other_bytes"))
     memory = tuple(static + float(stage_activation_bytes(sum(split[st]), out["mem_layer_activation_bytes"],
                                                          out["mem_extra_activation_bytes"], out["mem_logits_bytes"],
-                                                         p, v, m, st)) for st in range(p))
+                                                         p, v, ms, st)) for st in range(p))
 
     # Chunks carry their own work with exact_stages, or where the ledger itself prices an uneven
     # interleaving chunk by chunk; every stage is the heaviest one otherwise.
@@ -188,10 +189,11 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
         return (float(own[s, c, 0]), float(own[s, c, 1])) if by_chunks else (t_f, t_b)
 
     # the exposed pipeline send/receive time, one equal share at the end of every operation on the
-    # critical path (2 (m v + p - 1) of them)
+    # critical path (2 (m v + ga (p - 1)) of them)
     delta = out["pp_send_s"]
     rng = np.random.default_rng(seed)
-    orders = [schedule(s, p, v, m) for s in range(p)]
+    # the ga schedules one after another, their micro-batches numbered on
+    orders = [[(k, i + r * ms, c) for r in range(ga) for k, i, c in schedule(s, p, v, ms)] for s in range(p)]
     scale = {(s, op): (float(rng.lognormal(-jitter * jitter / 2.0, jitter)) if jitter > 0 else 1.0)
              for s in range(p) for op in orders[s]}
 

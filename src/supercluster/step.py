@@ -313,6 +313,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     mem_bw = gpu.hbm_bytes_per_s * hbm_frac()
 
     m = gbs / (dp * mb)
+    # gradient-accumulation steps run as separate pipeline schedules (torchtitan, NeMo AutoModel), each
+    # with its own fill and drain; ms micro-batches in each
+    ga = _col(cols, "ga") if "ga" in cols else np.ones_like(m)
+    ms = m / ga
     T = mb * seq / cp
     tok_sp = np.where(sp, T / tp, T)
     kv_local = np.maximum(k / tp, 1.0)
@@ -529,7 +533,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     else:
         Lh_first, Lh_last = Lh, Lh + mtp
         Lc, head_on = Lh + mtp, np.ones_like(t_layer)
-    bubble = (pp - 1.0) / vpp * t_stage
+    bubble = ga * (pp - 1.0) / vpp * t_stage
     dual = fw.pipeline_schedule == "dualpipe"
     if dual:
         # DualPipe (DeepSeek-V3 report Table 2): (pp/2 - 1)(F&B + B - 3W) per stage and micro-batch,
@@ -538,8 +542,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # GEMMs (one forward GEMM pass per layer)
         b_part = t_stage * (1.0 - fwd_share)
         w_part = t_stage * t_gemm_f / np.maximum(t_layer, 1e-30)
-        bubble = np.where(pp > 1, np.maximum(pp / 2.0 - 1.0, 0.0) * np.maximum(t_stage + b_part - 3.0 * w_part, 0.0),
-                          0.0)
+        bubble = np.where(pp > 1, ga * np.maximum(pp / 2.0 - 1.0, 0.0)
+                          * np.maximum(t_stage + b_part - 3.0 * w_part, 0.0), 0.0)
     if rank_blocks is None:
         heads = head_on * (1.0 + mtp)  # the head runs once more per MTP module where the last stage is heaviest
         projs = head_on * mtp  # and each MTP module's 2h -> h projection
@@ -550,17 +554,20 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     sg = fw.pp_scatter_gather & ~sp & (tp > 1)
     pp_bytes = np.where(sg, T * h * el / tp, tok_sp * h * el)
     t_p2p = net.collective_time_s("p2p", pp_bytes, pp, s_pp) + np.where(sg, half, 0.0)
-    pp_steps = np.where(((vpp > 1) | dual) & fw.pp_overlap, 2.0 * (pp - 1.0), 2.0 * (m * vpp + pp - 1.0))
+    # (each schedule's fill and drain: ga of them)
+    pp_steps = np.where(((vpp > 1) | dual) & fw.pp_overlap, 2.0 * ga * (pp - 1.0), 2.0 * (m * vpp + ga * (pp - 1.0)))
     pp_x = np.where(pp > 1, pp_steps * t_p2p, 0.0)
     # (the timeline ends each pipeline operation with an equal share of the exposed sends)
-    pp_send = np.where(pp > 1, pp_x / (2.0 * (m * vpp + pp - 1.0)), 0.0)
+    pp_send = np.where(pp > 1, pp_x / (2.0 * (m * vpp + ga * (pp - 1.0))), 0.0)
     # the parts of a stage, for pricing (and laying out) each chunk with its own work
     chunk_parts = dict(layer_time_s=t_layer, layer_forward_frac=fwd_share, head_time_s=t_head_pass,
                        head_forward_s=t_head_pass_f, mtp_time_s=t_mtp_one, mtp_forward_s=t_proj / 3.0 + t_head_pass_f)
     by_chunks = np.zeros(np.broadcast(t_stage, pp).shape, dtype=bool)
     if stages is not None or fw.pp_split == "middle":
-        bubble, pp_x, by_chunks = _uneven_interleaving(model, fw, stages, pp, vpp, m, t_stage, bubble, pp_x, pp_send,
-                                                       chunk_parts, bound=schedule_bound)
+        # (one schedule's walk, ga times)
+        bubble, pp_x, by_chunks = _uneven_interleaving(model, fw, stages, pp, vpp, ms, t_stage, bubble / ga, pp_x / ga,
+                                                       pp_send, chunk_parts, bound=schedule_bound)
+        bubble, pp_x = bubble * ga, pp_x * ga
 
     # ---- data parallel and optimizer -----------------------------------------------------
     shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
@@ -619,8 +626,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     view_ag = fw.zero3_gather_views_per_rank * dpg * host_view_op_s()
     view_rs = fw.zero3_reduce_views_per_rank * dpg * host_view_op_s()
     ag3 = n_coll * view_ag + np.maximum(ag3, n_coll * launch)
-    # (per micro-batch; once a step where FSDP keeps a pipeline stage gathered, below)
-    host = np.where((pp > 1) & fw.fsdp_pp_unsharded, 1.0, m) * n_rs * (launch + view_rs)
+    # (per micro-batch; once a schedule where FSDP keeps a pipeline stage gathered, below)
+    host = np.where((pp > 1) & fw.fsdp_pp_unsharded, ga, m) * n_rs * (launch + view_rs)
     # (a framework that keeps the parameters gathered from the forward to the backward gathers once)
     ag3_b = ag3 * (1.0 + frc * float(fw.zero3_regather_on_recompute)) * float(fw.zero3_reshard_after_forward)
     # Overlap windows: forward compute hides parameter gathers, backward compute hides the
@@ -637,8 +644,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         dp_z3 = m * (ag3 + ag3_b + rs3)
     if fw.fsdp_pp_unsharded:
         # under PP: one gather before the first micro-batch's forward, one reduce-scatter after the last
-        # backward, each hidden behind one micro-batch's compute at most
-        dp_z3 = np.where(pp > 1, np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(rs3 - win_b, rs3 / n_rs), dp_z3)
+        # backward, each hidden behind one micro-batch's compute at most; per schedule (torch's pipeline
+        # stage reshards and reduces at the last backward of each schedule step)
+        dp_z3 = np.where(pp > 1, ga * (np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(rs3 - win_b, rs3 / n_rs)),
+                         dp_z3)
     dp_z3 = dp_z3 + host
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
 
@@ -684,7 +693,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         sel_flops = tokens * model.attention_flops_per_token(seq, causal=False)
     rc_flops = np.where(rc == 2, frc * fwd_layers_flops, np.where(rc == 1, sel_flops, 0.0))
     out = {name: np.asarray(v, dtype=float) * np.ones_like(tp) for name, v in ledger.items()}
-    out.update(_memory(model, fw, tp, etp, pp, cp, ep, vpp, m, T, tok_sp, sp, zero, rc, frc, lowp, fp32, dense_params,
+    out.update(_memory(model, fw, tp, etp, pp, cp, ep, vpp, ms, T, tok_sp, sp, zero, rc, frc, lowp, fp32, dense_params,
                        expert_params, dpg, edpg, Lh_first, Lh_last, low_el, kv_local, f_act, ring_bytes,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
@@ -1093,7 +1102,7 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
     vals = dict(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
                 mb=layout.micro_batch, gbs=layout.global_batch, seq=layout.seq_len, zero=layout.zero_stage,
                 recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), lowp=LOWP_CODE.get(layout.precision, 0),
-                rcl=layout.recompute_layers, etp=layout.etp,
+                rcl=layout.recompute_layers, etp=layout.etp, ga=layout.grad_accum,
                 fp32=int(layout.precision == "fp32"),
                 rcm=module_bits(layout.recompute_modules))
     return {k: np.array([v]) for k, v in vals.items()}

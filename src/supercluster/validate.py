@@ -254,10 +254,13 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         sequence_parallel=_yes_no(row, "sequence_parallel"),
         # (pp_layout: an optional column beyond the shared format, the run's explicit pipeline layout)
         pp_layout=(row.get("pp_layout") or "").strip() or None,
+        # (grad_accum: an optional column, gradient-accumulation steps each run as its own pipeline
+        # schedule, as torchtitan and NeMo AutoModel do; blank: one schedule a step)
+        grad_accum=_int(row, "grad_accum", 1) or 1,
     )
     layout.check_gpus(_int(row, "num_gpus"))
     fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
-    fw.check_schedule(layout.pp, layout.num_microbatches)
+    fw.check_schedule(layout.pp, layout.schedule_microbatches)
     folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
               if layout.expert_tp == 1 and not _int(row, "expert_tp", 0) else [])
     note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
