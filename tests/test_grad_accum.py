@@ -57,7 +57,7 @@ def test_the_timeline_lays_out_the_schedules_one_after_another(model, fw, kw):
     net = default_network(GPU, num_gpus=lay.num_gpus)
     b = estimate(m, gpu=GPU, num_gpus=lay.num_gpus, layout=lay, framework=fw, network=net)
     t = simulate(m, layout=lay, gpu=GPU, net=net, fw=get_framework(fw))
-    assert t.step_time_s == pytest.approx(b.step_time_s, rel=1e-9)
+    assert t.step_time_s == pytest.approx(b.step_time_s, rel=1e-9) and t.summary()["schedules"] == 2
     # the first stage's second schedule starts only after its first one's last backward
     first = sorted((x for x in t.tasks if x.stage == 0 and x.kind in "FB"), key=lambda x: x.start_s)
     ms = lay.schedule_microbatches

@@ -327,6 +327,7 @@ def print_timeline(console: Console, s: dict[str, Any], title: str) -> None:
     note = "equals the ledger's" if s["jitter"] == 0 and not s.get("exact_stages") else \
         ", ".join(x for x in (f"jitter sigma {s['jitter']:g}" if s["jitter"] else "",
                               "each stage its own layers" if s.get("exact_stages") else "") if x) + "; ledger"
-    console.print(f"{schedule}, {s['micro_batches']} micro-batches on {s['pp']} stage(s), {s['tasks']} tasks: step "
-                  f"{step:.4f} s ({note} {s['ledger_step_time_s']:.4f} s)"
+    runs = f" in {s['schedules']} schedules" if s.get("schedules", 1) > 1 else ""
+    console.print(f"{schedule}, {s['micro_batches']} micro-batches{runs} on {s['pp']} stage(s), {s['tasks']} tasks: "
+                  f"step {step:.4f} s ({note} {s['ledger_step_time_s']:.4f} s)"
                   + (f"; trace written to {s['trace']} (open in ui.perfetto.dev)" if s.get("trace") else ""))

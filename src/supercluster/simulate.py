@@ -92,6 +92,7 @@ class Timeline:
     exact_stages: bool = False
     layers: tuple[tuple[int, ...], ...] = ()  # per stage, per chunk (with exact_stages)
     memory_bytes: tuple[float, ...] = ()  # per stage: peak memory of its own layers and in-flight micro-batches
+    schedules: int = 1  # gradient-accumulation steps, each its own pipeline schedule
 
     def stages(self) -> list[dict[str, float]]:
         """Per stage: compute, send, exposed DP/optimizer/straggler tail and idle (bubble) seconds."""
@@ -128,7 +129,8 @@ class Timeline:
 
     def summary(self) -> dict[str, Any]:
         return {"step_time_s": self.step_time_s, "ledger_step_time_s": self.ledger_step_time_s,
-                "pp": self.pp, "vpp": self.vpp, "micro_batches": self.micro_batches, "jitter": self.jitter,
+                "pp": self.pp, "vpp": self.vpp, "micro_batches": self.micro_batches, "schedules": self.schedules,
+                "jitter": self.jitter,
                 "exact_stages": self.exact_stages, "layers_per_chunk": [list(x) for x in self.layers],
                 "tasks": len(self.tasks), "stages": self.stages()}
 
@@ -245,4 +247,4 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     tasks.sort(key=lambda x: (x.stage, x.start_s, x.stream))
     return Timeline(tasks=tuple(tasks), step_time_s=t, ledger_step_time_s=out["step_time_s"], pp=p, vpp=v,
                     micro_batches=m, jitter=jitter, exact_stages=exact_stages,
-                    layers=tuple(tuple(x) for x in layers), memory_bytes=memory)
+                    layers=tuple(tuple(x) for x in layers), memory_bytes=memory, schedules=ga)
