@@ -72,9 +72,12 @@ class TokenDispatch:
         if self.router == "random":
             return (node_dedup_factor(self.experts, self.top_k, g),
                     node_dedup_factor(self.experts, self.top_k, k))
-        counts = np.vectorize(lambda gi, ni: _round_robin_reach(int(self.experts), int(self.top_k), int(gi),
-                                                                int(ni)), otypes=[float, float])
-        ranks, domains = counts(np.maximum(g, 1.0), np.maximum(n, 1.0))
+        # (one count per distinct group shape: a sweep's rows share a handful)
+        pairs, inverse = np.unique(np.stack([np.maximum(g, 1.0).ravel(), np.maximum(n, 1.0).ravel()], axis=1),
+                                   axis=0, return_inverse=True)
+        reach = np.array([_round_robin_reach(int(self.experts), int(self.top_k), int(gi), int(ni))
+                          for gi, ni in pairs]).reshape(-1, 2)
+        ranks, domains = (reach[inverse.ravel(), i].reshape(g.shape) for i in (0, 1))
         return ranks / self.top_k, np.where(k > 1, domains / self.top_k, 1.0)
 
 
