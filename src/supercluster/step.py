@@ -653,7 +653,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
 
     local = dense_params + expert_params
     shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
-    t_opt = (shard * ADAM_BYTES_PER_PARAM + np.where(zero >= 2, shard, local) * 2.0 * gb) / mem_bw
+    # Adam reads and writes its states (the framework's optimizer bytes: fp32 master, m and v = 12, as
+    # ADAM_BYTES_PER_PARAM counts them), reads a 4-byte gradient and writes the 2-byte copy: 2 S + 6
+    adam = np.where(fp32, ADAM_BYTES_PER_PARAM, 2.0 * fw.optimizer_bytes_per_param + 6.0)
+    t_opt = (shard * adam + np.where(zero >= 2, shard, local) * 2.0 * gb) / mem_bw
 
     # ---- the ledger -----------------------------------------------------------------------
     # (Lc layers and head_on heads: the heaviest stage's work per micro-batch, which sums to t_stage)
