@@ -40,7 +40,8 @@ MODELS = st.sampled_from([MODEL, dataclasses.replace(MODEL, mtp_layers=1), load_
 GPU = get_gpu("h100-sxm")
 # Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
 FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
-                              "deepspeed-legacy", "hai-llm", "nemo-megatron+deepep"]).map(get_framework)
+                              "deepspeed-legacy", "hai-llm", "nemo-megatron+deepep",
+                              "automodel+round-robin-gate"]).map(get_framework)
 NET = default_network(GPU)
 
 layouts = st.fixed_dictionaries({
@@ -49,6 +50,8 @@ layouts = st.fixed_dictionaries({
     "zero": st.integers(0, 3), "recompute": st.integers(0, 2), "sp": st.integers(0, 1), "lowp": st.integers(0, 2),
     "rcl": st.integers(0, 3),
     "accum": st.sampled_from([1, 4, 16]), "seq": st.sampled_from([2048, 8192]),
+    # pipeline schedules a step (gradient accumulation run schedule by schedule); 1 where it does not divide
+    "ga": st.sampled_from([1, 2, 4]),
 })
 
 
@@ -59,12 +62,14 @@ def priced(fw, model) -> None:
 
 
 def cols(d: dict[str, int], model=MODEL) -> dict[str, np.ndarray]:
-    c = {k: np.array([v]) for k, v in d.items() if k != "accum"}
+    c = {k: np.array([v]) for k, v in d.items() if k not in ("accum", "ga")}
     if not model.context_parallel_ok:  # (CP of Mamba layers is refused, not priced)
         c["cp"] = np.array([1])
     c["vpp"] = np.array([d["vpp"] if d["pp"] > 1 else 1])
     c["ep"] = np.array([min(c["dp"][0] * c["cp"][0], 4) if model.is_moe else 1])
     c["gbs"] = np.array([d["dp"] * d["mb"] * d["accum"]])
+    ga = d.get("ga", 1)
+    c["ga"] = np.array([ga if d["accum"] % ga == 0 else 1])
     return c
 
 
@@ -108,7 +113,12 @@ def test_memory_never_grows_with_tp_pp_or_zero(d, fw, model):
     base = step_columns(model, GPU, NET, fw, cols(d, model))["memory_per_gpu_bytes"]
     for key, values in (("tp", [1, 2, 4, 8]), ("zero", [0, 1, 2, 3])):
         bigger = [v for v in values if v > d[key]]
-        if bigger:
+        # (documented: FSDP under PP accumulates the stage's unsharded gradients in the reduce dtype, so a
+        # framework that stores 16-bit gradients but reduces in fp32, NeMo AutoModel, holds more at ZeRO-2
+        # than at ZeRO-1's 16-bit gradients; FSDP2 has no ZeRO-1 to compare with)
+        widens = (key == "zero" and fw.fsdp_pp_unsharded and d["pp"] > 1 and fw.grad_reduce_bytes > fw.grad_bytes
+                  and d["zero"] < 2 <= (bigger or [0])[0])
+        if bigger and not widens:
             more = step_columns(model, GPU, NET, fw, cols({**d, key: bigger[0]}, model))["memory_per_gpu_bytes"]
             assert np.all(more <= base * (1 + 1e-12)), key
     # One documented exception: torchtitan keeps each stage's FSDP parameters gathered once PP is on
@@ -177,8 +187,8 @@ def test_more_failures_never_raise_ettr(spec, factor):
 
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3]), st.integers(1, 4),
-       st.integers(0, 2), FRAMEWORKS)
-def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw):
+       st.integers(0, 2), FRAMEWORKS, st.sampled_from([1, 2]))
+def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw, ga):
     """The simulated pipeline schedule reproduces the ledger's step for any legal 1F1B or interleaved
     layout (micro-batches a multiple of pp when interleaved, as Megatron-Core requires)."""
     from supercluster.layout import Layout
@@ -188,8 +198,9 @@ def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw)
     m = pp * accum if vpp > 1 else accum
     # (the timeline walks 1F1B schedules; DualPipe's bubble is the report's formula, and simulate says so)
     assume(fw.pipeline_schedule == "1f1b" or pp == 1)
+    ga = ga if accum % ga == 0 else 1  # (each schedule interleaves whole rounds of pp micro-batches)
     lay = Layout(tp=2, pp=pp, dp=2, vpp=vpp, micro_batch=mb, global_batch=2 * mb * m, seq_len=2048,
-                 recompute=("none", "selective", "full")[rc])
+                 recompute=("none", "selective", "full")[rc], grad_accum=ga)
     tl = simulate(MODEL, layout=lay, gpu=GPU, net=NET, fw=fw)
     assert np.isclose(tl.step_time_s, tl.ledger_step_time_s, rtol=1e-9)
     assert all(s["idle_s"] >= -1e-9 * tl.step_time_s for s in tl.stages())
