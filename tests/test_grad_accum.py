@@ -111,3 +111,12 @@ def test_torchtitan_local_batch_is_one_schedule_both_ways(tmp_path):
             launchers.export(dataclasses.replace(lay, vpp=1), fmt)
         assert e.value.field == "grad_accum"
     assert "--global-batch-size 64" in launchers.export(_lay(grad_accum=1), "megatron")
+
+
+def test_a_torchtitan_global_batch_must_hold_whole_schedule_passes(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text("[parallelism]\ndata_parallel_shard_degree = 4\npipeline_parallel_degree = 2\n"
+                    "[training]\nlocal_batch_size = 3\nglobal_batch_size = 16\nseq_len = 2048\n")
+    with pytest.raises(InputError) as e:
+        launchers.load_layout(path, num_gpus=8, num_layers=32)
+    assert e.value.field == "global_batch_size" and "local_batch_size" in str(e.value)
