@@ -90,10 +90,10 @@ def test_catalog_frameworks_names_the_era_profiles():
     (["estimate", "--gpu", "tpu-v4"], "gpu"),  # known, but no published achieved-matmul rate to price it
     (["estimate", "--model", "gpt-9"], "model"),
     (["estimate", "--tp", "3", "--dp", "1", "--gpus", "48", "--pp", "16", "--model", "llama3-405b"], "tp"),
-    (["estimate", "--gpus", "1000"], "dp"),
+    (["estimate", "--gpus", "1000", "--tp", "8"], "dp"),  # (a layout option given: no planner fallback)
     (["estimate", "--gpus", "-8"], "gpus"),
     (["estimate", "--dp", "64"], "gpus"),
-    (["estimate", "--global-batch", "100"], "global_batch"),
+    (["estimate", "--global-batch", "100", "--pp", "16"], "global_batch"),
     (["estimate", "--micro-batch", "-1"], "micro_batch"),
     (["estimate", "--precision", "int3"], "precision"),
     (["estimate", "--gpu", "a100-80gb", "--precision", "fp8"], "precision"),
@@ -226,3 +226,39 @@ def test_estimate_refuses_a_hybrid_config_json_in_one_line(tmp_path):
     assert r.returncode == 2
     assert "config.json attn_type_list" in r.stderr + r.stdout and "not modelled" in r.stderr + r.stdout
     assert "Traceback" not in r.stderr
+
+
+def test_estimate_without_layout_options_plans_one_when_the_default_does_not_suit():
+    """No layout option and a job the 405B default cannot lay out (8 GPUs; 32 layers): the estimate
+    is the planner's winner, announced on stderr and marked in the JSON; the settings given are kept."""
+    base = ["--model", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096"]
+    r = run("estimate", *base, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    p = json.loads(run("plan", *base, "--json").stdout)["best"]
+    assert d["layout_from"] == "planner" and d["layout"] == p["layout"]
+    assert d["step_time_s"] == pytest.approx(p["step_time_s"], rel=1e-9) and d["fits"]
+    assert "planner's fastest layout that fits" in r.stderr and "pp 16" in r.stderr
+    kept = run("estimate", *base, "--micro-batch", "2", "--zero", "3", "--recompute", "full", "--json")
+    k = json.loads(kept.stdout)
+    assert "-mb2-z3-full" in kept.stderr and k["layout_from"] == "planner"
+    assert k["step_time_s"] > d["step_time_s"]  # full recompute given: kept, and it costs time
+    # 16,384 GPUs divide the default, but 32 layers do not take pp 16 x vpp 4: planned as well
+    assert json.loads(run("estimate", "--model", "llama3-8b", "--json").stdout)["layout_from"] == "planner"
+    # the quick start's default suits its job: priced as it is
+    assert "layout_from" not in json.loads(run("estimate", "--json").stdout)
+
+
+@pytest.mark.parametrize("args, start", [
+    # nothing fits: the planner's reason, then the default's
+    (["--model", "llama3-405b", "--gpus", "8"], "error: gpus: no layout of Llama 3 405B fits on 8 x h100-sxm"),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch", "48", "--micro-batch", "3"],
+     "error: micro_batch: no legal layout of Llama 3 8B on 8 GPUs keeps micro_batch 3"),
+    # a bad setting is named as such, not planned around
+    (["--model", "llama3-8b", "--gpus", "8", "--recompute", "sometimes"], "error: recompute: unknown 'sometimes'"),
+])
+def test_estimate_planner_fallback_errors_are_one_line(args, start):
+    r = run("estimate", *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [x for x in r.stderr.strip().splitlines() if x]
+    assert len(lines) == 1 and lines[0].startswith(start), r.stderr

@@ -490,3 +490,21 @@ def test_compare_command_prints_a_row_per_gpu_type():
         bad = CliRunner().invoke(app, ["compare", "--gpu-types", "h100-sxm", option, value])
         assert isinstance(bad.exception, InputError), (option, bad.output)
         assert bad.exception.field == option[2:].replace("-", "_"), option
+
+
+def test_a_plan_can_be_told_to_keep_settings(llama3_70b, h100, megatron):
+    """``fixed``: the search keeps the micro-batch, ZeRO stage, recompute (and its modules) given; the
+    winner is the best of the unconstrained search's rows that keep them."""
+    free = plan(llama3_70b, h100, 64, global_batch=128, seq_len=8192, framework=megatron, top=1)
+    kept = plan(llama3_70b, h100, 64, global_batch=128, seq_len=8192, framework=megatron, top=3,
+                fixed={"mb": 2, "zero": 3, "recompute": 2})
+    assert all((c.layout.micro_batch, c.layout.zero_stage, c.layout.recompute) == (2, 3, "full") for c in kept.top)
+    assert kept.best.step_time_s >= free.best.step_time_s
+    assert kept.best.rank == 1 and free.rank_of(kept.best.layout) is not None
+    mods = plan(llama3_70b, h100, 64, global_batch=128, seq_len=8192, framework=megatron, top=2,
+                fixed={"recompute": 1, "rcm": 8})  # a dense model: the modules given, searched on selective rows
+    assert all(c.layout.recompute_modules == ("mlp",) for c in mods.top)
+    with pytest.raises(InputError, match="fixed: unknown setting 'tp'"):
+        plan(llama3_70b, h100, 64, global_batch=128, seq_len=8192, framework=megatron, fixed={"tp": 8})
+    with pytest.raises(InputError, match="micro_batch: no legal layout .* keeps micro_batch 3"):
+        plan(llama3_70b, h100, 64, global_batch=128, seq_len=8192, framework=megatron, fixed={"mb": 3})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import sys
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -195,6 +197,7 @@ def _config_framework(config: str, script: dict[str, Any] | None) -> Any:
 
 @app.command()
 def estimate(
+    ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="preset key, or path to a Hugging Face config.json or a "
                                               "Megatron-LM launch script; a +mtp / +mtpN suffix adds N "
                                               "multi-token-prediction modules [default: the model in --config's "
@@ -296,28 +299,104 @@ def estimate(
         vpp = get_framework(framework).default_vpp(pp)
     if dp < 0:
         raise InputError("dp", f"must be >= 0 (0 = gpus / (tp pp cp)), got {dp}")
-    if dp == 0:
-        denom = tp * pp * cp
-        if gpus % denom:
-            raise InputError("dp", f"gpus {gpus} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} (defaults: "
-                             "tp 8, pp 16, the 16,384-GPU Llama 3 405B layout); give --tp / --pp / --cp that "
-                             "divide the GPU count, or --dp")
-        dp = gpus // denom
-    layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, global_batch=global_batch,
-                    seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
-                    sequence_parallel=sequence_parallel, recompute_layers=recompute_layers,
-                    expert_tp=expert_tp or None,
-                    recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
-                    pp_layout=pp_layout, grad_accum=grad_accum)
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
+    given, planned = _given_options(ctx), False
+    try:
+        if dp == 0:
+            denom = tp * pp * cp
+            if gpus % denom:
+                raise InputError("dp", f"gpus {gpus} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} (defaults: "
+                                 "tp 8, pp 16, the 16,384-GPU Llama 3 405B layout); give --tp / --pp / --cp that "
+                                 "divide the GPU count, or --dp, or no layout option to let the planner pick one")
+            dp = gpus // denom
+        layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
+                        global_batch=global_batch, seq_len=seq_len, precision=precision, recompute=recompute,
+                        zero_stage=zero, sequence_parallel=sequence_parallel, recompute_layers=recompute_layers,
+                        expert_tp=expert_tp or None,
+                        recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
+                        pp_layout=pp_layout, grad_accum=grad_accum)
+        if not given & LAYOUT_OPTIONS:  # the defaults: do they suit this model and GPU count?
+            _estimate.estimate(load_model(model), gpu=get_gpu(gpu), num_gpus=gpus, layout=layout,
+                               framework=framework, network=_estimate.default_network(get_gpu(gpu), num_gpus=gpus))
+    except InputError as err:
+        if given & LAYOUT_OPTIONS or err.field not in LAYOUT_FIELDS:
+            raise
+        layout = _planned_layout(model, gpu, gpus, framework, global_batch, seq_len, precision, given,
+                                 dict(mb=micro_batch, zero=zero, recompute=recompute, sp=sequence_parallel,
+                                      rcm=recompute_modules),
+                                 dict(grad_accum=grad_accum, recompute_layers=recompute_layers), fab, err)
+        planned = True
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence, plot,
-                        sensitivity)
+                        sensitivity, planned)
+
+
+#: estimate's options that set the parallel layout; when none is given and the defaults (the
+#: 16,384-GPU Llama 3 405B layout) do not suit the job, the planner picks the layout
+LAYOUT_OPTIONS = frozenset({"tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "pp_layout"})
+#: the fields whose errors mean "this layout does not suit the job"
+LAYOUT_FIELDS = LAYOUT_OPTIONS | {"gpus", "global_batch", "micro_batch", "layout"}
+
+
+def _given_options(ctx: typer.Context) -> set[str]:
+    """The command's options the user set (not left at their defaults)."""
+    return {name for name in ctx.params
+            if (src := ctx.get_parameter_source(name)) is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")}
+
+
+@contextlib.contextmanager
+def _pricing_bar() -> Iterator[Callable[[int, int], None]]:
+    """A bar while a plan prices its layouts (MoE searches run to millions of layouts, several
+    seconds); transient and on stderr, so --json and --export stay clean. Yields the planner's
+    ``progress`` callback."""
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("pricing layouts", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _planned_layout(model: str, gpu: str, gpus: int, framework: str, global_batch: int, seq_len: int,
+                    precision: str, given: set[str], settings: dict[str, Any], extra: dict[str, int],
+                    fabric_options: dict[str, Any], why: InputError) -> Layout:
+    """The planner's fastest layout that fits, keeping the settings the user gave (micro-batch, ZeRO
+    stage, recompute and its modules, sequence parallelism; ``extra``, which it does not search, are
+    set on its winner), announced on stderr; ``why``: the defaults' error."""
+    from .estimate import default_network
+    from .framework import get_framework
+    from .planner import plan
+    from .step import RECOMPUTE_CODE, module_bits
+
+    option = {"mb": "micro_batch", "zero": "zero", "recompute": "recompute", "sp": "sequence_parallel",
+              "rcm": "recompute_modules"}
+    # the settings alone, on a one-GPU layout: an unknown recompute, module, ZeRO stage or precision is
+    # the user's to mend, whatever the layout
+    probe = Layout(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1, seq_len=seq_len, precision=precision,
+                   recompute=settings["recompute"], zero_stage=settings["zero"],
+                   recompute_modules=tuple(x.strip() for x in settings["rcm"].split(",") if x.strip()))
+    settings["recompute"], settings["rcm"] = RECOMPUTE_CODE[probe.recompute], module_bits(probe.recompute_modules)
+    fixed = {col: int(v) for col, v in settings.items() if option[col] in given and v is not None}
+    g = get_gpu(gpu)
+    try:
+        with _pricing_bar() as progress:
+            best = plan(load_model(model), g, gpus, global_batch=global_batch, seq_len=seq_len,
+                        framework=get_framework(framework), precisions=(precision,), top=1, fixed=fixed,
+                        network=default_network(g, num_gpus=gpus, **fabric_options), progress=progress).best.layout
+    except InputError as err:  # nothing fits, or nothing keeps the settings given: say that, after why
+        raise InputError(err.field, f"{str(err).removeprefix(err.field + ': ')} (the default layout does not "
+                         f"suit this job either: {str(why).split(' (defaults:')[0]})") from None
+    best = dataclasses.replace(best, **{k: v for k, v in extra.items() if k in given})
+    reason = str(why).split(" (defaults:")[0]
+    Console(stderr=True).print(f"layout: none given, and the default (tp 8, pp 16: Llama 3 405B on 16,384 GPUs) does "
+                               f"not suit this job ({reason}); estimating the planner's fastest layout that fits: "
+                               f"{best.label()} (supercluster plan lists the others)",
+                               style="dim", markup=False, highlight=False)
+    return best
 
 
 def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str | Any, as_json: bool,
                         profile: str | None = None, fabric_options: dict[str, Any] | None = None,
                         rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True, plot: str | None = None,
-                        sensitivity: bool = False) -> None:
+                        sensitivity: bool = False, planned: bool = False) -> None:
     from .estimate import default_network
     from .framework import get_framework
 
@@ -345,7 +424,8 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
     title = (f"{m.name} on {gpus:,} x {gpu}, {layout.short()}" + (f" ({layout.pp_layout})" if layout.pp_layout else "")
              + f", {layout.precision}, {framework}")
     obj = reports.breakdown_json(b, (layout, fw, m), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
-                                 **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}), framework=framework)
+                                 **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}), framework=framework,
+                                 **({"layout_from": "planner"} if planned else {}))
     sens = _sensitivity.sensitivity(m, gpu=g, num_gpus=gpus, layout=layout, framework=fw, network=net,
                                     rank_order=rank_order) if sensitivity else None
     _plot(plot, lambda: plots.ledger(obj, title=title))
@@ -387,7 +467,6 @@ def plan(
     plot: PlotOpt = None,
 ) -> None:
     """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
-    from rich.progress import Progress
 
     from .framework import get_framework
     from .launchers import export as export_layout
@@ -395,13 +474,10 @@ def plan(
 
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
-    # a bar while the layouts are priced (MoE searches run to millions of layouts, several seconds);
-    # transient and on stderr, so --json and --export stay clean
-    with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
-        task = bar.add_task("pricing layouts", total=None)
+    with _pricing_bar() as progress:
         res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
                        objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,
-                       progress=lambda done, total: bar.update(task, completed=done, total=total))
+                       progress=progress)
     if export:
         if fw.pipeline_schedule != "1f1b" and res.best.layout.pp > 1:
             raise InputError("export", f"the plan was priced for {fw.key}'s {fw.pipeline_schedule} schedule, which "

@@ -36,6 +36,9 @@ VPP = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
 ZERO = (0, 1, 2, 3)
 MAX_CP = 32
 _RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
+#: settings a search can be told to keep (``plan(fixed=...)``): column -> the field users know
+FIXABLE = {"mb": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "rcm": "recompute_modules",
+           "sp": "sequence_parallel"}
 #: Selective recompute modules searched for MoE models under Megatron-style frameworks: the default
 #: (core_attn) and the cheap pair the Megatron-Bridge MoE recipes use (layernorm, moe_act).
 MOE_MODULE_SETS = ((), ("layernorm", "moe_act"))
@@ -257,10 +260,14 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
          framework: Framework, objective: str = "time", precisions: tuple[str, ...] = ("bf16",),
          headroom: float = 0.0, top: int = 10, network: Network | None = None,
          gpu_hour_usd: float | None = None, pue: float = costs.DEFAULT_PUE,
-         progress: Callable[[int, int], None] | None = None) -> PlanResult:
+         progress: Callable[[int, int], None] | None = None,
+         fixed: dict[str, int] | None = None) -> PlanResult:
     """Search every legal layout; the best by ``objective`` that fits within ``1 - headroom`` of HBM.
 
-    ``progress(done, total)`` is called as the layouts are priced (in chunks of :data:`CHUNK_ROWS`)."""
+    ``progress(done, total)`` is called as the layouts are priced (in chunks of :data:`CHUNK_ROWS`).
+    ``fixed`` holds settings the search must keep, by column: ``mb``, ``zero``, ``recompute``
+    (:data:`~supercluster.step.RECOMPUTE_CODE`), ``rcm`` (:func:`~supercluster.step.module_bits` of
+    the selective recompute modules) and ``sp`` (which binds only where tp > 1)."""
     t0 = time.perf_counter()
     require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
     require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
@@ -285,6 +292,15 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"])))
     require(len(cols["tp"]) > 0, "global_batch", f"no layout gives {framework.key}'s {framework.pipeline_schedule} "
             "schedule the micro-batches it needs (DualPipe: an even number, at least 2 x pp)")
+    for name, value in (fixed or {}).items():
+        require(name in FIXABLE, "fixed", f"unknown setting {name!r}; allowed: {', '.join(FIXABLE)}")
+        if name == "rcm" and name not in cols:  # (searched for MoE only: the modules given, on selective rows)
+            cols["rcm"] = np.where(cols["recompute"] == RECOMPUTE_CODE["selective"], value, 0)
+        hit = cols[name] == value
+        cols = _keep(cols, hit | (cols["tp"] == 1) if name == "sp" else hit)
+        require(len(cols["tp"]) > 0, FIXABLE[name], f"no legal layout of {model.name} on {num_gpus} GPUs keeps "
+                f"{FIXABLE[name]} " + (_RC_NAME[value] if name == "recompute" else ",".join(module_names(value))
+                                       if name == "rcm" else str(value)))
     net = network or default_network(gpu, num_gpus=num_gpus)
     # First pass: uneven interleavings get a lower bound of their schedule (no walk); the rows that
     # can still be among the best or on the Pareto front are then priced exactly (refine).
