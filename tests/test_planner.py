@@ -508,3 +508,15 @@ def test_a_plan_can_be_told_to_keep_settings(llama3_70b, h100, megatron):
         plan(llama3_70b, h100, 64, global_batch=128, seq_len=8192, framework=megatron, fixed={"tp": 8})
     with pytest.raises(InputError, match="micro_batch: no legal layout .* keeps micro_batch 3"):
         plan(llama3_70b, h100, 64, global_batch=128, seq_len=8192, framework=megatron, fixed={"mb": 3})
+
+
+def test_plan_command_keeps_the_settings_it_is_given():
+    base = ["plan", "--model", "llama3-70b", "--gpus", "256", "--global-batch", "512", "--json"]
+    free = json.loads(runner.invoke(app, base).output)
+    r = runner.invoke(app, [*base, "--recompute", "full", "--zero", "1", "--micro-batch", "2", "--top", "5"])
+    kept = json.loads(r.output)
+    assert all((c["recompute"], c["zero_stage"], c["micro_batch"]) == ("full", 1, 2) for c in kept["top"])
+    assert kept["best"]["step_time_s"] >= free["best"]["step_time_s"]
+    assert kept["evaluated"] < free["evaluated"]
+    bad = runner.invoke(app, [*base, "--recompute", "often"])
+    assert bad.exit_code != 0 and "recompute: unknown 'often'" in str(bad.exception)

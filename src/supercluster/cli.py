@@ -321,10 +321,12 @@ def estimate(
     except InputError as err:
         if given & LAYOUT_OPTIONS or err.field not in LAYOUT_FIELDS:
             raise
-        layout = _planned_layout(model, gpu, gpus, framework, global_batch, seq_len, precision, given,
-                                 dict(mb=micro_batch, zero=zero, recompute=recompute, sp=sequence_parallel,
-                                      rcm=recompute_modules),
-                                 dict(grad_accum=grad_accum, recompute_layers=recompute_layers), fab, err)
+        kept = {k: v for k, v in (("micro_batch", micro_batch), ("zero", zero), ("recompute", recompute),
+                                  ("recompute_modules", recompute_modules),
+                                  ("sequence_parallel", sequence_parallel)) if k in given}
+        extra = {k: v for k, v in (("grad_accum", grad_accum), ("recompute_layers", recompute_layers)) if k in given}
+        layout = _planned_layout(model, gpu, gpus, framework, global_batch, seq_len, precision,
+                                 _fixed_settings(seq_len, precision, **kept), extra, fab, err)
         planned = True
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence, plot,
                         sensitivity, planned)
@@ -355,26 +357,35 @@ def _pricing_bar() -> Iterator[Callable[[int, int], None]]:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+def _fixed_settings(seq_len: int, precision: str, micro_batch: int | None = None, zero: int | None = None,
+                    recompute: str | None = None, recompute_modules: str | None = None,
+                    sequence_parallel: bool | None = None) -> dict[str, int]:
+    """The planner's ``fixed`` columns for the settings given (None: searched). They are checked alone
+    first, on a one-GPU layout: an unknown recompute, module, ZeRO stage or precision is the user's to
+    mend, whatever the layout."""
+    from .step import RECOMPUTE_CODE, module_bits
+
+    mods = tuple(x.strip() for x in (recompute_modules or "").split(",") if x.strip())
+    mb = 1 if micro_batch is None else micro_batch
+    probe = Layout(tp=1, pp=1, dp=1, micro_batch=mb, global_batch=mb, seq_len=seq_len, precision=precision,
+                   recompute=recompute or ("selective" if mods else "none"), zero_stage=zero or 0,
+                   recompute_modules=mods)
+    out = {"mb": micro_batch, "zero": zero, "sp": sequence_parallel,
+           "recompute": RECOMPUTE_CODE[probe.recompute] if recompute is not None else None,
+           "rcm": module_bits(probe.recompute_modules) if recompute_modules is not None else None}
+    return {col: int(v) for col, v in out.items() if v is not None}
+
+
 def _planned_layout(model: str, gpu: str, gpus: int, framework: str, global_batch: int, seq_len: int,
-                    precision: str, given: set[str], settings: dict[str, Any], extra: dict[str, int],
+                    precision: str, fixed: dict[str, int], extra: dict[str, int],
                     fabric_options: dict[str, Any], why: InputError) -> Layout:
-    """The planner's fastest layout that fits, keeping the settings the user gave (micro-batch, ZeRO
-    stage, recompute and its modules, sequence parallelism; ``extra``, which it does not search, are
-    set on its winner), announced on stderr; ``why``: the defaults' error."""
+    """The planner's fastest layout that fits, keeping the ``fixed`` settings the user gave (micro-batch,
+    ZeRO stage, recompute and its modules, sequence parallelism; ``extra``, which it does not search,
+    are set on its winner), announced on stderr; ``why``: the defaults' error."""
     from .estimate import default_network
     from .framework import get_framework
     from .planner import plan
-    from .step import RECOMPUTE_CODE, module_bits
 
-    option = {"mb": "micro_batch", "zero": "zero", "recompute": "recompute", "sp": "sequence_parallel",
-              "rcm": "recompute_modules"}
-    # the settings alone, on a one-GPU layout: an unknown recompute, module, ZeRO stage or precision is
-    # the user's to mend, whatever the layout
-    probe = Layout(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1, seq_len=seq_len, precision=precision,
-                   recompute=settings["recompute"], zero_stage=settings["zero"],
-                   recompute_modules=tuple(x.strip() for x in settings["rcm"].split(",") if x.strip()))
-    settings["recompute"], settings["rcm"] = RECOMPUTE_CODE[probe.recompute], module_bits(probe.recompute_modules)
-    fixed = {col: int(v) for col, v in settings.items() if option[col] in given and v is not None}
     g = get_gpu(gpu)
     try:
         with _pricing_bar() as progress:
@@ -384,7 +395,7 @@ def _planned_layout(model: str, gpu: str, gpus: int, framework: str, global_batc
     except InputError as err:  # nothing fits, or nothing keeps the settings given: say that, after why
         raise InputError(err.field, f"{str(err).removeprefix(err.field + ': ')} (the default layout does not "
                          f"suit this job either: {str(why).split(' (defaults:')[0]})") from None
-    best = dataclasses.replace(best, **{k: v for k, v in extra.items() if k in given})
+    best = dataclasses.replace(best, **extra)
     reason = str(why).split(" (defaults:")[0]
     Console(stderr=True).print(f"layout: none given, and the default (tp 8, pp 16: Llama 3 405B on 16,384 GPUs) does "
                                f"not suit this job ({reason}); estimating the planner's fastest layout that fits: "
@@ -457,6 +468,10 @@ def plan(
     framework: FrameworkOpt = CLI_FRAMEWORK,
     headroom: Annotated[float, _num(help="fraction of HBM kept free (0-1)")] = 0.0,
     top: Annotated[int, typer.Option(help="rows in the table")] = 10,
+    micro_batch: Annotated[int | None, typer.Option(help="keep this micro-batch size [default: searched]")] = None,
+    zero: Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3 [default: searched]")] = None,
+    recompute: Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full "
+                                                  "[default: searched]")] = None,
     gpu_hour_usd: Annotated[float | None, _num(help="price of a GPU-hour (default: ownership cost)")] = None,
     export: Annotated[str | None, typer.Option(help="print the winner as megatron | torchtitan | deepspeed")] = None,
     tokens: Annotated[float | None, _num(help="token budget: also days, dollars and MWh to train it "
@@ -474,10 +489,11 @@ def plan(
 
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
+    fixed = _fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
     with _pricing_bar() as progress:
         res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
                        objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,
-                       progress=progress)
+                       progress=progress, fixed=fixed)
     if export:
         if fw.pipeline_schedule != "1f1b" and res.best.layout.pp > 1:
             raise InputError("export", f"the plan was priced for {fw.key}'s {fw.pipeline_schedule} schedule, which "
