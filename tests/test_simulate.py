@@ -298,3 +298,10 @@ def test_the_schedule_bound_is_below_the_walk_and_exact_on_even_chunks():
         per_op = even[0, 0].sum(axis=0)
         assert np.allclose(makespan_bound(m, even), (m + (pp - 1) / vpp) * vpp * per_op, rtol=1e-12)
     assert max(gaps) > 0.05  # (uneven chunks: the bound is strictly below, not a copy of the walk)
+
+
+def test_simulate_without_a_layout_keeps_the_recompute_given():
+    base = ["simulate", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "32", "--json"]
+    free = json.loads(CliRunner().invoke(app, base).output)
+    full = json.loads(CliRunner().invoke(app, [*base, "--recompute", "full"]).output)
+    assert full["step_time_s"] > free["step_time_s"]  # the planner's pick has no recompute; full recompute costs

@@ -1024,10 +1024,13 @@ def _over(text: str | None) -> tuple[float, ...] | None:
 
 @app.command()
 def simulate(
+    ctx: typer.Context,
     model: ModelOpt = "llama3-70b",
     gpu: GpuOpt = "h100-sxm",
     gpus: GpusOpt = 64,
-    layout: LayoutOpt = None, recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
+    layout: LayoutOpt = None,
+    recompute: Annotated[str, typer.Option(help="none | selective | full [default without --layout: the "
+                                           "planner's choice]")] = "none",
     global_batch: GbsOpt = 128, seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | fp4")] = "bf16",
     framework: FrameworkOpt = CLI_FRAMEWORK,
@@ -1053,7 +1056,8 @@ def simulate(
     lay = Layout.from_string(layout, global_batch=global_batch, seq_len=seq_len, recompute=recompute,
                              precision=precision, pp_layout=pp_layout) if layout else \
         plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=(precision,),
-             top=1).best.layout
+             top=1, fixed=_fixed_settings(seq_len, precision, recompute=recompute)
+             if "recompute" in _given_options(ctx) else None).best.layout
     lay.check_gpus(gpus)
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
