@@ -520,3 +520,46 @@ def test_plan_command_keeps_the_settings_it_is_given():
     assert kept["evaluated"] < free["evaluated"]
     bad = runner.invoke(app, [*base, "--recompute", "often"])
     assert bad.exit_code != 0 and "recompute: unknown 'often'" in str(bad.exception)
+
+
+def test_a_plan_label_reads_back_as_its_layout_and_estimates_as_planned(h100, megatron):
+    """Every label on a plan (MoE: expert TP and recompute modules; sequence parallelism on and off)
+    reads back through Layout.from_string as the same layout, and estimate --layout prices it at
+    the plan's step time."""
+    m = load_model("mixtral-8x7b")
+    res = plan(m, h100, 64, global_batch=256, seq_len=4096, framework=megatron, top=40)
+    cands = res.top + res.pareto
+    assert any(c.layout.recompute_modules for c in cands) and any(c.layout.tp > 1 for c in cands)
+    for c in cands:
+        back = Layout.from_string(c.layout.label(), global_batch=256, seq_len=4096)
+        # (without TP sequence parallelism means nothing: the label leaves it out)
+        want = c.layout if c.layout.tp > 1 else dataclasses.replace(c.layout, sequence_parallel=None)
+        assert back == want, c.layout.label()
+    nosp = dataclasses.replace(res.best.layout, tp=2, dp=res.best.layout.dp * res.best.layout.tp // 2,
+                               sequence_parallel=False)
+    assert nosp.label().endswith("-nosp") and Layout.from_string(nosp.label(), global_batch=256,
+                                                                seq_len=4096) == nosp
+    best = res.best
+    r = runner.invoke(app, ["estimate", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256",
+                            "--seq-len", "4096", "--framework", "megatron", "--layout", best.layout.label(), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["step_time_s"] == pytest.approx(best.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layout", "tp8-pp16", "--tp", "4", "--zero", "2"], "layout: give the layout either as --layout or as options, "
+                                                            "not both: --layout and --tp, --zero"),
+    (["--layout", "tp7-pp16"], "layout: gpus 16384 is not divisible by tp x pp x cp = 7 x 16 x 1"),
+    (["--layout", "tp8-pp16-fast"], "layout: cannot read 'fast'"),
+])
+def test_estimate_layout_string_errors(args, message):
+    r = runner.invoke(app, ["estimate", *args])
+    assert r.exit_code != 0 and str(r.exception).startswith(message), r.exception
+
+
+def test_estimate_layout_string_is_the_separate_options():
+    a = runner.invoke(app, ["estimate", "--layout", "tp8-pp16-vpp4-mb2-z2-full", "--json"])
+    b = runner.invoke(app, ["estimate", "--tp", "8", "--pp", "16", "--vpp", "4", "--micro-batch", "2", "--zero", "2",
+                            "--recompute", "full", "--json"])
+    assert json.loads(a.output)["step_time_s"] == json.loads(b.output)["step_time_s"]
+    assert json.loads(a.output)["layout"] == "tp8-pp16-dp128-vpp4"  # dp: the GPUs over tp x pp x cp

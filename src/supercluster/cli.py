@@ -244,6 +244,10 @@ def estimate(
     sequence_parallel: Annotated[bool | None, typer.Option(
         "--sequence-parallel/--no-sequence-parallel",
         help="shard norms and dropout over TP ranks [default: the framework's]")] = None,
+    layout: Annotated[str | None, typer.Option(help="the layout as one string, e.g. tp8-pp16-dp128-vpp4, or a "
+                                               "plan's label (tp8-pp16-dp128-vpp4-mb1-z1-none-sp): in place of "
+                                               "--tp, --pp, --dp, --cp, --ep, --vpp, --micro-batch, --zero, "
+                                               "--recompute, --grad-accum; dp may be left out")] = None,
     config: Annotated[str | None, typer.Option(help="read the layout from a Megatron args file or launch script "
                                                "(its model and framework flags too), TorchTitan .toml or "
                                                "DeepSpeed .json (layout options then ignored)")] = None,
@@ -285,6 +289,21 @@ def estimate(
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
     load_model(model)
     get_gpu(gpu)
+    given = _given_options(ctx)
+    if layout is not None:
+        both = sorted(given & LAYOUT_STRING_OPTIONS)
+        if both:
+            raise InputError("layout", "give the layout either as --layout or as options, not both: --layout and "
+                             + ", ".join("--" + x.replace("_", "-") for x in both))
+        lay = Layout.from_string(layout, global_batch=global_batch, seq_len=seq_len, precision=precision,
+                                 sequence_parallel=sequence_parallel, recompute_layers=recompute_layers,
+                                 recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
+                                 pp_layout=pp_layout, **({} if "dp" in _layout_degrees(layout) else
+                                                          {"dp": _derived_dp(layout, gpus)}))
+        fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
+        _estimate_and_print(model, gpu, gpus, lay, framework, as_json, profile, fab, rank_order, evidence, plot,
+                            sensitivity)
+        return
     for field, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("micro_batch", micro_batch),
                          ("global_batch", global_batch), ("seq_len", seq_len), ("grad_accum", grad_accum)):
         if value <= 0:
@@ -300,7 +319,7 @@ def estimate(
     if dp < 0:
         raise InputError("dp", f"must be >= 0 (0 = gpus / (tp pp cp)), got {dp}")
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
-    given, planned = _given_options(ctx), False
+    planned = False
     try:
         if dp == 0:
             denom = tp * pp * cp
@@ -335,6 +354,31 @@ def estimate(
 #: estimate's options that set the parallel layout; when none is given and the defaults (the
 #: 16,384-GPU Llama 3 405B layout) do not suit the job, the planner picks the layout
 LAYOUT_OPTIONS = frozenset({"tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "pp_layout"})
+#: what ``--layout`` sets: none of these may be given with it
+LAYOUT_STRING_OPTIONS = frozenset({"tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "micro_batch", "zero",
+                                   "recompute", "grad_accum"})
+
+
+def _layout_degrees(text: str) -> dict[str, int]:
+    """The parallel degrees a layout string names: {"tp": 8, "pp": 16, ...}."""
+    import re
+
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"(?:^|-)(tp|pp|dp|cp|ep|etp|vpp|mb|ga)(\d+)", text.lower())}
+
+
+def _derived_dp(text: str, gpus: int) -> int:
+    """dp for a layout string that leaves it out: the GPUs over tp x pp x cp."""
+    d = _layout_degrees(text)
+    tp, pp, cp = d.get("tp", 1), d.get("pp", 1), d.get("cp", 1)
+    if min(tp, pp, cp) < 1:
+        return 1  # (the layout names the bad degree)
+    if gpus % (tp * pp * cp):
+        raise InputError("layout", f"gpus {gpus} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} of {text!r}; "
+                         "give dp in it or another --gpus")
+    return gpus // (tp * pp * cp)
+
+
 #: the fields whose errors mean "this layout does not suit the job"
 LAYOUT_FIELDS = LAYOUT_OPTIONS | {"gpus", "global_batch", "micro_batch", "layout"}
 
@@ -703,7 +747,8 @@ IntervalOpt = Annotated[float | None, _num(help="checkpoint interval in minutes 
 PueOpt = Annotated[float, _num(help="facility PUE")]
 PriceOpt = Annotated[float | None, _num(help="price of a GPU-hour in USD (default: ownership cost)")]
 LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4, -ga4 for four pipeline "
-                                                   "schedules a step (default: the planner's best)")]
+                                                   "schedules a step, or a plan's label (...-mb1-z1-full-sp) "
+                                                   "(default: the planner's best)")]
 RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full (with --layout)")]
 
 

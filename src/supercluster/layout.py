@@ -170,16 +170,31 @@ class Layout:
 
     @classmethod
     def from_string(cls, text: str, **kwargs: object) -> Layout:
-        """``Layout.from_string("tp8-pp16-dp128", global_batch=2048)``."""
+        """``Layout.from_string("tp8-pp16-dp128", global_batch=2048)``; also reads what :meth:`label`
+        writes: ``mbN``, ``zN`` (ZeRO stage), ``none`` / ``full`` / ``selective`` or
+        ``selective(mod,...)`` (recompute and its modules), ``sp`` / ``nosp``."""
         fields: dict[str, object] = dict(kwargs)
-        for part in text.lower().replace("_", "-").split("-"):
+        low = text.lower()
+        sel = re.search(r"selective\(([^)]*)\)", low)
+        if sel:  # module names hold underscores: read them before the parts are split
+            fields["recompute"] = "selective"
+            fields["recompute_modules"] = tuple(x.strip() for x in sel.group(1).split(",") if x.strip())
+            low = low[:sel.start()] + low[sel.end():]
+        for part in low.replace("_", "-").split("-"):
             if not part:
                 continue
-            m = re.fullmatch(r"(tp|pp|dp|cp|ep|etp|vpp|mb|ga)(\d+)", part)
+            if part in ("none", "selective", "full"):
+                fields["recompute"] = part
+                continue
+            if part in ("sp", "nosp"):
+                fields["sequence_parallel"] = part == "sp"
+                continue
+            m = re.fullmatch(r"(tp|pp|dp|cp|ep|etp|vpp|mb|ga|z)(\d+)", part)
             if not m:
                 raise InputError("layout", f"cannot read {part!r} in {text!r}; use e.g. tp8-pp16-dp128-cp1-ep1-vpp1 "
-                                           "(also etp, mb, ga)")
-            name = {"mb": "micro_batch", "etp": "expert_tp", "ga": "grad_accum"}.get(m.group(1), m.group(1))
+                                           "(also etp, mb, ga; a plan's label: -mb1-z1-full-sp)")
+            name = {"mb": "micro_batch", "etp": "expert_tp", "ga": "grad_accum", "z": "zero_stage"}.get(
+                m.group(1), m.group(1))
             fields[name] = int(m.group(2))
         return cls(**fields)  # type: ignore[arg-type]
 
@@ -191,7 +206,7 @@ class Layout:
 
     def label(self) -> str:
         """:meth:`short` plus what else the planner varies: micro-batch, ZeRO stage, recompute, SP."""
-        sp = "-sp" if self.sequence_parallel else ""
+        sp = "-sp" if self.sequence_parallel else "-nosp" if self.sequence_parallel is False and self.tp > 1 else ""
         return f"{self.short()}-mb{self.micro_batch}-z{self.zero_stage}-{self.recompute_label}{sp}"
 
     def short(self) -> str:
