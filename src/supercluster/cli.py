@@ -290,6 +290,10 @@ def estimate(
     load_model(model)
     get_gpu(gpu)
     given = _given_options(ctx)
+    for field, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("micro_batch", micro_batch),
+                         ("global_batch", global_batch), ("seq_len", seq_len), ("grad_accum", grad_accum)):
+        if value <= 0:
+            raise InputError(field, f"must be a positive integer, got {value}")
     if layout is not None:
         both = sorted(given & LAYOUT_STRING_OPTIONS)
         if both:
@@ -304,10 +308,6 @@ def estimate(
         _estimate_and_print(model, gpu, gpus, lay, framework, as_json, profile, fab, rank_order, evidence, plot,
                             sensitivity)
         return
-    for field, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("micro_batch", micro_batch),
-                         ("global_batch", global_batch), ("seq_len", seq_len), ("grad_accum", grad_accum)):
-        if value <= 0:
-            raise InputError(field, f"must be a positive integer, got {value}")
     if vpp is None and pp_layout is not None:
         from .pplayout import chunks_per_rank
 
