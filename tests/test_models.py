@@ -388,3 +388,17 @@ def test_llama4_maverick_preset_is_its_hugging_face_config():
     preset, hf = load_model("llama4-maverick"), from_hf_config({"model_type": "llama4", "text_config": MAVERICK_TEXT})
     same = ("key", "name", "seq_len", "source")
     assert dataclasses.replace(preset, **{k: getattr(hf, k) for k in same}) == hf
+
+
+def test_llama4_scout_preset_is_its_hugging_face_config():
+    scout = {**MAVERICK_TEXT, "num_local_experts": 16, "interleave_moe_layer_step": 1}
+    preset, hf = load_model("llama4-scout"), from_hf_config({"model_type": "llama4", "text_config": scout})
+    same = ("key", "name", "seq_len", "source")
+    assert dataclasses.replace(preset, **{k: getattr(hf, k) for k in same}) == hf
+
+
+@pytest.mark.parametrize("key, total_b", [("qwen3-8b", 8.2), ("qwen3-32b", 32.8), ("qwen2.5-72b", 72.7)])
+def test_qwen_dense_presets_have_their_published_sizes(key, total_b):
+    # Qwen's model cards: Qwen3-8B 8.2 B, Qwen3-32B 32.8 B, Qwen2.5-72B 72.7 B parameters
+    m = load_model(key)
+    assert m.num_params == pytest.approx(total_b * 1e9, rel=0.005) and not m.is_moe
