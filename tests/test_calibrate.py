@@ -97,6 +97,10 @@ def test_profile_of_a_catalog_gpu_keeps_datasheet_peaks(h100):
     g = p.gpu_spec(h100)
     assert g.peak("bf16") == h100.peak("bf16")
     assert g.gemm_frac["bf16"] == pytest.approx(0.7)
+    # a rate measured in situ is the rate its GEMMs run at: no tensor-core conversion (the catalog's
+    # whole-layer fraction is converted), so the roofline prices the profile's GEMMs
+    assert h100.gemm_tensor_frac["bf16"] > h100.gemm_frac["bf16"] and g.gemm_tensor_frac == {}
+    assert g.gemm_tensor_flops_per_s("bf16") == 0.0
 
 
 def test_bad_profile_is_a_clear_error(tmp_path):

@@ -115,9 +115,10 @@ class Profile:
         attention = None
         if att_peak > 0 and self.attention.get("fwd_flops_per_s"):
             attention = (self.attention["fwd_flops_per_s"] / att_peak, self.attention["bwd_flops_per_s"] / att_peak)
+        # (its GEMM rates were measured in situ: no tensor-core conversion, the roofline prices them)
         common = dict(peak_flops_per_s=peaks, gemm_frac=fracs, clock_frac=1.0,
                       hbm_bytes_per_s=self.memory_bytes_per_s / hbm_frac(), op_overhead_s=self.op_overhead_s,
-                      attention_frac=attention)
+                      attention_frac=attention, gemm_tensor_frac={})
         if base:
             return dataclasses.replace(base, **common, sources=f"{base.sources}; calibrated: {self.source}")
         return GpuSpec(key="calibrated", name=self.device, arch="calibrated", year=0, mamf_flops_per_s={},

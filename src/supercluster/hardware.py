@@ -5,7 +5,7 @@ Every figure is SI inside the dataclasses; the TOML keys carry human units and s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from ._toml import check_keys, load_package_toml
@@ -44,6 +44,10 @@ class GpuSpec:
     #: Straggler waste for this device's runs; None = the fleet figure in data/kernels.toml. A
     #: calibrated single-host profile sets 0: its own verify runs measure any waiting directly.
     straggler_frac: float | None = None
+    #: precision -> fraction of the dense peak the tensor cores sustain in a GEMM once its operand
+    #: traffic is priced apart (:func:`tensor_frac` of ``gemm_frac``, at the catalog's HBM rate);
+    #: empty for a calibrated profile, whose GEMM rate was measured in situ
+    gemm_tensor_frac: dict[str, float] = field(default_factory=dict)
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s of ``precision``; an :class:`InputError` if the GPU lacks it."""
@@ -61,6 +65,39 @@ class GpuSpec:
         ref = "bf16" if precision in ("bf16", "fp16", "tf32") else "fp8"
         frac = self.gemm_frac.get(precision) or self.gemm_frac[ref] or self.gemm_frac["bf16"]
         return frac * peak * self.clock_frac
+
+    def gemm_tensor_flops_per_s(self, precision: str) -> float:
+        """FLOP/s of a GEMM's tensor-core work in ``precision``, its operand traffic priced apart
+        (see data/kernels.toml [gemm]); 0 where the rate was measured in situ (a calibrated profile)."""
+        frac = self.gemm_tensor_frac.get(precision, 0.0)
+        return frac * self.peak(precision) * self.clock_frac if frac else 0.0
+
+
+#: GEMM operand bytes per element by precision (NVFP4's block scales, 1 byte per 16, not counted)
+OPERAND_BYTES = {"bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5}
+
+
+def reference_bytes_per_flop(precision: str) -> float:
+    """Forward operand bytes (inputs and weights in the GEMM precision, 16-bit output) per FLOP of
+    the reference layer the catalog's GEMM fractions were measured on (data/kernels.toml [gemm])."""
+    g = load_package_toml("kernels.toml")["gemm"]
+    t, h, f = float(g["reference_tokens"]), float(g["reference_hidden"]), float(g["reference_ffn"])
+    el = OPERAND_BYTES[precision]
+    shapes = ((t, h, 3.0 * h), (t, h, h), (t, h, f), (t, f, h))  # (M, K, N): QKV, projection, FC1, FC2
+    return sum(el * (m * k + k * n) + 2.0 * m * n for m, k, n in shapes) / sum(2.0 * m * k * n for m, k, n in shapes)
+
+
+def tensor_frac(gemm_frac: float, peak_flops_per_s: float, clock_frac: float, hbm_bytes_per_s: float,
+                precision: str) -> float:
+    """The tensor-core fraction of peak that, with each GEMM's operands streamed through HBM after
+    it, reproduces the reference layer's measured ``gemm_frac``: frac / (1 - rho rate / HBM)."""
+    rate = gemm_frac * peak_flops_per_s * clock_frac
+    hbm = hbm_bytes_per_s * float(load_package_toml("kernels.toml")["memory"]["hbm_frac"])
+    x = reference_bytes_per_flop(precision) * rate / hbm
+    require(x < 0.5, "gemm_frac", f"{gemm_frac} of {peak_flops_per_s / TERA:g} TFLOP/s ({precision}) leaves the "
+            f"reference layer {100 * x:.0f} % memory time at {hbm_bytes_per_s / TERA:g} TB/s: not a compute-bound "
+            "measurement")
+    return gemm_frac / (1.0 - x)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,7 +156,23 @@ def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
         scaleup_bytes_per_s=num["scaleup_gb_per_s"] * 1e9, scaleup_domain=int(num["scaleup_domain"]),
         allreduce_busbw_bytes_per_s=num["allreduce_busbw_gb_per_s"] * 1e9, tdp_w=num["tdp_w"],
         price_usd=num["price_usd"], system=str(t["system"]), sources=str(t["sources"]),
+        gemm_tensor_frac=_tensor_fracs(key, num, peaks),
     )
+
+
+def _tensor_fracs(key: str, num: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:
+    """:func:`tensor_frac` for every precision the GPU has tensor cores for (fp16 and tf32 on the
+    bf16 fraction, fp4 on its own or the fp8 one, as GpuSpec.gemm_flops_per_s reads them)."""
+    out = {}
+    for p in PRECISIONS:
+        ref = "bf16" if p in ("bf16", "fp16", "tf32") else "fp8"
+        frac = num.get(f"gemm_{p}_frac") or num.get(f"gemm_{ref}_frac") or num["gemm_bf16_frac"]
+        if peaks[p] > 0 and frac > 0:
+            try:
+                out[p] = tensor_frac(frac, peaks[p], num["sustained_clock_frac"], num["hbm_tb_per_s"] * TERA, p)
+            except InputError as err:
+                raise InputError(f"gpu {key}.gemm_{p}_frac", str(err).removeprefix("gemm_frac: ")) from None
+    return out
 
 
 def system_from_table(key: str, t: dict[str, object]) -> SystemSpec:

@@ -299,6 +299,15 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         if gpu.peak_flops_per_s.get(key):
             peak = np.where(low, gpu.peak_flops_per_s[key], peak)
             ceiling = np.where(low, gpu.gemm_flops_per_s(key), ceiling)
+    # The layers' GEMMs: tensor-core work plus operand traffic, not overlapped (kernels.toml [gemm]);
+    # a calibrated profile's rates were measured in situ and keep the roofline (max of the two).
+    in_situ = not gpu.gemm_tensor_frac
+    tensor = ceiling
+    if not in_situ:
+        tensor = np.full_like(ceiling, gpu.gemm_tensor_flops_per_s("bf16"))
+        for low, key in ((fp8, "fp8"), (fp4, "fp4")):
+            if gpu.peak_flops_per_s.get(key):
+                tensor = np.where(low, gpu.gemm_tensor_flops_per_s(key), tensor)
     unfused = fw.attention == "unfused"
     if gpu.attention_frac is not None:
         att = AttentionEfficiency(fwd_frac=gpu.attention_frac[0], bwd_frac=gpu.attention_frac[1],
@@ -335,7 +344,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     q_el = np.where(fp4, quantize_bytes_per_element(gpu.arch, "fp4"),
                     np.where(fp8, quantize_bytes_per_element(gpu.arch, "fp8"), 0.0))
     # (the weights are cast once per step: Transformer Engine caches them after the first micro-batch)
-    t_gemm_f = _layer_gemm_time(model, T, tp, ep, ceiling, low_el, el, mem_bw, etp, q_el, q_el / (gbs / (dp * mb)))
+    t_gemm_f = _layer_gemm_time(model, T, tp, ep, tensor, low_el, el, mem_bw, etp, q_el, q_el / (gbs / (dp * mb)),
+                                overlap=in_situ)
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
         t_attn_f, t_attn_b, t_score_f, t_score_b = _unfused_attention(
@@ -799,20 +809,24 @@ def _eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: 
 
 def _gemm(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.ndarray, el_in: np.ndarray,
           el_out: np.ndarray, mem_bw: float, q_el: np.ndarray | float = 0.0,
-          q_w: np.ndarray | float = 0.0) -> np.ndarray:
-    """One GEMM (M x K) @ (K x N) as a roofline kernel: its FLOPs at the measured GEMM rate, or its
-    operands (inputs and weights in the GEMM precision, output in 16 bit) through HBM, whichever is
-    slower. Training shapes are compute bound; few tokens per GPU or per expert are not. In fp8 / fp4
-    the quantisation of its input and (backward) output gradient, ``q_el`` HBM bytes per element over
-    forward and backward, and of its weight (``q_w`` per element, amortised over the step's
-    micro-batches) is added: a third of it to this forward time (the backward is priced as twice it)."""
-    return np.maximum(2.0 * M * K * N / rate, (el_in * (M * K + K * N) + el_out * M * N) / mem_bw) + \
+          q_w: np.ndarray | float = 0.0, overlap: bool = False) -> np.ndarray:
+    """One GEMM (M x K) @ (K x N): its FLOPs at the tensor-core ``rate`` plus its operands (inputs and
+    weights in the GEMM precision, output in 16 bit) through HBM (kernels.toml [gemm]: the sum, not
+    the roofline's max, matches DeepGEMM's published small- and large-M shapes); with ``overlap`` (a
+    rate measured in situ) the roofline, whichever is slower. Training shapes are compute bound; few
+    tokens per GPU or per expert are not. In fp8 / fp4 the quantisation of its input and (backward)
+    output gradient, ``q_el`` HBM bytes per element over forward and backward, and of its weight
+    (``q_w`` per element, amortised over the step's micro-batches) is added: a third of it to this
+    forward time (the backward is priced as twice it)."""
+    compute, memory = 2.0 * M * K * N / rate, (el_in * (M * K + K * N) + el_out * M * N) / mem_bw
+    return (np.maximum(compute, memory) if overlap else compute + memory) + \
         (q_el * (M * K + M * N) + q_w * K * N) / (3.0 * mem_bw)
 
 
 def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
                      el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None,
-                     q_el: np.ndarray | float = 0.0, q_w: np.ndarray | float = 0.0) -> np.ndarray:
+                     q_el: np.ndarray | float = 0.0, q_w: np.ndarray | float = 0.0,
+                     overlap: bool = False) -> np.ndarray:
     """Forward GEMM seconds of one layer (mean over dense and MoE layers) for T tokens per GPU.
 
     Attention: the input projections (Q, K, V, or MLA's factors) as one GEMM and the output
@@ -825,20 +839,20 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
     """
     h = float(model.d_model)
     out_w = float(model.num_heads * model.v_dim)
-    attn = _gemm(T, h, (model.attn_params / h - out_w) / tp, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
-        T, out_w / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w)
+    attn = _gemm(T, h, (model.attn_params / h - out_w) / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + _gemm(
+        T, out_w / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
     up = model.mlp_mats - 1.0
 
     def mlp(tokens: np.ndarray, width: float, split: np.ndarray = tp, h_in: float = h) -> np.ndarray:
-        return _gemm(tokens, h_in, up * width / split, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
-            tokens, width / split, h_in, rate, el_in, el_out, mem_bw, q_el, q_w)
+        return _gemm(tokens, h_in, up * width / split, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + _gemm(
+            tokens, width / split, h_in, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
 
     total = model.attention_layers * attn
     # the recurrent mixers' input projection (Mamba-2: z, x, B, C, dt; Gated DeltaNet: q, k, v, z, beta,
     # decay) and output projection
     for layers, in_width, out_width in model.recurrent_projections:
-        total = total + layers * (_gemm(T, h, in_width / tp, rate, el_in, el_out, mem_bw, q_el, q_w)
-                                  + _gemm(T, out_width / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w))
+        total = total + layers * (_gemm(T, h, in_width / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
+                                  + _gemm(T, out_width / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap))
     if model.num_dense_layers:
         total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
     if model.num_moe_layers:
@@ -846,11 +860,11 @@ def _layer_gemm_time(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.nda
         e_tp = tp if etp is None else etp
         per_expert = T * (e_tp / tp) * model.top_k * ep / E
         moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim), e_tp, float(model.expert_width)) + _gemm(
-            T, h, E, rate, el_in, el_out, mem_bw)
+            T, h, E, rate, el_in, el_out, mem_bw, overlap=overlap)
         if model.moe_latent_dim:  # latent MoE: down to the experts' width before the dispatch, up after
             lat = float(model.moe_latent_dim)
-            moe = moe + _gemm(T, h, lat / tp, rate, el_in, el_out, mem_bw, q_el, q_w) + _gemm(
-                T, lat / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w)
+            moe = moe + _gemm(T, h, lat / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + _gemm(
+                T, lat / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
         if model.shared_width:
             moe = moe + mlp(T, float(model.shared_width))
         total = total + model.num_moe_layers * moe
