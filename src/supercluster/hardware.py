@@ -162,9 +162,15 @@ def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
 
 def _tensor_fracs(key: str, num: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:
     """:func:`tensor_frac` for every precision the GPU has tensor cores for (fp16 and tf32 on the
-    bf16 fraction, fp4 on its own or the fp8 one, as GpuSpec.gemm_flops_per_s reads them)."""
-    out = {}
+    bf16 fraction, as GpuSpec.gemm_flops_per_s reads them). fp4 without a measured fraction takes the
+    fp8 tensor-core fraction: the assumption is about the tensor cores, whose sustained share of peak
+    hardly depends on the dtype (gpus.toml header: B300's kernel / MAMF ratio, fp8 0.839 and bf16
+    0.850); its operands' traffic, half of fp8's, is priced apart."""
+    out: dict[str, float] = {}
     for p in PRECISIONS:
+        if p == "fp4" and "gemm_fp4_frac" not in num and "fp8" in out and peaks[p] > 0:
+            out[p] = out["fp8"]
+            continue
         ref = "bf16" if p in ("bf16", "fp16", "tf32") else "fp8"
         frac = num.get(f"gemm_{p}_frac") or num.get(f"gemm_{ref}_frac") or num["gemm_bf16_frac"]
         if peaks[p] > 0 and frac > 0:
