@@ -969,3 +969,28 @@ def test_context_parallelism_shortens_what_each_rank_attends_over(h100, llama3_7
     assert eight["gemm_inefficiency"] > one["gemm_inefficiency"]
     assert eight["attention_inefficiency"] > 1.2 * one["attention_inefficiency"]
     assert attention_length_factor(8192 / 8) < attention_length_factor(8192) < 1.0
+
+
+def test_tensor_core_fractions_reproduce_each_gpus_reference_layer():
+    """hardware.tensor_frac: on every catalog GPU and precision, the reference layer (TE-GEMM's 15,872
+    tokens, hidden 4096, FFN 16384) priced as tensor work plus operand traffic takes exactly the time
+    its whole-layer fraction says; fp4 without a measurement takes fp8's tensor-core fraction."""
+    import numpy as np
+
+    from supercluster.hardware import get_gpu, gpu_catalog
+    from supercluster.models import ModelSpec
+    from supercluster.step import _layer_gemm_time
+
+    m = ModelSpec(key="te", name="TE guide layer", num_layers=1, d_model=4096, ffn_dim=16384, num_heads=32,
+                  num_kv_heads=32, head_dim=128, vocab_size=32000, mlp="gelu", seq_len=512)
+    one = np.array([1.0])
+    for g in gpu_catalog().values():
+        bw = g.hbm_bytes_per_s * 0.85
+        for p, el in (("bf16", 2.0), ("fp8", 1.0)):
+            if not g.gemm_tensor_frac.get(p):
+                continue
+            t = float(_layer_gemm_time(m, np.array([15872.0]), one, one, g.gemm_tensor_flops_per_s(p) * one,
+                                       el * one, 2.0 * one, bw)[0])
+            assert t == pytest.approx(1.917e13 / 3 / g.gemm_flops_per_s(p), rel=2e-3), (g.key, p)
+    b300 = get_gpu("b300")
+    assert b300.gemm_tensor_frac["fp4"] == b300.gemm_tensor_frac["fp8"] < 0.75
