@@ -10,10 +10,12 @@ b micro-batch, T = b s / cp tokens per GPU per micro-batch, m micro-batches per 
 Lh layers on the heaviest pipeline stage.
 
 Physics, each with its source:
-* Each GEMM of a layer is a roofline kernel: its FLOPs at the GPU's measured GEMM rate at
-  transformer training shapes (fprop, dgrad, wgrad; fp8 quantization included; data/gpus.toml
-  gemm_*_frac), or its operands through HBM when few tokens make it memory bound; backward is
-  2x forward.
+* Each GEMM of a layer is its FLOPs at the tensor-core rate plus its operands through HBM, one
+  after the other (DeepGEMM's published shapes: data/kernels.toml [gemm]); the tensor-core rate is
+  the one that gives back the GPU's measured GEMM rate at transformer training shapes (fprop, dgrad,
+  wgrad; data/gpus.toml gemm_*_frac; hardware.tensor_frac), so few tokens per GPU or per expert pay
+  for their weights' traffic; fp8 / fp4 casts are added as HBM traffic; backward is 2x forward. A
+  calibrated profile's rate, measured in situ, keeps the roofline (the slower of the two).
 * Attention with flash kernels does causal work s^2/2; backward does 2.5x the forward matmul
   work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml). The
   unfused attention of pre-2023 frameworks does the full s^2 in batched GEMMs and moves the
