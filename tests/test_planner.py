@@ -484,6 +484,11 @@ def test_compare_command_prints_a_row_per_gpu_type():
     rows = json.loads(r.stdout)
     assert [x["gpu"] for x in rows] == ["h100-sxm", "b200"] and all(x["fits"] for x in rows)
     assert rows[1]["days_to_train"] < rows[0]["days_to_train"]  # B200 outruns H100 on the same job
+    kept = json.loads(CliRunner().invoke(app, ["compare", "--model", "llama3-8b", "--gpu-types", "h100-sxm,b200",
+                                               "--gpus", "16", "--global-batch", "64", "--zero", "1", "--recompute",
+                                               "full", "--json"]).stdout)
+    assert all((x["best"]["zero_stage"], x["best"]["recompute"]) == (1, "full") for x in kept)
+    assert all(k["best"]["step_time_s"] >= r["best"]["step_time_s"] for k, r in zip(kept, rows, strict=True))
     bad = CliRunner().invoke(app, ["compare", "--gpu-types", "h100-sxm,nope"])
     assert isinstance(bad.exception, InputError) and bad.exception.field == "gpu"
     # a mistake in the question itself is one error naming the field, not a row per GPU type

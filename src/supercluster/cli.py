@@ -582,6 +582,10 @@ def compare(
     framework: FrameworkOpt = CLI_FRAMEWORK,
     tokens: Annotated[float | None, _num(help="token budget for days, dollars and MWh (default: 20 per "
                                                  "parameter)")] = None,
+    micro_batch: Annotated[int | None, typer.Option(help="keep this micro-batch size [default: searched]")] = None,
+    zero: Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3 [default: searched]")] = None,
+    recompute: Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full "
+                                                  "[default: searched]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -598,11 +602,12 @@ def compare(
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
     for p in precs:  # an unknown precision is one error, not a row per GPU
         Layout(precision=p)
+    fixed = _fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
     rows = []
     for g in track(kinds, description="planning", disable=as_json or len(kinds) < 2, transient=True,
                    console=Console(stderr=True)):
         rows += compare_gpus(m, [g], gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
-                             objective=objective, precisions=precs, tokens=tokens)
+                             objective=objective, precisions=precs, tokens=tokens, fixed=fixed)
     tok = tokens if tokens is not None else 20.0 * m.num_params
     title = f"{m.name} on {gpus:,} GPUs, global batch {global_batch:,} x {seq_len:,}, {tok:.3g} tokens, {framework}"
     _plot(plot, lambda: plots.compare(rows, title=title))

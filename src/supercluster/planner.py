@@ -396,11 +396,13 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
 
 def compare_gpus(model: ModelSpec, gpus: list[GpuSpec], num_gpus: int, *, global_batch: int, seq_len: int,
                  framework: Framework, objective: str = "time", precisions: tuple[str, ...] = ("bf16",),
-                 tokens: float | None = None, headroom: float = 0.0) -> list[dict[str, object]]:
+                 tokens: float | None = None, headroom: float = 0.0,
+                 fixed: dict[str, int] | None = None) -> list[dict[str, object]]:
     """The same question asked of several GPU types: each one's best layout by ``objective`` (the
-    planner's whole search, on its own default fabric and price), with the failure-free days,
-    dollars and MWh to train ``tokens`` (default: 20 per parameter). A GPU type on which no layout
-    fits, or which lacks a precision asked for, is a row saying why rather than an error."""
+    planner's whole search, on its own default fabric and price, keeping the ``fixed`` settings),
+    with the failure-free days, dollars and MWh to train ``tokens`` (default: 20 per parameter). A
+    GPU type on which no layout fits, or which lacks a precision asked for, is a row saying why
+    rather than an error."""
     require(bool(gpus), "gpu_types", "needs at least one GPU type")
     # the question's own mistakes are one error, not a row per GPU type
     require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
@@ -418,7 +420,7 @@ def compare_gpus(model: ModelSpec, gpus: list[GpuSpec], num_gpus: int, *, global
             continue
         try:
             res = plan(model, g, num_gpus, global_batch=global_batch, seq_len=seq_len, framework=framework,
-                       objective=objective, precisions=usable, headroom=headroom, top=1)
+                       objective=objective, precisions=usable, headroom=headroom, top=1, fixed=fixed)
         except InputError as exc:
             rows.append({"gpu": g.key, "fits": False, "reason": str(exc)})
             continue
