@@ -71,6 +71,11 @@ GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")
 PrecisionAnyOpt = Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8, where the GPU has them)")]
 GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
+# settings a plan keeps while it searches the rest (plan, compare: planner.plan(fixed=...))
+KeepMbOpt = Annotated[int | None, typer.Option(help="keep this micro-batch size [default: searched]")]
+KeepZeroOpt = Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3 [default: searched]")]
+KeepRecomputeOpt = Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full "
+                                                      "[default: searched]")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
 FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
                                                   "hai-llm | megatron-legacy | deepspeed-legacy | torchtitan-2024 | "
@@ -294,6 +299,7 @@ def estimate(
                          ("global_batch", global_batch), ("seq_len", seq_len), ("grad_accum", grad_accum)):
         if value <= 0:
             raise InputError(field, f"must be a positive integer, got {value}")
+    fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
     if layout is not None:
         both = sorted(given & LAYOUT_STRING_OPTIONS)
         if both:
@@ -304,7 +310,6 @@ def estimate(
                                  recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
                                  pp_layout=pp_layout, **({} if "dp" in _layout_degrees(layout) else
                                                           {"dp": _derived_dp(layout, gpus)}))
-        fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
         _estimate_and_print(model, gpu, gpus, lay, framework, as_json, profile, fab, rank_order, evidence, plot,
                             sensitivity)
         return
@@ -318,7 +323,6 @@ def estimate(
         vpp = get_framework(framework).default_vpp(pp)
     if dp < 0:
         raise InputError("dp", f"must be >= 0 (0 = gpus / (tp pp cp)), got {dp}")
-    fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
     planned = False
     try:
         if dp == 0:
@@ -512,10 +516,9 @@ def plan(
     framework: FrameworkOpt = CLI_FRAMEWORK,
     headroom: Annotated[float, _num(help="fraction of HBM kept free (0-1)")] = 0.0,
     top: Annotated[int, typer.Option(help="rows in the table")] = 10,
-    micro_batch: Annotated[int | None, typer.Option(help="keep this micro-batch size [default: searched]")] = None,
-    zero: Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3 [default: searched]")] = None,
-    recompute: Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full "
-                                                  "[default: searched]")] = None,
+    micro_batch: KeepMbOpt = None,
+    zero: KeepZeroOpt = None,
+    recompute: KeepRecomputeOpt = None,
     gpu_hour_usd: Annotated[float | None, _num(help="price of a GPU-hour (default: ownership cost)")] = None,
     export: Annotated[str | None, typer.Option(help="print the winner as megatron | torchtitan | deepspeed")] = None,
     tokens: Annotated[float | None, _num(help="token budget: also days, dollars and MWh to train it "
@@ -582,10 +585,9 @@ def compare(
     framework: FrameworkOpt = CLI_FRAMEWORK,
     tokens: Annotated[float | None, _num(help="token budget for days, dollars and MWh (default: 20 per "
                                                  "parameter)")] = None,
-    micro_batch: Annotated[int | None, typer.Option(help="keep this micro-batch size [default: searched]")] = None,
-    zero: Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3 [default: searched]")] = None,
-    recompute: Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full "
-                                                  "[default: searched]")] = None,
+    micro_batch: KeepMbOpt = None,
+    zero: KeepZeroOpt = None,
+    recompute: KeepRecomputeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
     plot: PlotOpt = None,
 ) -> None:
