@@ -61,6 +61,21 @@ def test_oversubscription_and_planes_change_the_right_things(dgx_h100):
     assert two.link_gbit == 200 and two.planes == 2
 
 
+def test_a_ratio_on_the_top_tier_is_refused_and_more_tiers_carry_it(dgx_h100):
+    g, s = dgx_h100
+    three = build_fabric(16384, g, s)
+    assert len(three.tiers) == 3
+    with pytest.raises(InputError, match=r"tier 3 is the top .* give 1,2"):
+        build_fabric(16384, g, s, tiers=3, oversubscription=(1.0, 1.0, 2.0))
+    with pytest.raises(InputError, match="single tier takes no oversubscription"):
+        build_fabric(32, g, s, tiers=1, oversubscription=(2.0,))
+    four = build_fabric(16384, g, s, oversubscription=(1.0, 1.0, 2.0))  # no --tiers: enough tiers for the ratio
+    assert [t.oversubscription for t in four.tiers] == [1.0, 1.0, 2.0, 1.0]
+    assert build_fabric(16384, g, s, oversubscription=(1.0, 1.0, 1.0, 1.0)).tiers == three.tiers  # 1s change nothing
+    r = runner.invoke(app, ["fabric", "--gpus", "16384", "--tiers", "3", "--oversubscription", "1,1,2"])
+    assert isinstance(r.exception, InputError) and r.exception.field == "oversubscription"  # main() prints it, exit 2
+
+
 def test_million_gpus_fabric_json():
     r = runner.invoke(app, ["fabric", "--gpus", "1048576", "--gpu", "gb200", "--json"])
     assert r.exit_code == 0, r.output

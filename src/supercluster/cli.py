@@ -260,7 +260,8 @@ def estimate(
                                                 "catalog's rates for --gpu")] = None,
     switch: Annotated[str | None, typer.Option(help="fabric: scale-out switch (see supercluster fabric)")] = None,
     tiers: Annotated[int | None, typer.Option(help="fabric: tiers")] = None,
-    oversubscription: Annotated[str | None, typer.Option(help="fabric: down:up per tier, e.g. 1,1,2")] = None,
+    oversubscription: Annotated[str | None, typer.Option(
+        help="fabric: down:up of each tier below the top, leaf first, e.g. 1,2")] = None,
     planes: Annotated[int | None, typer.Option(help="fabric: network planes [default: the system's NIC ports "
                                                "per GPU]")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="fabric: in-network all-reduce")] = False,
@@ -1071,7 +1072,8 @@ def _over(text: str | None) -> tuple[float, ...] | None:
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise InputError("oversubscription", f"cannot read {text!r}; use e.g. 1,1,2 (down:up per tier)") from None
+        raise InputError("oversubscription", f"cannot read {text!r}; use e.g. 1,2 (down:up of each tier below "
+                         "the top, leaf first)") from None
 
 
 @app.command()
@@ -1143,7 +1145,8 @@ def fabric(
     gpu: Annotated[str, typer.Option(help="GPU key (its default system sets node, NIC and host power)")] = "h100-sxm",
     switch: Annotated[str | None, typer.Option(help="scale-out switch (default by NIC speed)")] = None,
     tiers: Annotated[int | None, typer.Option(help="tiers (default: the fewest that reach --gpus)")] = None,
-    oversubscription: Annotated[str | None, typer.Option(help="down:up per tier, e.g. 1,1,2")] = None,
+    oversubscription: Annotated[str | None, typer.Option(
+        help="down:up of each tier below the top, leaf first, e.g. 1,2 (the top tier has no uplinks)")] = None,
     planes: Annotated[int | None, typer.Option(help="independent network planes [default: the system's NIC ports "
                                                "per GPU]")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="in-network all-reduce (switches that support it)")] = False,

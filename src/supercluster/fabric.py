@@ -272,12 +272,25 @@ def build_fabric(num_gpus: int, gpu: GpuSpec, system: SystemSpec, *, switch: Swi
         require(o >= 1.0, "oversubscription", f"each tier's down:up ratio must be >= 1, got {o}")
     need = num_gpus  # endpoints per plane
     if tiers is None:
-        tiers = next((t for t in range(1, MAX_TIERS + 1)
+        # The fewest tiers that reach the GPUs with every ratio given on a tier below the top.
+        low = max((i + 2 for i, o in enumerate(over) if o != 1.0), default=1)
+        tiers = next((t for t in range(low, MAX_TIERS + 1)
                       if max_gpus(k, t, _pad(over, t)) >= need), None)
         if tiers is None:
             raise InputError("gpus", f"{num_gpus:,} GPUs exceed {MAX_TIERS} tiers of {k}-port {sw.key} "
                              f"(largest: {max_gpus(k, MAX_TIERS, _pad(over, MAX_TIERS)):,}); add planes or "
                              f"oversubscription, or pick a larger switch")
+    top_set = [f"{o:g}" for o in over[tiers - 1:] if o != 1.0]
+    if top_set:
+        given = ",".join(f"{o:g}" for o in over)
+        taper = ",".join(["1"] * (tiers - 2) + [top_set[0]]) if tiers > 1 else ""
+        hint = (f"; to oversubscribe the links into tier {tiers} give {taper} (tier {tiers - 1}'s down:up)"
+                if tiers > 1 else "")
+        per_tier = (f"give one value per tier below the top ({tiers - 1} here, leaf first){hint}" if tiers > 1
+                    else "a single tier takes no oversubscription")
+        raise InputError("oversubscription",
+                         f"{given} sets a down:up of {top_set[0]} on tier {tiers} or above, but tier {tiers} is the "
+                         f"top of this {tiers}-tier fabric and has no uplinks; {per_tier}, or allow more tiers")
     over = _pad(over, tiers)
     reach = max_gpus(k, tiers, over)
     if reach < need:
