@@ -262,3 +262,20 @@ def test_estimate_planner_fallback_errors_are_one_line(args, start):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = [x for x in r.stderr.strip().splitlines() if x]
     assert len(lines) == 1 and lines[0].startswith(start), r.stderr
+
+
+def test_no_option_help_is_eaten_as_rich_markup():
+    # rich drops "[word ...]" from help text as a markup tag: defaults in words go through show_default
+    import re
+
+    import click
+    import typer
+
+    cli = typer.main.get_command(app)
+    for name, cmd in cli.commands.items():
+        subs = cmd.commands.values() if isinstance(cmd, click.Group) else [cmd]
+        for c in subs:
+            for p in c.params:
+                assert not re.search(r"(?<!\\)\[[a-z#/@]", getattr(p, "help", None) or ""), (name, p.name, p.help)
+    r = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "200"})
+    assert "keep this ZeRO stage 0-3" in r.output and "(searched)" in r.output

@@ -72,10 +72,10 @@ PrecisionAnyOpt = Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf1
 GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 # settings a plan keeps while it searches the rest (plan, compare: planner.plan(fixed=...))
-KeepMbOpt = Annotated[int | None, typer.Option(help="keep this micro-batch size [default: searched]")]
-KeepZeroOpt = Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3 [default: searched]")]
-KeepRecomputeOpt = Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full "
-                                                      "[default: searched]")]
+KeepMbOpt = Annotated[int | None, typer.Option(help="keep this micro-batch size", show_default="searched")]
+KeepZeroOpt = Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3", show_default="searched")]
+KeepRecomputeOpt = Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full",
+                                                      show_default="searched")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
 FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
                                                   "hai-llm | megatron-legacy | deepspeed-legacy | torchtitan-2024 | "
@@ -205,8 +205,9 @@ def estimate(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="preset key, or path to a Hugging Face config.json or a "
                                               "Megatron-LM launch script; a +mtp / +mtpN suffix adds N "
-                                              "multi-token-prediction modules [default: the model in --config's "
-                                              "Megatron arguments, else llama3-405b]")] = None,
+                                              "multi-token-prediction modules",
+                                              show_default="the model in --config's Megatron arguments, else "
+                                              "llama3-405b")] = None,
     gpu: GpuOpt = "h100-sxm",
     gpus: GpusOpt = 16384,
     tp: Annotated[int, typer.Option(help="tensor parallel degree")] = 8,
@@ -216,8 +217,8 @@ def estimate(
     ep: Annotated[int, typer.Option(help="expert parallel degree (carved out of dp x cp)")] = 1,
     expert_tp: Annotated[int, typer.Option(help="expert tensor parallel degree (0 = tp; 1 folds EP over TP, "
                                            "Megatron-Core MoE parallel folding)")] = 0,
-    vpp: Annotated[int | None, typer.Option(help="interleaved pipeline chunks per stage [default: 4 when pp > 1 "
-                                            "and the framework interleaves, else 1]")] = None,
+    vpp: Annotated[int | None, typer.Option(help="interleaved pipeline chunks per stage",
+                                            show_default="4 when pp > 1 and the framework interleaves, else 1")] = None,
     micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
     global_batch: GbsOpt = 2048,
     grad_accum: Annotated[int, typer.Option(help="gradient-accumulation steps, each its own pipeline schedule "
@@ -241,14 +242,14 @@ def estimate(
                                                   "composer | hai-llm | megatron-legacy | deepspeed-legacy | "
                                                   "torchtitan-2024 | automodel (supercluster catalog frameworks); "
                                                   "+compile, +ep-overlap, +deepep, +embedding-split, "
-                                                  "+round-robin-gate [default: what --config "
-                                                  "describes: "
-                                                  "Megatron-LM as a script's flags set it (overlaps, gradient "
-                                                  "precision, dropout), torchtitan (+compile) for a job TOML, "
-                                                  f"deepspeed for a JSON; else {CLI_FRAMEWORK}]")] = None,
+                                                  "+round-robin-gate",
+                                                  show_default="what --config describes: Megatron-LM as a "
+                                                  "script's flags set it (overlaps, gradient precision, dropout), "
+                                                  "torchtitan (+compile) for a job TOML, deepspeed for a JSON; "
+                                                  f"else {CLI_FRAMEWORK}")] = None,
     sequence_parallel: Annotated[bool | None, typer.Option(
         "--sequence-parallel/--no-sequence-parallel",
-        help="shard norms and dropout over TP ranks [default: the framework's]")] = None,
+        help="shard norms and dropout over TP ranks", show_default="the framework's")] = None,
     layout: Annotated[str | None, typer.Option(help="the layout as one string, e.g. tp8-pp16-dp128-vpp4, or a "
                                                "plan's label (tp8-pp16-dp128-vpp4-mb1-z1-none-sp): in place of "
                                                "--tp, --pp, --dp, --cp, --ep, --vpp, --micro-batch, --zero, "
@@ -262,8 +263,8 @@ def estimate(
     tiers: Annotated[int | None, typer.Option(help="fabric: tiers")] = None,
     oversubscription: Annotated[str | None, typer.Option(
         help="fabric: down:up of each tier below the top, leaf first, e.g. 1,2")] = None,
-    planes: Annotated[int | None, typer.Option(help="fabric: network planes [default: the system's NIC ports "
-                                               "per GPU]")] = None,
+    planes: Annotated[int | None, typer.Option(help="fabric: network planes",
+                                               show_default="the system's NIC ports per GPU")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="fabric: in-network all-reduce")] = False,
     rank_order: Annotated[str, typer.Option(help="rank order, innermost first (Megatron-Core: tp-cp-ep-dp-pp)")]
     = "tp-cp-ep-dp-pp",
@@ -1083,8 +1084,8 @@ def simulate(
     gpu: GpuOpt = "h100-sxm",
     gpus: GpusOpt = 64,
     layout: LayoutOpt = None,
-    recompute: Annotated[str, typer.Option(help="none | selective | full [default without --layout: the "
-                                           "planner's choice]")] = "none",
+    recompute: Annotated[str, typer.Option(help="none | selective | full",
+                                           show_default="none; without --layout, the planner's choice")] = "none",
     global_batch: GbsOpt = 128, seq_len: SeqOpt = 8192,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | fp4")] = "bf16",
     framework: FrameworkOpt = CLI_FRAMEWORK,
@@ -1147,8 +1148,8 @@ def fabric(
     tiers: Annotated[int | None, typer.Option(help="tiers (default: the fewest that reach --gpus)")] = None,
     oversubscription: Annotated[str | None, typer.Option(
         help="down:up of each tier below the top, leaf first, e.g. 1,2 (the top tier has no uplinks)")] = None,
-    planes: Annotated[int | None, typer.Option(help="independent network planes [default: the system's NIC ports "
-                                               "per GPU]")] = None,
+    planes: Annotated[int | None, typer.Option(help="independent network planes",
+                                               show_default="the system's NIC ports per GPU")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="in-network all-reduce (switches that support it)")] = False,
     pue: Annotated[float, _num(help="facility PUE")] = 1.1,
     compare: Annotated[bool, typer.Option("--compare", help="every catalog switch x 1/2/4/8 planes side by side")]
