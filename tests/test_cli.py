@@ -279,3 +279,15 @@ def test_no_option_help_is_eaten_as_rich_markup():
                 assert not re.search(r"(?<!\\)\[[a-z#/@]", getattr(p, "help", None) or ""), (name, p.name, p.help)
     r = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "200"})
     assert "keep this ZeRO stage 0-3" in r.output and "(searched)" in r.output
+
+
+def test_the_memory_line_counts_its_parts_in_the_units_of_its_total():
+    import re
+
+    r = runner.invoke(app, ["estimate"], env={"COLUMNS": "400"})
+    line = next(x for x in r.output.splitlines() if x.startswith("memory per GPU"))
+    total = float(re.search(r"memory per GPU ([\d.]+) GiB", line).group(1))
+    scale = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2}
+    parts = [float(v) * scale[u] for v, u in re.findall(r"(?:weights|grads|optimizer|activations|other) ([\d.]+) (\w+)",
+                                                            line)]
+    assert len(parts) == 5 and sum(parts) == pytest.approx(total, abs=0.3), line

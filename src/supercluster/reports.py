@@ -12,7 +12,7 @@ from .hardware import GpuSpec, SystemSpec
 from .layout import Layout
 from .models import ModelSpec
 from .step import LEDGER, StepBreakdown
-from .units import GiB, fmt_bytes
+from .units import GiB, fmt_bytes, fmt_ibytes
 
 LEDGER_HELP = {
     "ideal_compute": "model FLOPs at dense peak",
@@ -69,9 +69,9 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str, fit: Fit | N
     status = "[green]fits[/green]" if b.fits else "[red]does NOT fit[/red]"
     console.print(
         f"memory per GPU {m['memory_per_gpu_bytes'] / GiB:.1f} GiB of {b.hbm_bytes / GiB:.0f} GiB ({status}): "
-        f"weights {fmt_bytes(m['mem_weights_bytes'])}, grads {fmt_bytes(m['mem_grads_bytes'])}, "
-        f"optimizer {fmt_bytes(m['mem_optimizer_bytes'])}, activations {fmt_bytes(m['mem_activations_bytes'])}, "
-        f"other {fmt_bytes(m['mem_other_bytes'])}"
+        f"weights {fmt_ibytes(m['mem_weights_bytes'])}, grads {fmt_ibytes(m['mem_grads_bytes'])}, "
+        f"optimizer {fmt_ibytes(m['mem_optimizer_bytes'])}, activations {fmt_ibytes(m['mem_activations_bytes'])}, "
+        f"other {fmt_ibytes(m['mem_other_bytes'])}"
     )
     if not b.fits:
         console.print(f"[yellow]does not fit: {fit_reason(b, *(fit or ()))}[/yellow]")

@@ -30,6 +30,14 @@ def fmt_bytes(x: float) -> str:
     return f"{x:.0f} B"
 
 
+def fmt_ibytes(x: float) -> str:
+    """Binary-prefix bytes, as GPU memory is counted, e.g. ``fmt_ibytes(3 * 2**30) == '3.0 GiB'``."""
+    for unit, scale in (("TiB", 2.0**40), ("GiB", GiB), ("MiB", MiB), ("KiB", 1024.0)):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f} {unit}"
+    return f"{x:.0f} B"
+
+
 def fmt_seconds(x: float) -> str:
     """Seconds in the most readable unit, e.g. ``fmt_seconds(0.0123) == '12.30 ms'``."""
     if abs(x) >= 86400:
