@@ -414,6 +414,38 @@ def test_a_dualpipe_plan_keeps_to_what_dualpipe_can_run():
             assert lay.pp % 2 == 0 and m % 2 == 0 and m >= 2 * lay.pp
 
 
+@pytest.mark.parametrize("fw,pp,m,runs", [
+    ("nemo-megatron", 2, 1, False), ("nemo-megatron", 4, 6, False), ("nemo-megatron", 4, 8, True),
+    ("torchtitan", 4, 6, True),   # one round of 6: torch's Interleaved1F1B runs it
+    ("torchtitan", 2, 7, False),  # 3 rounds do not divide 7
+    ("automodel", 8, 4, True),
+])
+def test_an_interleaved_schedule_takes_the_micro_batches_its_framework_can_run(fw, pp, m, runs):
+    from supercluster.framework import get_framework
+
+    f = get_framework(fw)
+    assert bool(f.schedule_ok(np.array([pp]), np.array([m]), np.array([2]))[0]) is runs
+    assert bool(f.schedule_ok(np.array([pp]), np.array([m]), np.array([1]))[0])  # plain 1F1B runs any m
+    if runs:
+        f.check_schedule(pp, m, vpp=2)
+    else:
+        with pytest.raises(InputError, match="global_batch: .*interleaved schedule"):
+            f.check_schedule(pp, m, vpp=2)
+
+
+def test_megatron_plans_interleave_only_a_multiple_of_pp_micro_batches(h100, megatron):
+    # 16,384 GPUs, 1,024 sequences: dp 1,024 leaves one micro-batch, which Megatron-Core cannot interleave
+    res = plan(load_model("llama3-8b"), h100, 16384, global_batch=1024, seq_len=8192, framework=megatron, top=50)
+    assert res.top
+    for c in res.top:
+        lay = c.layout
+        if lay.vpp > 1:
+            assert lay.schedule_microbatches % lay.pp == 0, lay.label()
+    with pytest.raises(InputError, match="multiple of pp = 2; got 1"):
+        estimate(load_model("llama3-8b"), gpu=h100, num_gpus=16384, framework=megatron,
+                 layout=Layout(tp=8, pp=2, dp=1024, vpp=16, global_batch=1024, seq_len=8192))
+
+
 def test_a_dualpipe_plan_is_not_exported_to_a_launcher_that_runs_1f1b():
     import json
 
@@ -564,8 +596,8 @@ def test_estimate_layout_string_errors(args, message):
 
 
 def test_estimate_layout_string_is_the_separate_options():
-    a = runner.invoke(app, ["estimate", "--layout", "tp8-pp16-vpp4-mb2-z2-full", "--json"])
-    b = runner.invoke(app, ["estimate", "--tp", "8", "--pp", "16", "--vpp", "4", "--micro-batch", "2", "--zero", "2",
+    a = runner.invoke(app, ["estimate", "--layout", "tp8-pp16-vpp4-mb1-z2-full", "--json"])
+    b = runner.invoke(app, ["estimate", "--tp", "8", "--pp", "16", "--vpp", "4", "--micro-batch", "1", "--zero", "2",
                             "--recompute", "full", "--json"])
     assert json.loads(a.output)["step_time_s"] == json.loads(b.output)["step_time_s"]
     assert json.loads(a.output)["layout"] == "tp8-pp16-dp128-vpp4"  # dp: the GPUs over tp x pp x cp

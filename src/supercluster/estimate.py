@@ -44,7 +44,7 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     layout.check_gpus(num_gpus)
     layout.check_model(m, extra_pp_layers=fw.extra_pp_layers)
     fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
-    fw.check_schedule(layout.pp, layout.schedule_microbatches)
+    fw.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
     g.peak(layout.precision)
     return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw,
                           rank_order=rank_order)

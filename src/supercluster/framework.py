@@ -53,6 +53,12 @@ class Framework:
     #: the pipeline can interleave virtual stages (vpp > 1: Megatron's interleaved 1F1B, torchtitan's
     #: Interleaved1F1B); DeepSpeed's PipelineEngine runs plain 1F1B over contiguous stages
     interleaved_pipeline: bool = True
+    #: how many micro-batches an interleaved schedule (vpp > 1) takes: "pp_multiple" = a multiple of pp
+    #: (Megatron-Core forward_backward_pipelining_with_interleaving: microbatch_group_size_per_vp_stage
+    #: defaults to pp and must lie in [pp, M], and a last group smaller than pp is refused; Megatron-LM before
+    #: it raised "number of microbatches is not divisible by pipeline-model-parallel-size"); "rounds" =
+    #: torch.distributed.pipelining's Interleaved1F1B: a multiple of its rounds, max(1, M // pp)
+    interleave_microbatches: str = "pp_multiple"
     era_of: str = ""
     #: gradient reduce-scatters per layer and pass under ZeRO-3 / FSDP; 0 = as many as the gathers
     zero3_reduces_per_layer: int = 0
@@ -143,9 +149,16 @@ class Framework:
             if degree > 1 and not has:
                 raise InputError(field, f"framework {self.key} has no {what}; {field} must be 1, got {degree}")
 
-    def check_schedule(self, pp: int, microbatches: int) -> None:
+    def check_schedule(self, pp: int, microbatches: int, vpp: int = 1) -> None:
         """Refuse a pipeline the framework's schedule cannot run, naming the field (DualPipe: an even pp,
-        and an even number of micro-batches of at least 2 pp)."""
+        and an even number of micro-batches of at least 2 pp; interleaving: :attr:`interleave_microbatches`)."""
+        if pp > 1 and vpp > 1 and not bool(self.interleave_ok(np.int64(pp), np.int64(microbatches))):
+            rule = (f"a multiple of the {max(1, microbatches // pp)} rounds of {pp}"
+                    if self.interleave_microbatches == "rounds" else f"a multiple of pp = {pp}")
+            raise InputError("global_batch", f"framework {self.key}'s interleaved schedule (vpp = {vpp}) needs the "
+                             f"micro-batches per data-parallel rank to be {rule}; got {microbatches} (global "
+                             "batch / (dp x micro-batch x grad-accum)); give vpp 1, or change the global batch, "
+                             "dp or the micro-batch")
         if self.pipeline_schedule != "dualpipe" or pp <= 1:
             return
         require(pp % 2 == 0, "pp", f"framework {self.key} runs DualPipe, which needs an even pipeline degree; "
@@ -155,11 +168,21 @@ class Framework:
                 f"data-parallel rank, at least 2 x pp = {2 * pp}; got {microbatches} (global batch / (dp x "
                 "micro-batch))")
 
-    def schedule_ok(self, pp: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
+    def interleave_ok(self, pp: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
+        """Whether an interleaved schedule over ``pp`` stages runs ``microbatches`` (see
+        :attr:`interleave_microbatches`)."""
+        if self.interleave_microbatches == "rounds":
+            return microbatches % np.maximum(1, microbatches // pp) == 0
+        return microbatches % pp == 0
+
+    def schedule_ok(self, pp: np.ndarray, microbatches: np.ndarray, vpp: np.ndarray | None = None) -> np.ndarray:
         """Which rows the schedule can run (the vectorised :meth:`check_schedule`, for the planner)."""
+        ok = np.ones(np.shape(pp), dtype=bool)
+        if vpp is not None:
+            ok &= (vpp <= 1) | (pp <= 1) | self.interleave_ok(pp, microbatches)
         if self.pipeline_schedule != "dualpipe":
-            return np.ones(np.shape(pp), dtype=bool)
-        return (pp <= 1) | ((pp % 2 == 0) & (microbatches % 2 == 0) & (microbatches >= 2 * pp))
+            return ok
+        return ok & ((pp <= 1) | ((pp % 2 == 0) & (microbatches % 2 == 0) & (microbatches >= 2 * pp)))
 
     def default_vpp(self, pp: int) -> int:
         """Interleaved chunks per stage when a user gives none: 4 where the pipeline interleaves."""
@@ -183,7 +206,7 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementw
                 "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "zero3_list_collectives", "fsdp_pp_unsharded",
                 "zero3_reshard_after_forward",
                 "zero3_gather_views_per_rank", "zero3_reduce_views_per_rank",
-                "tensor_parallel", "pipeline_parallel", "interleaved_pipeline",
+                "tensor_parallel", "pipeline_parallel", "interleaved_pipeline", "interleave_microbatches",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "optimizer_bytes_per_param",
                 "compiled_loss_bytes_per_logit"}
 
@@ -205,6 +228,8 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.pipeline_schedule", "must be '1f1b' or 'dualpipe'")
         if t.get("pipeline_schedule") == "dualpipe" and t.get("interleaved_pipeline", True):
             raise InputError(f"framework {key}.interleaved_pipeline", "DualPipe has no interleaving: set false")
+        if t.get("interleave_microbatches", "pp_multiple") not in ("pp_multiple", "rounds"):
+            raise InputError(f"framework {key}.interleave_microbatches", "must be 'pp_multiple' or 'rounds'")
         if t.get("pp_split", "even") not in ("even", "middle"):
             raise InputError(f"framework {key}.pp_split", "must be 'even' or 'middle'")
         if t.get("pp_split", "even") == "middle" and t.get("pp_split_counts_head", False):

@@ -289,7 +289,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                              extra_pp_layers=framework.extra_pp_layers,
                              module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
                              == "attention" else ((),))
-    cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"])))
+    cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"]), cols["vpp"]))
     require(len(cols["tp"]) > 0, "global_batch", f"no layout gives {framework.key}'s {framework.pipeline_schedule} "
             "schedule the micro-batches it needs (DualPipe: an even number, at least 2 x pp)")
     for name, value in (fixed or {}).items():
