@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +171,11 @@ def test_launcher_reports_a_crash_and_kills_a_hang():
 @pytest.fixture(scope="module")
 def cpu_profile(tmp_path_factory):
     out = tmp_path_factory.mktemp("cal") / "profile.toml"
-    r = runner.invoke(app, ["calibrate", "--nproc", "2", "--quick", "--device", "cpu", "--out", str(out), "--json"])
+    args = ["calibrate", "--nproc", "2", "--quick", "--device", "cpu", "--out", str(out), "--json"]
+    r = runner.invoke(app, args)
+    if r.exit_code != 0:  # two local processes on a busy 2-core runner: one more try, the first failure shown
+        warnings.warn(f"calibrate on 2 CPU processes failed once: {r.output[-2000:]} {r.exception!r}", stacklevel=2)
+        r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     return out
 

@@ -272,7 +272,7 @@ def test_a_gated_deltanet_model_prices_and_keeps_to_layouts_it_can_run():
     one = _price(m, _layout(tp=1, dp=1, ep=1, global_batch=1, seq_len=4096, precision="bf16"), "megatron")
     assert one.ledger["ideal_compute"] * H100.peak("bf16") == pytest.approx(
         4096 * m.model_flops_per_token(4096, causal=True), rel=1e-9)
-    four = dataclasses.replace(m, gdn_k_heads=4)
+    four = dataclasses.replace(m, gdn_k_heads=4, num_kv_heads=8)  # 8 KV heads: the GDN heads refuse tp 8
     with pytest.raises(InputError, match="^tp: 8 must divide the 4 Gated DeltaNet key heads"):
         _price(four, _layout(tp=8, dp=1, global_batch=4, seq_len=4096))
     with pytest.raises(InputError, match="^cp: context parallelism of Mamba / Gated DeltaNet layers"):

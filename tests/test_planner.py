@@ -601,3 +601,12 @@ def test_estimate_layout_string_is_the_separate_options():
                             "--recompute", "full", "--json"])
     assert json.loads(a.output)["step_time_s"] == json.loads(b.output)["step_time_s"]
     assert json.loads(a.output)["layout"] == "tp8-pp16-dp128-vpp4"  # dp: the GPUs over tp x pp x cp
+
+
+def test_tp_holds_whole_kv_heads(h100, megatron):
+    qwen = load_model("qwen3-30b-a3b")  # 4 KV heads
+    assert qwen.splits_over_tp(4) and not qwen.splits_over_tp(8)
+    with pytest.raises(InputError, match="tp: 8 must divide the 4 KV heads"):
+        Layout(tp=8, pp=1, dp=8, ep=8, global_batch=64, seq_len=4096).check_model(qwen)
+    res = plan(qwen, h100, 64, global_batch=64, seq_len=4096, framework=megatron, top=200)
+    assert res.top and all(qwen.num_kv_heads % c.layout.tp == 0 for c in res.top)

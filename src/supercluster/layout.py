@@ -135,8 +135,9 @@ class Layout:
         account_for_*_in_pipeline_split)."""
         require(model.num_heads % self.tp == 0, "tp",
                 f"{self.tp} must divide the {model.num_heads} attention heads of {model.name}")
-        require(model.num_kv_heads % self.tp == 0 or self.tp % model.num_kv_heads == 0, "tp",
-                f"{self.tp} and the {model.num_kv_heads} KV heads of {model.name} must divide one another")
+        require(model.num_kv_heads % self.tp == 0, "tp",
+                f"{self.tp} must divide the {model.num_kv_heads} KV heads (query groups) of {model.name}: each TP "
+                "rank holds whole KV heads (Megatron-Core: num_query_groups a multiple of the TP size)")
         if model.recurrent_layers:
             for what, n, has in (("Mamba heads", model.ssm_heads, model.ssm_layers),
                                  ("Mamba groups", model.ssm_groups, model.ssm_layers),
