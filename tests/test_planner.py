@@ -610,3 +610,21 @@ def test_tp_holds_whole_kv_heads(h100, megatron):
         Layout(tp=8, pp=1, dp=8, ep=8, global_batch=64, seq_len=4096).check_model(qwen)
     res = plan(qwen, h100, 64, global_batch=64, seq_len=4096, framework=megatron, top=200)
     assert res.top and all(qwen.num_kv_heads % c.layout.tp == 0 for c in res.top)
+
+
+def test_megatron_runs_an_moe_with_tp_under_sequence_parallelism(h100):
+    from supercluster.framework import get_framework
+
+    mixtral, mg = load_model("mixtral-8x7b"), get_framework("megatron")  # Megatron-LM's default: SP off
+    lay = Layout(tp=2, pp=1, dp=32, ep=8, global_batch=256, seq_len=4096)
+    unsaid = estimate(mixtral, gpu=h100, num_gpus=64, layout=lay, framework=mg)
+    on = estimate(mixtral, gpu=h100, num_gpus=64, layout=dataclasses.replace(lay, sequence_parallel=True), framework=mg)
+    assert unsaid.step_time_s == on.step_time_s  # an MoE with tp > 1 gets it, as Megatron-LM insists
+    with pytest.raises(InputError, match="^sequence_parallel: framework megatron needs sequence parallelism"):
+        estimate(mixtral, gpu=h100, num_gpus=64, layout=dataclasses.replace(lay, sequence_parallel=False),
+                 framework=mg)
+    dense = estimate(load_model("llama3-8b"), gpu=h100, num_gpus=64, framework=mg,
+                     layout=Layout(tp=2, pp=1, dp=32, global_batch=256, seq_len=4096, sequence_parallel=False))
+    assert dense.step_time_s > 0  # a dense model may run TP without it
+    res = plan(mixtral, h100, 64, global_batch=256, seq_len=4096, framework=mg, top=300)
+    assert all(c.layout.sequence_parallel or c.layout.tp == 1 for c in res.top)

@@ -500,9 +500,12 @@ def test_optional_expert_tp_and_sequence_parallel_columns_set_the_layout():
     row = next(r for r in load_rows("heldout") if r["id"] == "MZOO-QWEN3-235B-H100-TP4-EP8-256")
     _, lay, fw, _ = row_setup(row)
     assert (lay.tp, lay.ep, lay.etp, lay.sequence_parallel, fw.sequence_parallel) == (4, 8, 1, True, False)
-    # without the columns: EP 8 fits in dp 8, so expert TP would follow TP, and SP the framework's default
+    # without the columns: EP 8 fits in dp 8, so expert TP would follow TP; SP is on all the same, as
+    # Megatron-LM requires it of an MoE with tp > 1
     _, bare, _, _ = row_setup({**row, "expert_tp": "", "sequence_parallel": ""})
-    assert (bare.etp, bare.sequence_parallel) == (4, None)
+    assert (bare.etp, bare.sequence_parallel) == (4, True)
+    with pytest.raises(InputError, match="^sequence_parallel: framework megatron"):
+        row_setup({**row, "sequence_parallel": "no"})
     with pytest.raises(InputError, match="^sequence_parallel: 'maybe'"):
         row_setup({**row, "sequence_parallel": "maybe"})
 

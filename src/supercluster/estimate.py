@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from .framework import Framework, get_framework
 from .hardware import GpuSpec, SystemSpec, get_gpu, get_system
 from .layout import Layout
@@ -45,6 +47,9 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     layout.check_model(m, extra_pp_layers=fw.extra_pp_layers)
     fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
     fw.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
+    sp = fw.sequence_parallel_for(m.is_moe, layout.tp, layout.sequence_parallel)
+    if layout.sequence_parallel is None and sp != fw.sequence_parallel:
+        layout = dataclasses.replace(layout, sequence_parallel=sp)
     g.peak(layout.precision)
     return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw,
                           rank_order=rank_order)

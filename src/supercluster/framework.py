@@ -59,6 +59,10 @@ class Framework:
     #: it raised "number of microbatches is not divisible by pipeline-model-parallel-size"); "rounds" =
     #: torch.distributed.pipelining's Interleaved1F1B: a multiple of its rounds, max(1, M // pp)
     interleave_microbatches: str = "pp_multiple"
+    #: an MoE model with tp > 1 needs sequence parallelism (Megatron-LM arguments.py: "When using MoE and
+    #: tensor parallelism, sequence parallelism must be used"; Megatron-Core ModelParallelConfig refuses
+    #: EP and TP without it): a layout that leaves it unsaid gets it, one that turns it off is refused
+    moe_tp_needs_sp: bool = False
     era_of: str = ""
     #: gradient reduce-scatters per layer and pass under ZeRO-3 / FSDP; 0 = as many as the gathers
     zero3_reduces_per_layer: int = 0
@@ -168,6 +172,16 @@ class Framework:
                 f"data-parallel rank, at least 2 x pp = {2 * pp}; got {microbatches} (global batch / (dp x "
                 "micro-batch))")
 
+    def sequence_parallel_for(self, moe: bool, tp: int, sequence_parallel: bool | None) -> bool:
+        """Sequence parallelism as the run has it: the layout's, else the framework's default, and on where
+        the framework requires it (:attr:`moe_tp_needs_sp`); refuses turning it off there."""
+        needed = self.moe_tp_needs_sp and moe and tp > 1
+        if sequence_parallel is False and needed:
+            raise InputError("sequence_parallel", f"framework {self.key} needs sequence parallelism for an MoE "
+                             f"model with tp > 1 (tp = {tp}), as Megatron-LM refuses MoE with tensor parallelism "
+                             "without --sequence-parallel; turn it on or use tp 1")
+        return bool(self.sequence_parallel or needed) if sequence_parallel is None else sequence_parallel
+
     def interleave_ok(self, pp: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
         """Whether an interleaved schedule over ``pp`` stages runs ``microbatches`` (see
         :attr:`interleave_microbatches`)."""
@@ -207,6 +221,7 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementw
                 "zero3_reshard_after_forward",
                 "zero3_gather_views_per_rank", "zero3_reduce_views_per_rank",
                 "tensor_parallel", "pipeline_parallel", "interleaved_pipeline", "interleave_microbatches",
+                "moe_tp_needs_sp",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "optimizer_bytes_per_param",
                 "compiled_loss_bytes_per_logit"}
 
