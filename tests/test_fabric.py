@@ -15,6 +15,8 @@ from supercluster.estimate import default_network
 from supercluster.fabric import FabricNetwork, build_fabric, get_switch
 from supercluster.fabric_flow import flow_slowdown
 from supercluster.hardware import get_gpu, get_system
+from supercluster.layout import Layout
+from supercluster.models import load_model
 
 runner = CliRunner()
 
@@ -191,3 +193,34 @@ def test_rank_order_moves_traffic_between_tiers():
         estimate("llama3-70b", gpu=g, num_gpus=1024, layout=lay, rank_order="tp-cp-pp-dp")
     with pytest.raises(InputError, match="rank_order"):
         estimate("llama3-70b", gpu=g, num_gpus=1024, layout=lay, rank_order="tp-dp")
+
+
+def test_placement_says_where_each_groups_traffic_goes_as_the_cost_model_prices_it(dgx_h100):
+    from supercluster.estimate import placement
+
+    g, s = dgx_h100
+    lay = Layout(tp=8, pp=16, dp=128, vpp=4, global_batch=2048, seq_len=8192)
+    m = load_model("llama3-405b")
+    full = {r["group"]: r for r in placement(m, lay, default_network(g, num_gpus=16384))}
+    assert list(full) == ["tp", "dp", "pp"]  # groups of one and the experts' groups (dense) left out
+    assert [(full[k]["tier_name"], full[k]["span_gpus"]) for k in full] == \
+        [("scale-up domain", 8), ("spine", 1024), ("core", 16384)]
+    assert full["dp"]["per_domain"] == 1 and full["dp"]["domains"] == 128 and full["pp"]["concurrent_groups"] == 1024
+    assert all(r["slowdown"] == 1.0 for r in full.values())
+    thin_net = default_network(g, num_gpus=16384, oversubscription=(4.0,))
+    thin = {r["group"]: r for r in placement(m, lay, thin_net)}
+    assert thin["pp"]["slowdown"] == 4.0 and thin["dp"]["slowdown"] == 1.0  # one ring flow per group leaves a leaf
+    # the slowdown is what the cost model charges: a large pipeline send takes 4x as long on the 4:1 leaves
+    big = 2.0**33
+    t = [float(n.collective_time_s("p2p", big, 16, 1024)) for n in (default_network(g, num_gpus=16384), thin_net)]
+    assert t[1] / t[0] == pytest.approx(4.0, rel=0.01)
+    moe = {r["group"]: r for r in placement(load_model("deepseek-v3"), Layout(
+        tp=2, pp=8, dp=64, ep=32, global_batch=2048, seq_len=4096), default_network(g, num_gpus=1024))}
+    assert moe["ep"]["pattern"] == "all-to-all" and moe["edp"]["members"] == 2 and moe["ep"]["tier_name"] == "leaf"
+
+
+def test_estimate_placement_option_and_json():
+    r = runner.invoke(app, ["estimate", "--placement"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "Where the traffic goes" in r.output and "core" in r.output
+    d = json.loads(runner.invoke(app, ["estimate", "--json"]).output)
+    assert [p["group"] for p in d["placement"]] == ["tp", "dp", "pp"]

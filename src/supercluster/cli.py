@@ -275,6 +275,9 @@ def estimate(
     sensitivity: Annotated[bool, typer.Option("--sensitivity", help="also price the step with each hardware rate "
                                               "(tensor FLOP/s, HBM, NVLink, NIC) 1.1x and 2x faster: which "
                                               "upgrade buys the most")] = False,
+    placement: Annotated[bool, typer.Option("--placement", help="also show where each parallel group's traffic "
+                                            "goes on the fabric: its span, the tier it climbs to, how many "
+                                            "groups share it and the slowdown")] = False,
     plot: PlotOpt = None,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
@@ -290,7 +293,7 @@ def estimate(
         layout = load_layout(config, num_gpus=gpus, num_layers=load_model(model).num_layers)
         fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
         _estimate_and_print(model, gpu, layout.num_gpus, layout, fw, as_json, profile, fab, rank_order, evidence,
-                            plot, sensitivity)
+                            plot, sensitivity, show_placement=placement)
         return
     model, framework = model or "llama3-405b", framework or CLI_FRAMEWORK
     # Name the real culprit before deriving dp: an unknown model or GPU, a non-positive number.
@@ -313,7 +316,7 @@ def estimate(
                                  pp_layout=pp_layout, **({} if "dp" in _layout_degrees(layout) else
                                                           {"dp": _derived_dp(layout, gpus)}))
         _estimate_and_print(model, gpu, gpus, lay, framework, as_json, profile, fab, rank_order, evidence, plot,
-                            sensitivity)
+                            sensitivity, show_placement=placement)
         return
     if vpp is None and pp_layout is not None:
         from .pplayout import chunks_per_rank
@@ -354,7 +357,7 @@ def estimate(
                                  _fixed_settings(seq_len, precision, **kept), extra, fab, err)
         planned = True
     _estimate_and_print(model, gpu, gpus, layout, framework, as_json, profile, fab, rank_order, evidence, plot,
-                        sensitivity, planned)
+                        sensitivity, planned, show_placement=placement)
 
 
 #: estimate's options that set the parallel layout; when none is given and the defaults (the
@@ -457,7 +460,7 @@ def _planned_layout(model: str, gpu: str, gpus: int, framework: str, global_batc
 def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str | Any, as_json: bool,
                         profile: str | None = None, fabric_options: dict[str, Any] | None = None,
                         rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True, plot: str | None = None,
-                        sensitivity: bool = False, planned: bool = False) -> None:
+                        sensitivity: bool = False, planned: bool = False, show_placement: bool = False) -> None:
     from .estimate import default_network
     from .framework import get_framework
 
@@ -489,6 +492,9 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
                                  **({"layout_from": "planner"} if planned else {}))
     sens = _sensitivity.sensitivity(m, gpu=g, num_gpus=gpus, layout=layout, framework=fw, network=net,
                                     rank_order=rank_order) if sensitivity else None
+    where = _estimate.placement(m, layout, net, rank_order)
+    if where:
+        obj["placement"] = where
     _plot(plot, lambda: plots.ledger(obj, title=title))
     if as_json:
         _emit_json(obj | ({"evidence": ev.as_json() if ev else None} if evidence else {})
@@ -498,6 +504,14 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
     if sens:
         _out().print(reports.sensitivity_table(sens, "Which faster part buys the most (the same step, one rate "
                                                "scaled, the fabric's topology kept)"))
+    if show_placement:
+        if where:
+            _out().print(reports.placement_table(where, f"Where the traffic goes (ranks in {rank_order} order, "
+                                                 "inner first; slowdown: a flow's NIC rate over its share of a "
+                                                 "thin tier)"))
+        else:
+            _out().print("placement: a device profile prices measured collectives, not a fabric; nothing to place",
+                         style="dim", markup=False)
     if not isinstance(framework_given, str):  # a launch script's own profile: say what its flags switched
         _out().print(fw.doc, style="dim", markup=False)
     if ev is not None:

@@ -53,3 +53,25 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     g.peak(layout.precision)
     return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw,
                           rank_order=rank_order)
+
+
+def placement(model: ModelSpec, layout: Layout, network: Network,
+              rank_order: str = DEFAULT_RANK_ORDER) -> list[dict[str, object]]:
+    """Where each parallel group of ``layout`` sends its traffic on ``network`` (see
+    :meth:`supercluster.fabric.FabricNetwork.placement`): groups of one member left out, the experts'
+    data-parallel group for MoE only. Empty where the network is not a sized fabric (a device profile's
+    measured collectives, the two-level model)."""
+    import numpy as np
+
+    from .fabric import FabricNetwork
+    from .step import group_shapes
+
+    if not isinstance(network, FabricNetwork):
+        return []
+    one = {k: np.array([v]) for k, v in dict(tp=layout.tp, cp=layout.cp, dp=layout.dp, pp=layout.pp,
+                                             ep=layout.ep, etp=layout.etp).items()}
+    shapes = group_shapes(rank_order, one["tp"], one["cp"], one["dp"], one["pp"], one["ep"], one["etp"])
+    groups = {k: (int(g[0]), int(s[0])) for k, (g, s) in shapes.items()
+              if int(g[0]) > 1 and (k not in ("ep", "edp") or model.is_moe)}
+    return network.placement(groups)
+

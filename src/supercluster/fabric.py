@@ -333,6 +333,10 @@ def network_power_w_per_gpu(gpu: GpuSpec, system: SystemSpec, num_gpus: int = 16
     return build_fabric(num_gpus, gpu, system).network_power_w / num_gpus
 
 
+#: what traffic topping out at each level crosses (0: the scale-up domain; up to MAX_TIERS)
+TIER_NAMES = ("scale-up domain", "leaf", "spine", "core", "tier 4")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FabricNetwork:
     """The cost model's :class:`~supercluster.network.Network` on a sized fabric.
@@ -361,13 +365,36 @@ class FabricNetwork:
         return cls(fabric=fabric, scaleup_busbw_bytes_per_s=ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s),
                    scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac, sharp=sharp, gpu=gpu)
 
+    def tier_of(self, span: np.ndarray) -> np.ndarray:
+        """Highest tier traffic among ``span`` consecutive GPUs climbs to (0: inside a scale-up domain)."""
+        f = self.fabric
+        limits = np.array([f.scaleup_domain] + [t.gpus_below for t in f.tiers], dtype=float)
+        return np.minimum(np.searchsorted(limits, span, side="left"), len(f.tiers))
+
     def extra_latency_s(self, span: np.ndarray) -> np.ndarray:
         """Switch and fibre latency above the leaf for traffic among ``span`` consecutive GPUs."""
         f = self.fabric
-        limits = np.array([f.scaleup_domain] + [t.gpus_below for t in f.tiers], dtype=float)
-        tier = np.minimum(np.searchsorted(limits, span, side="left"), len(f.tiers))
         lat = np.array([max(f.base_latency_s(t) - f.base_latency_s(1), 0.0) for t in range(len(f.tiers) + 1)])
-        return lat[tier]
+        return lat[self.tier_of(span)]
+
+    def placement(self, groups: dict[str, tuple[int, int]]) -> list[dict[str, object]]:
+        """Where each parallel group's traffic goes, as :meth:`collective_time_s` prices it: the group's
+        members and rank stride, how many share one scale-up domain and how many domains it spans, the
+        highest tier it climbs to, how many such groups communicate at once, and how many times slower
+        than its NIC each flow runs when they all do (the contention of its pattern on thin tiers)."""
+        f, d = self.fabric, self.fabric.scaleup_domain
+        out = []
+        for name, (members, stride) in groups.items():
+            g, st = int(members), max(int(stride), 1)
+            per_domain = min(g, max(1, d // st))
+            tier = int(self.tier_of(np.float64(g * st)))
+            pattern = "all-to-all" if name == "ep" else "ring"
+            slow = float(f.contention("uniform" if name == "ep" else "ring", np.array([g]), np.array([st]))[0])
+            out.append({"group": name, "members": g, "stride": st, "per_domain": per_domain,
+                        "domains": -(-g // per_domain), "span_gpus": g * st, "tier": tier,
+                        "tier_name": TIER_NAMES[tier],
+                        "concurrent_groups": f.num_gpus // g, "pattern": pattern, "slowdown": slow})
+        return out
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
                           dedup: TokenDispatch | None = None) -> Array:

@@ -93,6 +93,24 @@ def sensitivity_table(rows: list[Any], title: str) -> Table:
     return t
 
 
+GROUP_HELP = {"tp": "tensor parallel", "cp": "context parallel", "ep": "expert parallel, all-to-all",
+              "dp": "data parallel, dense weights", "edp": "expert data parallel", "pp": "pipeline neighbours"}
+
+
+def placement_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """``estimate --placement``: each parallel group's span and the tier its traffic climbs to."""
+    t = Table(title=title)
+    for col, just in (("group", "left"), ("members", "right"), ("rank stride", "right"), ("per domain", "right"),
+                      ("domains", "right"), ("span GPUs", "right"), ("tops out at", "left"),
+                      ("groups at once", "right"), ("slowdown", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in rows:
+        t.add_row(f"{r['group']} ({GROUP_HELP.get(str(r['group']), '')})", f"{r['members']:,}", f"{r['stride']:,}",
+                  f"{r['per_domain']:,}", f"{r['domains']:,}", f"{r['span_gpus']:,}", str(r["tier_name"]),
+                  f"{r['concurrent_groups']:,}", f"{r['slowdown']:.2f}x")
+    return t
+
+
 def fit_reason(b: StepBreakdown, layout: Layout | None = None, fw: Framework | None = None,
                model: ModelSpec | None = None) -> str:
     """Why a layout does not fit, naming the largest memory term and what reduces it; given the

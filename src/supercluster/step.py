@@ -119,6 +119,22 @@ def rank_strides(order: str, tp: np.ndarray, cp: np.ndarray, dp: np.ndarray,
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 
 
+def group_shapes(order: str, tp: np.ndarray, cp: np.ndarray, dp: np.ndarray, pp: np.ndarray, ep: np.ndarray,
+                 etp: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each parallel group the step communicates over, as (members, rank stride): ``tp``, ``cp``,
+    ``ep`` (within dp x cp, or over TP ranks first where expert TP < TP: MoE parallel folding),
+    ``dp`` (the dense weights' data-parallel group, dp x cp), ``edp`` (the experts' data-parallel
+    group, TP x CP x DP / (EP x expert TP)) and ``pp``. The cost model prices every collective on
+    these; :meth:`supercluster.fabric.FabricNetwork.placement` says where their traffic goes."""
+    stride = rank_strides(order, tp, cp, dp, pp)
+    s_tp, s_dpcp = stride["tp"], stride["dpcp"]
+    return {"tp": (tp, s_tp), "cp": (cp, stride["cp"]),
+            "ep": (ep, np.where(etp == tp, s_dpcp, s_tp * etp)),
+            "dp": (dp * cp, s_dpcp),
+            "edp": (tp * dp * cp / (ep * etp), np.where(etp == tp, s_dpcp * ep, s_tp * ep * etp)),
+            "pp": (pp, stride["pp"])}
+
+
 def chunk_layers(num_layers: int, pp: int, vpp: int, counts_head: bool = False,
                  split: str = "even") -> list[list[int]]:
     """Transformer layers on each (stage, chunk); chunk c of stage s is virtual stage c pp + s.
@@ -275,8 +291,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     lowp = _col(cols, "lowp")
     fp8, fp4 = lowp == LOWP_CODE["fp8"], lowp == LOWP_CODE["fp4"]
     fp32 = (_col(cols, "fp32") > 0) if "fp32" in cols else np.zeros(tp.shape, dtype=bool)
-    stride = rank_strides(rank_order, tp, cp, dp, pp)
-    s_tp, s_cp, s_dpcp, s_pp = stride["tp"], stride["cp"], stride["dpcp"], stride["pp"]
+    groups = group_shapes(rank_order, tp, cp, dp, pp, ep, etp)
+    s_tp, s_cp, s_dpcp, s_pp = groups["tp"][1], groups["cp"][1], groups["dp"][1], groups["pp"][1]
 
     L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)
     a, k, dq, dv = float(model.num_heads), float(model.num_kv_heads), float(model.qk_dim), float(model.v_dim)
@@ -454,7 +470,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # experts; the combine does the reverse (reduce-scatter, all-to-all); the backward mirrors both.
         # Not pipelined with GEMMs. With expert TP < TP (MoE parallel folding) the EP group runs over TP
         # ranks first (stride tp-stride x etp) instead of within dp x cp.
-        s_ep = np.where(etp == tp, s_dpcp, s_tp * etp)
+        s_ep = groups["ep"][1]
         # (a latent MoE dispatches its tokens at the experts' latent width)
         hx = float(model.expert_width)
         # (DeepEP: each token goes once to every rank, and crosses once to every node, holding any of
@@ -595,8 +611,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         copies = np.where(pp > 1, 2.0, 1.0)
         dense_params, expert_params = dense_params * copies, expert_params * copies
     dpg = dp * cp
-    edpg = tp * dpg / (ep * etp)  # expert data-parallel group: ETP x EP x EDP = TP x CP x DP
-    s_edp = np.where(etp == tp, s_dpcp * ep, s_tp * ep * etp)
+    edpg, s_edp = groups["edp"]  # expert data-parallel group: ETP x EP x EDP = TP x CP x DP
     grb, gb = fw.grad_reduce_bytes, fw.grad_bytes
 
     def dp_time(kind: str, params: np.ndarray, width: float, group: np.ndarray, stride: np.ndarray) -> np.ndarray:
