@@ -109,6 +109,32 @@ def test_closed_form_contention_matches_max_min_fair_flows(n, over, pattern, gro
     assert closed == pytest.approx(explicit, rel=0.10)
 
 
+def _three_tier(n: int, over: tuple[float, float]):
+    g = get_gpu("h100-sxm")
+    sys1 = dataclasses.replace(get_system(g.system), gpus_per_node=1, scaleup_domain=1)
+    sw = dataclasses.replace(get_switch("quantum-2"), capacity_bytes_per_s=16 * 400e9 / 8)  # 16 ports
+    return build_fabric(n, g, sys1, switch=sw, oversubscription=over, tiers=3)
+
+
+# (GPUs, leaf and spine down:up, pattern, group, stride): boundaries at the leaf, the pod or both
+@pytest.mark.parametrize("n,over,pattern,group,stride,slowdown", [
+    (256, (1.0, 1.0), "uniform", 16, 16, 1.0), (384, (1.0, 3.0), "ring", 8, 48, 1.5),
+    (384, (1.0, 3.0), "uniform", 8, 48, 2.571), (384, (3.0, 1.0), "ring", 16, 24, 3.0),
+    (288, (3.0, 3.0), "ring", 2, 144, 9.0), (288, (3.0, 3.0), "uniform", 6, 48, 5.4),
+])
+def test_closed_form_contention_matches_max_min_fair_flows_on_three_tiers(n, over, pattern, group, stride, slowdown):
+    f = _three_tier(n, over)
+    assert len(f.tiers) == 3
+    explicit = flow_slowdown(f, group, stride, pattern).slowdown
+    closed = float(f.contention(pattern, np.array([group]), np.array([stride]))[0])
+    assert explicit == pytest.approx(slowdown, rel=1e-3) and closed == pytest.approx(explicit, rel=1e-9)
+
+
+def test_the_explicit_graph_needs_whole_leaves():
+    with pytest.raises(InputError, match="whole leaves"):
+        flow_slowdown(_small_fabric(128, 3.0), 2, 8, "ring")  # 128 GPUs on leaves of 12
+
+
 def test_fabric_network_slows_only_groups_that_cross_thin_tiers(dgx_h100):
     g, s = dgx_h100
     fat = FabricNetwork.for_fabric(build_fabric(16384, g, s), g, s)

@@ -1,4 +1,4 @@
-"""Check of the closed form: an explicit two-tier fabric graph and max-min fair flow rates.
+"""Check of the closed form: an explicit two- or three-tier fabric graph and max-min fair flow rates.
 
 For fabrics up to a few thousand GPUs the closed-form contention of
 :meth:`~supercluster.fabric.Fabric.contention` is checked against flows on the explicit graph
@@ -31,28 +31,57 @@ class FlowResult:
 
 
 def explicit_graph(fabric: Fabric) -> tuple[rx.PyDiGraph, list[int], dict[tuple[int, int], float]]:
-    """GPU, leaf and spine nodes of a two-tier (per plane) fabric; capacities per directed edge."""
-    require(len(fabric.tiers) == 2 and fabric.planes == 1, "fabric", "the check builds 2-tier, 1-plane fabrics")
-    leaf, spine = fabric.tiers
+    """GPU and switch nodes of a two- or three-tier (per plane) folded Clos; capacities per directed edge.
+
+    Leaf i serves GPUs i d1 .. (i + 1) d1 - 1. A pod is d2 consecutive leaves (d the tier's down ports)
+    and its spines, each leaf's uplinks spread evenly over them. In three tiers the cores form one
+    group per spine position: spine j of every pod spreads its uplinks evenly over core group j (the
+    k-ary fat tree's wiring, which the closed form's subtrees assume)."""
+    require(len(fabric.tiers) in (2, 3) and fabric.planes == 1, "fabric",
+            "the check builds 2- or 3-tier, 1-plane fabrics")
     n = fabric.num_gpus
+    leaf, spine = fabric.tiers[0], fabric.tiers[1]
+    # (a partly filled leaf cables fewer uplinks than a full one: the check keeps to fabrics whose leaves
+    # are all alike, as the closed form's subtrees are)
+    require(n % leaf.down_ports == 0 and leaf.links_up % leaf.switches == 0, "fabric",
+            f"{n} GPUs do not fill {leaf.switches} leaves of {leaf.down_ports}: the check needs whole leaves")
     g = rx.PyDiGraph()
+    cap: dict[tuple[int, int], float] = {}
+
+    def link(a: int, b: int, count: float) -> None:
+        for x, y in ((a, b), (b, a)):
+            if (x, y) not in cap:
+                g.add_edge(x, y, None)
+                cap[(x, y)] = 0.0
+            cap[(x, y)] += count
+
     gpus = [g.add_node(("gpu", i)) for i in range(n)]
     leaves = [g.add_node(("leaf", i)) for i in range(leaf.switches)]
-    spines = [g.add_node(("spine", j)) for j in range(spine.switches)]
-    cap: dict[tuple[int, int], float] = {}
     for i in range(n):
-        lf = leaves[i // leaf.down_ports]
-        for a, b in ((gpus[i], lf), (lf, gpus[i])):
-            g.add_edge(a, b, None)
-            cap[(a, b)] = 1.0
-    links_per_leaf = leaf.links_up // leaf.switches
-    require(links_per_leaf % spine.switches == 0, "fabric", "uplinks must spread evenly over the spines")
-    per_spine = links_per_leaf // spine.switches
-    for lf in leaves:
-        for sp in spines:
-            for a, b in ((lf, sp), (sp, lf)):
-                g.add_edge(a, b, None)
-                cap[(a, b)] = float(per_spine)
+        link(gpus[i], leaves[i // leaf.down_ports], 1.0)
+    up1 = leaf.links_up // leaf.switches  # uplinks of one leaf
+    pods = -(-leaf.switches // spine.down_ports) if len(fabric.tiers) == 3 else 1
+    require(spine.switches % pods == 0, "fabric", "spines must split evenly over the pods")
+    per_pod = spine.switches // pods
+    require(up1 % per_pod == 0, "fabric", "a leaf's uplinks must spread evenly over its pod's spines")
+    spines = [g.add_node(("spine", j)) for j in range(spine.switches)]
+    for i, lf in enumerate(leaves):
+        pod = i // spine.down_ports if pods > 1 else 0
+        for j in range(per_pod):
+            link(lf, spines[pod * per_pod + j], float(up1 // per_pod))
+    if len(fabric.tiers) == 3:
+        core = fabric.tiers[2]
+        # (fewer cores than spine positions, as a thin top tier has: the positions share the cores)
+        require(core.switches % per_pod == 0 or per_pod % core.switches == 0, "fabric",
+                "cores must split evenly over the spine positions")
+        group = max(core.switches // per_pod, 1)
+        up2 = spine.links_up // spine.switches
+        require(up2 % group == 0, "fabric", "a spine's uplinks must spread evenly over its core group")
+        cores = [g.add_node(("core", c)) for c in range(core.switches)]
+        for sidx, sp in enumerate(spines):
+            j = sidx % per_pod
+            for c in range(group):
+                link(sp, cores[(j * group + c) % core.switches], float(up2 // group))
     return g, gpus, cap
 
 
