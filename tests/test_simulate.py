@@ -77,8 +77,11 @@ def test_jitter_stretches_the_step_and_is_reproducible(h100):
     assert simulate(m, layout=lay, gpu=h100, net=net, fw=f, jitter=0.2, seed=1).step_time_s == runs[1]
     with pytest.raises(InputError, match="jitter"):
         simulate(m, layout=lay, gpu=h100, net=net, fw=f, jitter=-0.1)
-    with pytest.raises(InputError, match="micro_batch"):
-        simulate(m, layout=Layout(tp=4, pp=4, dp=4, vpp=5, global_batch=24, seq_len=8192), gpu=h100, net=net, fw=f)
+    six = Layout(tp=4, pp=4, dp=4, vpp=5, global_batch=24, seq_len=8192)  # 6 micro-batches on 4 stages
+    with pytest.raises(InputError, match="^global_batch: framework megatron's interleaved schedule"):
+        simulate(m, layout=six, gpu=h100, net=net, fw=f)  # Megatron-Core refuses it
+    with pytest.raises(InputError, match="^micro_batch: the interleaved schedule needs"):
+        simulate(m, layout=six, gpu=h100, net=net, fw=get_framework("torchtitan"))  # torch runs it; the timeline not
 
 
 def test_simulate_cli_json_and_trace(tmp_path):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from .framework import Framework, get_framework
 from .hardware import GpuSpec, SystemSpec, get_gpu, get_system
 from .layout import Layout
@@ -45,11 +43,7 @@ def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layou
     fw = get_framework(framework) if isinstance(framework, str) else framework
     layout.check_gpus(num_gpus)
     layout.check_model(m, extra_pp_layers=fw.extra_pp_layers)
-    fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
-    fw.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
-    sp = fw.sequence_parallel_for(m.is_moe, layout.tp, layout.sequence_parallel)
-    if layout.sequence_parallel is None and sp != fw.sequence_parallel:
-        layout = dataclasses.replace(layout, sequence_parallel=sp)
+    layout = fw.runnable(layout, m.is_moe)
     g.peak(layout.precision)
     return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw,
                           rank_order=rank_order)
@@ -74,4 +68,3 @@ def placement(model: ModelSpec, layout: Layout, network: Network,
     groups = {k: (int(g[0]), int(s[0])) for k, (g, s) in shapes.items()
               if int(g[0]) > 1 and (k not in ("ep", "edp") or model.is_moe)}
     return network.placement(groups)
-

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._toml import check_keys, load_package_toml
 from .errors import InputError, require
 from .network import ROUTERS
+
+if TYPE_CHECKING:
+    from .layout import Layout
 
 ALIASES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
@@ -171,6 +175,15 @@ class Framework:
                 f"framework {self.key} runs DualPipe, which needs an even number of micro-batches per "
                 f"data-parallel rank, at least 2 x pp = {2 * pp}; got {microbatches} (global batch / (dp x "
                 "micro-batch))")
+
+    def runnable(self, layout: Layout, moe: bool) -> Layout:
+        """``layout`` as this framework runs it, or an error naming the field it cannot run: its parallel
+        degrees, its pipeline schedule's micro-batches, and sequence parallelism set where required."""
+        self.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
+        self.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
+        sp = self.sequence_parallel_for(moe, layout.tp, layout.sequence_parallel)
+        return replace(layout, sequence_parallel=sp) if layout.sequence_parallel is None and \
+            sp != self.sequence_parallel else layout
 
     def sequence_parallel_for(self, moe: bool, tp: int, sequence_parallel: bool | None) -> bool:
         """Sequence parallelism as the run has it: the layout's, else the framework's default, and on where

@@ -157,7 +157,7 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     # (a larger sigma makes the mean-1 factor a handful of rare huge values among many tiny ones)
     require(0.0 <= jitter <= 1.0, "jitter", f"must be a log-normal sigma in [0, 1], got {jitter}")
     layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
-    fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
+    layout = fw.runnable(layout, model.is_moe)
     require(fw.pipeline_schedule == "1f1b" or layout.pp == 1, "framework",
             f"{fw.key} runs {fw.pipeline_schedule}, which the timeline does not lay out (it walks 1F1B and "
             "interleaved 1F1B); estimate prices its bubble by the DeepSeek-V3 report's formula")

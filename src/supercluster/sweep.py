@@ -90,7 +90,7 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
                          global_batch=s["global_batch"], seq_len=s["seq_len"], precision=s["precision"],
                          recompute=s["recompute"], zero_stage=s["zero"], sequence_parallel=s["tp"] > 1)
             lay.check_model(m)
-            fw.check_parallelism(lay.tp, lay.pp, lay.cp, lay.vpp)
+            lay = fw.runnable(lay, m.is_moe)
             g.peak(lay.precision)
             groups.setdefault((s["model"], s["gpu"]), []).append((i, s, lay))
         except InputError as exc:

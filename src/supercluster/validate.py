@@ -259,11 +259,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         grad_accum=_int(row, "grad_accum", 1) or 1,
     )
     layout.check_gpus(_int(row, "num_gpus"))
-    fw.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
-    fw.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
-    sp = fw.sequence_parallel_for(model.is_moe, layout.tp, layout.sequence_parallel)
-    if layout.sequence_parallel is None and sp != fw.sequence_parallel:
-        layout = dataclasses.replace(layout, sequence_parallel=sp)
+    layout = fw.runnable(layout, model.is_moe)
     folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
               if layout.expert_tp == 1 and not _int(row, "expert_tp", 0) else [])
     note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
