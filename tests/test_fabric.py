@@ -170,11 +170,15 @@ MEASURED_BUSBW = [
     ("h100-sxm", "all_reduce", 7, 1, "nvls", 460.0),
     # 8 x H800 (NVLink 200 GB/s per direction): NVLS busbw 215 GB/s (github.com/NVIDIA/nccl issue #1374)
     ("h800", "all_reduce", 8, 1, "nvls", 215.0),
+    # 8 GB200 of an NVL72 rack (2 compute trays, MNNVL): 811 GB/s busbw, above any ring on 900 GB/s links
+    # (lixueduan.com, "GB200 MNNVL nccl-test", 2 nodes x 4 GPUs)
+    ("gb200", "all_reduce", 8, 1, "nvls", 811.0),
 ]
 # Predicted +22 %: measured NVLS busbw is the same on 72 GPUs (850; a full-rack nccl-tests run in
-# github.com/coreweave/nccl-tests PR #43 gives 835-847 at 4-8 GiB) as on 8 B200 (846), where the
-# in-network traffic count says it should grow by 2 (n-1)/(n+1): 1.56 -> 1.95.
-KNOWN_BUSBW_MISSES = {("gb200", "nvls")}
+# github.com/coreweave/nccl-tests PR #43 gives 835-847 at 4-8 GiB) as on 8 B200 (846) and on 8 GPUs of an
+# NVL72 rack (811, predicted within 3 %), where the in-network traffic count says it should grow by
+# 2 (n-1)/(n+1): 1.56 -> 1.95.
+KNOWN_BUSBW_MISSES = {("gb200", "nvls", 72)}
 
 
 @pytest.mark.parametrize("gpu,kind,n,nodes,alg,measured", MEASURED_BUSBW)
@@ -184,11 +188,11 @@ def test_predicted_bus_bandwidth_against_nccl_tests(gpu, kind, n, nodes, alg, me
     g = get_gpu(gpu)
     pred = predicted_busbw(g, get_system(g.system), kind, n, nodes, alg) / 1e9
     err = abs(pred / measured - 1)
-    if (gpu, alg) in KNOWN_BUSBW_MISSES:
+    if (gpu, alg, n) in KNOWN_BUSBW_MISSES:
         assert 0.15 < err < 0.30
     else:
         assert err <= 0.15, (pred, measured)
-    if alg == "nvls" and gpu != "gb200":
+    if alg == "nvls" and (gpu, alg, n) not in KNOWN_BUSBW_MISSES:
         assert err <= 0.03, (pred, measured)  # the traffic count reproduces the 5-8 GPU ramp
 
 
