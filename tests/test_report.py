@@ -30,6 +30,7 @@ def test_the_report_is_the_commands_own_answers_on_one_page(tmp_path):
         str(best["micro_batch"]), "--global-batch", "256", "--seq-len", "4096", "--zero", str(best["zero_stage"]),
         "--recompute", best["recompute"], "--json", "--no-evidence", "--sensitivity"]).stdout)
     assert d["step"]["step_time_s"] == est["step_time_s"] == best["step_time_s"]
+    assert d["step"]["placement"] == est["placement"]  # and where its traffic goes is estimate's answer
     # and its "which faster part" table is estimate --sensitivity of that layout
     assert [(r["resource"], r["factor"], r["step_time_s"]) for r in d["sensitivity"]] == \
         [(r["resource"], r["factor"], r["step_time_s"]) for r in est["sensitivity"]]
@@ -43,6 +44,7 @@ def test_the_report_is_the_commands_own_answers_on_one_page(tmp_path):
         assert (out / fig).read_bytes()[:4] == b"\x89PNG" and f"]({fig})" in md
     assert best["layout"] in md and "How far to trust it" in md and "Which faster part buys the most" in md
     assert "| scale-out bandwidth (NIC) | " in md
+    assert "## Where the traffic goes" in md and all(f"| {p['group']} | " in md for p in est["placement"])
 
 
 def test_a_report_directory_that_is_a_file_is_refused_before_any_work(tmp_path):

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import plots
 from .errors import InputError, require
-from .estimate import default_network, estimate
+from .estimate import default_network, estimate, placement
 from .evidence import evidence_for, no_runs_line
 from .fabric import build_fabric, fabric_summary
 from .framework import Framework
@@ -42,6 +42,7 @@ def build(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, s
                                              network=net)]
     step = breakdown_json(b, (lay, framework, model), model=model.key, gpu=gpu.key, gpus=num_gpus,
                           layout=lay.short(), framework=framework.key)
+    step["placement"] = placement(model, lay, net)
     run = analyse_run(model, gpu, num_gpus, framework=framework, layout=lay, tokens=tokens, options=options).summary()
     system = get_system(gpu.system)
     fabric = fabric_summary(build_fabric(num_gpus, gpu, system), gpu, system)
@@ -128,6 +129,16 @@ def _markdown(report: dict[str, Any], figures: dict[str, Any]) -> str:
         "(`supercluster estimate --sensitivity`):",
         "",
         *_sensitivity_rows(report["sensitivity"]),
+        "",
+        "## Where the traffic goes",
+        "",
+        "Each parallel group of the best layout on the sized fabric (`supercluster estimate --placement`; "
+        "slowdown: how many times slower than its NIC a flow runs when every group of its kind communicates):",
+        "",
+        "| group | members | rank stride | scale-up domains | span GPUs | tops out at | groups at once | slowdown |",
+        "|---|---|---|---|---|---|---|---|",
+        *[f"| {r['group']} | {r['members']:,} | {r['stride']:,} | {r['domains']:,} | {r['span_gpus']:,} | "
+          f"{r['tier_name']} | {r['concurrent_groups']:,} | {r['slowdown']:.2f}x |" for r in step.get("placement", [])],
         "",
         "## The whole run, from peak FLOPs to useful work",
         "",
