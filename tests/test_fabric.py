@@ -269,3 +269,6 @@ def test_estimate_placement_option_and_json():
     assert r.exit_code == 0 and "Where the traffic goes" in r.output and "core" in r.output
     d = json.loads(runner.invoke(app, ["estimate", "--json"]).output)
     assert [p["group"] for p in d["placement"]] == ["tp", "dp", "pp"]
+    one = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--gpus", "1", "--tp", "1", "--pp", "1", "--vpp", "1",
+                              "--global-batch", "2", "--placement", "--no-evidence"])
+    assert one.exit_code == 0 and "every parallel group has one member" in one.output

@@ -510,8 +510,11 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
                                                  "inner first; slowdown: a flow's NIC rate over its share of a "
                                                  "thin tier)"))
         else:
-            _out().print("placement: a device profile prices measured collectives, not a fabric; nothing to place",
-                         style="dim", markup=False)
+            from .fabric import FabricNetwork
+
+            _out().print("placement: " + ("every parallel group has one member; no traffic to place"
+                                          if isinstance(net, FabricNetwork) else "a device profile prices measured "
+                                          "collectives, not a fabric; nothing to place"), style="dim", markup=False)
     if not isinstance(framework_given, str):  # a launch script's own profile: say what its flags switched
         _out().print(fw.doc, style="dim", markup=False)
     if ev is not None:
