@@ -208,3 +208,25 @@ def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw,
     # heaviest, or (an uneven interleaving) the schedule's own longest path, which it then equals
     assert simulate(MODEL, layout=lay, gpu=GPU, net=NET, fw=fw, exact_stages=True).step_time_s \
         <= tl.step_time_s * (1 + 1e-9)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from(["llama3-8b", "mixtral-8x7b", "qwen3-30b-a3b"]), st.sampled_from([8, 32, 64]),
+       st.sampled_from([16, 48, 64, 256]),
+       st.sampled_from(["megatron", "nemo-megatron", "torchtitan", "deepspeed", "hai-llm", "automodel"]))
+def test_the_planner_returns_only_layouts_its_framework_runs(model_key, gpus, gbs, fw_key):
+    from supercluster.errors import InputError
+    from supercluster.estimate import estimate
+    from supercluster.planner import plan
+
+    model, fw = load_model(model_key), get_framework(fw_key)
+    try:
+        res = plan(model, GPU, gpus, global_batch=gbs, seq_len=4096, framework=fw, top=20)
+    except InputError:
+        return  # nothing fits, or no layout the schedule can run: said, not priced
+    for c in res.top:
+        lay = fw.runnable(c.layout, model.is_moe)  # never refused: schedule, heads, sequence parallelism
+        lay.check_model(model, extra_pp_layers=fw.extra_pp_layers)
+        assert model.num_kv_heads % lay.tp == 0
+        assert estimate(model, gpu=GPU, num_gpus=lay.num_gpus, layout=lay, framework=fw).step_time_s == \
+            c.step_time_s
