@@ -32,6 +32,7 @@ from .network import (
     RING_BASE_LATENCY_S,
     Array,
     TokenDispatch,
+    domain_split,
     hierarchical_time_s,
 )
 
@@ -283,10 +284,9 @@ def build_fabric(num_gpus: int, gpu: GpuSpec, system: SystemSpec, *, switch: Swi
     top_set = [f"{o:g}" for o in over[tiers - 1:] if o != 1.0]
     if top_set:
         given = ",".join(f"{o:g}" for o in over)
-        taper = ",".join(["1"] * (tiers - 2) + [top_set[0]]) if tiers > 1 else ""
-        hint = (f"; to oversubscribe the links into tier {tiers} give {taper} (tier {tiers - 1}'s down:up)"
-                if tiers > 1 else "")
-        per_tier = (f"give one value per tier below the top ({tiers - 1} here, leaf first){hint}" if tiers > 1
+        taper = ",".join(["1"] * (tiers - 2) + [top_set[0]])
+        per_tier = (f"give one value per tier below the top ({tiers - 1} here, leaf first); to oversubscribe the "
+                    f"links into tier {tiers} give {taper} (tier {tiers - 1}'s down:up)" if tiers > 1
                     else "a single tier takes no oversubscription")
         raise InputError("oversubscription",
                          f"{given} sets a down:up of {top_set[0]} on tier {tiers} or above, but tier {tiers} is the "
@@ -382,16 +382,16 @@ class FabricNetwork:
         members and rank stride, how many share one scale-up domain and how many domains it spans, the
         highest tier it climbs to, how many such groups communicate at once, and how many times slower
         than its NIC each flow runs when they all do (the contention of its pattern on thin tiers)."""
-        f, d = self.fabric, self.fabric.scaleup_domain
+        f = self.fabric
         out = []
         for name, (members, stride) in groups.items():
             g, st = int(members), max(int(stride), 1)
-            per_domain = min(g, max(1, d // st))
+            per_domain, domains = (int(x) for x in domain_split(g, st, f.scaleup_domain))
             tier = int(self.tier_of(np.float64(g * st)))
             pattern = "all-to-all" if name == "ep" else "ring"
             slow = float(f.contention("uniform" if name == "ep" else "ring", np.array([g]), np.array([st]))[0])
             out.append({"group": name, "members": g, "stride": st, "per_domain": per_domain,
-                        "domains": -(-g // per_domain), "span_gpus": g * st, "tier": tier,
+                        "domains": domains, "span_gpus": g * st, "tier": tier,
                         "tier_name": TIER_NAMES[tier],
                         "concurrent_groups": f.num_gpus // g, "pattern": pattern, "slowdown": slow})
         return out
@@ -400,10 +400,7 @@ class FabricNetwork:
                           dedup: TokenDispatch | None = None) -> Array:
         g = np.asarray(group_size, dtype=float)
         st = np.maximum(np.asarray(stride, dtype=float), 1.0)
-        d = float(self.fabric.scaleup_domain)
-        per_domain = np.maximum(1.0, np.floor(d / st))
-        n = np.minimum(g, per_domain)
-        k = np.ceil(g / n)
+        n, k = domain_split(g, st, self.fabric.scaleup_domain)
         extra = self.extra_latency_s(g * st)
         divisor = self.fabric.contention("uniform" if kind == "all_to_all" else "ring", g, st)
         t = hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,

@@ -195,6 +195,11 @@ class Framework:
                              "without --sequence-parallel; turn it on or use tp 1")
         return bool(self.sequence_parallel or needed) if sequence_parallel is None else sequence_parallel
 
+    def sequence_parallel_ok(self, moe: bool, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+        """Which rows keep sequence parallelism where the framework requires it (the vectorised
+        :meth:`sequence_parallel_for`, for the planner)."""
+        return (sp > 0) | (tp <= 1) | (not (self.moe_tp_needs_sp and moe))
+
     def interleave_ok(self, pp: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
         """Whether an interleaved schedule over ``pp`` stages runs ``microbatches`` (see
         :attr:`interleave_microbatches`)."""

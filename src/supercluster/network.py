@@ -144,11 +144,7 @@ class TwoLevelNetwork:
 
     def split(self, group_size: Array, stride: Array) -> tuple[Array, Array]:
         """(members per scale-up domain, domains spanned) of a group with this rank stride."""
-        g = np.asarray(group_size, dtype=float)
-        st = np.asarray(stride, dtype=float)
-        per_domain = np.maximum(1.0, np.floor(self.domain_size / np.maximum(st, 1.0)))
-        local = np.minimum(g, per_domain)
-        return local, np.ceil(g / local)
+        return domain_split(group_size, stride, self.domain_size)
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
                           dedup: TokenDispatch | None = None) -> Array:
@@ -157,6 +153,15 @@ class TwoLevelNetwork:
         return hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
                                    self.scaleout_bytes_per_s, self.scaleup_hop_latency_s,
                                    self.scaleout_hop_latency_s, self.base_latency_s, dedup=dedup)
+
+
+def domain_split(group_size: Array, stride: Array, domain_size: float) -> tuple[np.ndarray, np.ndarray]:
+    """(members per scale-up domain, domains spanned) of a group of ``group_size`` ranks ``stride``
+    apart, consecutive ranks filling domains of ``domain_size`` GPUs."""
+    g = np.asarray(group_size, dtype=float)
+    per_domain = np.maximum(1.0, np.floor(float(domain_size) / np.maximum(np.asarray(stride, dtype=float), 1.0)))
+    local = np.minimum(g, per_domain)
+    return local, np.ceil(g / local)
 
 
 def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k: Array, bu: Array, bo: Array,

@@ -290,8 +290,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                              module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
                              == "attention" else ((),))
     cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"]), cols["vpp"]))
-    if framework.moe_tp_needs_sp and model.is_moe:
-        cols = _keep(cols, (cols["sp"] == 1) | (cols["tp"] == 1))
+    cols = _keep(cols, framework.sequence_parallel_ok(model.is_moe, cols["tp"], cols["sp"]))
     require(len(cols["tp"]) > 0, "global_batch", f"no layout gives {framework.key}'s {framework.pipeline_schedule} "
             "schedule the micro-batches it needs (DualPipe: an even number, at least 2 x pp)")
     for name, value in (fixed or {}).items():
