@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from .errors import InputError
+from .framework import DEFAULT_FRAMEWORK
 from .hardware import get_gpu, gpu_catalog, system_catalog
 from .layout import Layout
 from .models import load_model, model_catalog
@@ -96,10 +97,7 @@ def _plot_path(path: str | None) -> str | None:
 PlotOpt = Annotated[str | None, typer.Option(callback=_plot_path, help="also draw it to this file, the suffix its "
                                              "format: .png, .svg or .pdf (needs matplotlib: pip install "
                                              "'supercluster\\[plot]')")]  # \\[: rich markup would eat [plot]
-# The commands' default: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge:
-# sequence parallelism and TP overlap with TP > 1, distributed optimizer). `megatron` is Megatron-LM's
-# bare argument defaults (no SP), with which the default Llama 3 405B layout needs 199 GiB per 80 GiB H100.
-CLI_FRAMEWORK = "nemo-megatron"
+CLI_FRAMEWORK = DEFAULT_FRAMEWORK  # (framework.DEFAULT_FRAMEWORK: one default for the API and every command)
 
 
 class CatalogKind(StrEnum):
@@ -532,7 +530,10 @@ def plan(
     seq_len: SeqOpt = 8192,
     precision: PrecisionAnyOpt = "bf16",
     objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
-    framework: FrameworkOpt = CLI_FRAMEWORK,
+    framework: Annotated[str | None, typer.Option(help="as estimate --framework",
+                                                  show_default=f"{CLI_FRAMEWORK}; with --export, the framework "
+                                                  "that runs it: torchtitan, deepspeed, or "
+                                                  f"{CLI_FRAMEWORK} for megatron")] = None,
     headroom: Annotated[float, _num(help="fraction of HBM kept free (0-1)")] = 0.0,
     top: Annotated[int, typer.Option(help="rows in the table")] = 10,
     micro_batch: KeepMbOpt = None,
@@ -551,8 +552,10 @@ def plan(
 
     from .framework import get_framework
     from .launchers import export as export_layout
+    from .launchers import export_framework
     from .planner import plan as run_plan
 
+    framework = export_framework(export, framework) if export else framework or CLI_FRAMEWORK
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
     fixed = _fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
@@ -561,10 +564,6 @@ def plan(
                        objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,
                        progress=progress, fixed=fixed)
     if export:
-        if fw.pipeline_schedule != "1f1b" and res.best.layout.pp > 1:
-            raise InputError("export", f"the plan was priced for {fw.key}'s {fw.pipeline_schedule} schedule, which "
-                             f"{export} does not run; plan with --framework {export} "
-                             "to export a layout priced the way it will run")
         typer.echo(export_layout(res.best.layout, export, m, fw), nl=False)
         return
     if tokens is not None and tokens <= 0:
@@ -775,14 +774,14 @@ PriceOpt = Annotated[float | None, _num(help="price of a GPU-hour in USD (defaul
 LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4, -ga4 for four pipeline "
                                                    "schedules a step, or a plan's label (...-mb1-z1-full-sp) "
                                                    "(default: the planner's best)")]
-RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full (with --layout)")]
+RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full, for a --layout that does not name "
+                                                 "it (as estimate --layout reads it)")]
 
 
 def _layout_arg(layout: str | None, gbs: int, seq: int, recompute: str, precision: str) -> Layout | None:
     if layout is None:
         return None
-    return Layout.from_string(layout, global_batch=gbs, seq_len=seq, recompute=recompute, precision=precision,
-                              sequence_parallel=True)
+    return Layout.from_string(layout, global_batch=gbs, seq_len=seq, recompute=recompute, precision=precision)
 
 
 def _analyse(model: str, gpu: str, gpus: int, framework: str, layout: Layout | None, global_batch: int,
@@ -801,7 +800,7 @@ def goodput(
     gpus: GpusOpt = 16384,
     days: Annotated[float, _num(help="wall-clock days of the run")] = 54.0,
     model: Annotated[str, typer.Option(help="model (sets checkpoint size and step)")] = "llama3-405b",
-    layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
+    layout: LayoutOpt = None, recompute: RecomputeOpt = "none", global_batch: GbsOpt = 2048,
     seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
     rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
@@ -827,7 +826,7 @@ def train(
     gpu: GpuOpt = "h100-sxm",
     gpus: GpusOpt = 16384,
     tokens: Annotated[float | None, _num(help="token budget (default: 20 per parameter, Chinchilla)")] = None,
-    layout: LayoutOpt = None, recompute: RecomputeOpt = "full", global_batch: GbsOpt = 2048,
+    layout: LayoutOpt = None, recompute: RecomputeOpt = "none", global_batch: GbsOpt = 2048,
     seq_len: SeqOpt = 8192, framework: FrameworkOpt = CLI_FRAMEWORK,
     precision: Annotated[str, typer.Option(help="bf16 | fp8 (with --layout)")] = "bf16",
     deadline_days: Annotated[float | None, _num(help="also: compute-optimal model for it")] = None,
@@ -845,7 +844,7 @@ def train(
     s = _analyse(model, gpu, gpus, framework, _layout_arg(layout, global_batch, seq_len, recompute, precision),
                  global_batch, seq_len, opts, tokens=tokens)
     if deadline_days is not None:
-        s["compute_optimal_for_deadline"] = compute_optimal_for_deadline(g, gpus, deadline_days, s["mfu"],
+        s["compute_optimal_for_deadline"] = compute_optimal_for_deadline(s["model_flops_per_s"], deadline_days,
                                                                          s["ettr_mean"])
     # the days scale with the step time, so the step's evidence bounds them too
     ev = _evidence.evidence_for(load_model(model), g, framework, precision, gpus, seq_len)

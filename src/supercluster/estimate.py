@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .framework import Framework, get_framework
+from .framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from .hardware import GpuSpec, SystemSpec, get_gpu, get_system
 from .layout import Layout
 from .models import ModelSpec, load_model
@@ -29,7 +29,7 @@ def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: in
 
 
 def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layout: Layout,
-             framework: Framework | str = "megatron", network: Network | None = None,
+             framework: Framework | str = DEFAULT_FRAMEWORK, network: Network | None = None,
              rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
     """Predict one training step of ``model`` on ``num_gpus`` GPUs with ``layout``.
 

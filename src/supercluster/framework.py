@@ -23,7 +23,11 @@ ALIASES = {
     "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
     "deepseek": "hai-llm", "dualpipe": "hai-llm", "hai": "hai-llm",
 }
-DEFAULT_FRAMEWORK = "megatron"
+#: The one default everywhere (the Python API, every command, validate's reading of an unknown framework):
+#: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge: sequence parallelism and
+#: TP overlap with TP > 1, distributed optimizer). ``megatron`` is Megatron-LM's bare argument defaults
+#: (no SP), with which the Llama 3 405B layout on 16,384 H100 needs 199 GiB per 80 GiB GPU.
+DEFAULT_FRAMEWORK = "nemo-megatron"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -363,10 +367,10 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
         # A run's framework column as published ("NeMo 2.0", "PyTorch FSDP", ...): the first profile
         # whose name it mentions, else the default; the note says which was read.
         low, mods = _split_suffixes(name)
-        key = next((k for words, k in _MENTIONS if any(w in low for w in words)), DEFAULT_FRAMEWORK)
-        fw = framework_of_year(get_framework(key + "".join(mods)), year)
+        key = next((k for words, k in _MENTIONS if any(w in low for w in words)), None)
+        fw = framework_of_year(get_framework((key or DEFAULT_FRAMEWORK) + "".join(mods)), year)
         shown = name.strip()[:len(low)]  # as published, without the options appended to it
-        note = (f"framework {shown!r} read as {fw.key}" if key != DEFAULT_FRAMEWORK or "megatron" in low
+        note = (f"framework {shown!r} read as {fw.key}" if key is not None
                 else f"framework {shown!r} unknown: {fw.key} assumed")
         return fw, note
     return framework_of_year(fw, year), note

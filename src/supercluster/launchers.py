@@ -37,7 +37,7 @@ from typing import Any
 
 from . import megatron_args, pplayout
 from .errors import InputError, is_whole, require, subtable
-from .framework import Framework
+from .framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from .layout import Layout
 from .models import ModelSpec
 
@@ -200,6 +200,27 @@ def to_deepspeed_json(layout: Layout) -> str:
                          "sequence_parallel": bool(layout.sequence_parallel)},
     }
     return json.dumps(cfg, indent=2) + "\n"
+
+
+#: The profile a plan to export is priced under when none is named: the framework that runs the
+#: launcher's config (a Megatron-LM script: Megatron-Core as NVIDIA's recipes run it; read back, its
+#: flags describe the same behaviour). A profile named for the plan must be of the format's family.
+EXPORT_FRAMEWORK = {"megatron": DEFAULT_FRAMEWORK, "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+EXPORT_FAMILIES = {"megatron": ("megatron", "nemo-megatron"), "torchtitan": ("torchtitan",),
+                   "deepspeed": ("deepspeed",)}
+
+
+def export_framework(fmt: str, framework: str | None) -> str:
+    """The framework a plan exported as ``fmt`` is priced under: ``framework`` where it runs that
+    launcher's config (an InputError otherwise), else :data:`EXPORT_FRAMEWORK`'s."""
+    require(fmt in FORMATS, "export", f"unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
+    if framework is None:
+        return EXPORT_FRAMEWORK[fmt]
+    family = get_framework(framework).family
+    require(family in EXPORT_FAMILIES[fmt], "framework",
+            f"{framework} does not run a {fmt} config, so the exported plan would be priced for another framework; "
+            f"give --framework {' or '.join(EXPORT_FAMILIES[fmt])}, or leave it out")
+    return framework
 
 
 def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: Framework | None = None) -> str:

@@ -28,7 +28,7 @@ from .hardware import GpuSpec, get_system
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import LEDGER, LOWP_CODE, RECOMPUTE_CODE, module_bits, module_names, step_columns
+from .step import LEDGER, LOWP_CODE, RECOMPUTE_CODE, module_bits, module_names, step_breakdown, step_columns
 
 OBJECTIVES = ("time", "cost", "energy")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -42,6 +42,10 @@ FIXABLE = {"mb": "micro_batch", "zero": "zero_stage", "recompute": "recompute", 
 #: Selective recompute modules searched for MoE models under Megatron-style frameworks: the default
 #: (core_attn) and the cheap pair the Megatron-Bridge MoE recipes use (layernorm, moe_act).
 MOE_MODULE_SETS = ((), ("layernorm", "moe_act"))
+
+
+#: scores this close count as a tie in ``PlanResult.rank_of``
+TIE_RTOL = 1e-12
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +101,9 @@ class PlanResult:
     columns: dict[str, np.ndarray] = field(repr=False)
     #: prices given rows by their schedule where they still hold a bound, updating score and rank
     refine: Callable[[np.ndarray], bool] | None = field(default=None, repr=False, compare=False)
+    #: a layout's score by the objective, priced by the cost model as the search prices it, or None
+    #: where it does not fit
+    score_of: Callable[[Layout], float | None] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, object]:
         """What ``supercluster plan --json`` prints (besides a budget and the evidence)."""
@@ -105,27 +112,20 @@ class PlanResult:
                 "feasible": self.feasible, "seconds": self.seconds, "objective": self.objective}
 
     def rank_of(self, layout: Layout) -> int | None:
-        """1-based rank of ``layout`` among the feasible layouts by the objective, or None if absent
-        (exact: the layout and every layout whose bound could place it ahead are priced first)."""
-        c = self.columns
-        hit = np.ones(len(c["tp"]), dtype=bool)
-        want = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
-                "vpp": layout.vpp, "mb": layout.micro_batch, "zero": layout.zero_stage,
-                "recompute": RECOMPUTE_CODE[layout.recompute], "lowp": LOWP_CODE.get(layout.precision, 0),
-                "etp": layout.etp, "rcm": module_bits(layout.recompute_modules)}
-        for k, v in want.items():
-            if k not in c:
-                continue
-            hit &= c[k] == v
-        if layout.tp > 1 and layout.sequence_parallel is not None:
-            hit &= c["sp"] == int(layout.sequence_parallel)
-        idx = np.flatnonzero(hit & c["feasible"])
-        if idx.size == 0:
+        """1-based rank of ``layout`` among the feasible layouts by the objective: one more than the
+        searched layouts that score strictly better; None where it does not fit or cannot run. The layout is priced
+        whole, as estimate prices it (its recompute layers, gradient accumulation and pipeline layout
+        too, which the search does not vary); rows whose bound could place them ahead are priced
+        exactly first."""
+        assert self.score_of is not None, "a PlanResult from plan() prices layouts"
+        score = self.score_of(layout)
+        if score is None:
             return None
+        c = self.columns
+        ahead = score * (1.0 - TIE_RTOL)  # (the same layout priced alone or among others: equal to rounding)
         if self.refine is not None:
-            self.refine(idx)
-            self.refine(np.flatnonzero(c["feasible"] & (c["score"] <= c["score"][idx].min())))
-        return int(c["rank"][idx].min())
+            self.refine(np.flatnonzero(c["feasible"] & (c["score"] < ahead)))
+        return 1 + int(np.count_nonzero(c["feasible"] & (c["score"] < ahead)))
 
 
 def _divisors(n: int) -> list[int]:
@@ -234,7 +234,7 @@ def pareto_mask(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 CHUNK_ROWS = 131072
 #: The cost model's output columns the planner keeps (the ledger parts explain the winners).
 PLAN_COLUMNS = ("step_time_s", "tokens_per_step", "memory_per_gpu_bytes", "model_flops", "num_gpus",
-                "peak_flops_per_s", *LEDGER)
+                "peak_flops_per_s", "mfu", *LEDGER)
 
 
 def _price_in_chunks(model: ModelSpec, gpu: GpuSpec, net: Network, framework: Framework,
@@ -332,6 +332,20 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
             cols["rank"][order] = np.arange(1, len(order) + 1)
             out["order"] = order
 
+    def score_of(layout: Layout) -> float | None:
+        """``layout`` priced whole by the cost model, scored as the search scores its rows (None where
+        the framework cannot run it on this model, or it does not fit)."""
+        try:
+            layout.check_gpus(num_gpus)
+            b = step_breakdown(model, layout=framework.runnable(layout, model.is_moe), gpu=gpu, net=net, fw=framework)
+        except InputError:
+            return None
+        if b.memory_per_gpu_bytes > gpu.hbm_bytes * (1.0 - headroom):
+            return None
+        step, n, tok = b.step_time_s, b.num_gpus, b.tokens_per_step
+        scores = {"time": step, "cost": step * n * price / 3600.0 / tok * 1e6, "energy": step * n * watts / tok}
+        return scores[objective]
+
     def refine(idx: np.ndarray, ranks: bool = True) -> bool:
         """Price rows ``idx`` by their schedule where they hold a bound; False if none did."""
         idx = np.unique(idx[bound[idx]])
@@ -365,7 +379,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     rescore()
     step, usd_per_mtok, j_per_tok, order = out["step_time_s"], out["usd_per_mtok"], out["j_per_tok"], out["order"]
     score, rank = cols["score"], cols["rank"]
-    mfu = out["model_flops"] / (step * out["num_gpus"] * out["peak_flops_per_s"])
+    mfu = out["mfu"]
     # ranks below the lowest bound left are exact (every row that could be ahead was priced)
     lowest_bound = float(np.min(score[bound & feasible], initial=np.inf))
 
@@ -392,7 +406,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         a, b = top_c[0].ledger, top_c[1].ledger
         why = sorted(((k, a[k] - b[k]) for k in LEDGER if abs(a[k] - b[k]) > 1e-12), key=lambda kv: kv[1])
     return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=why, evaluated=len(order), feasible=n_feasible,
-                      seconds=time.perf_counter() - t0, objective=objective, columns=cols, refine=refine)
+                      seconds=time.perf_counter() - t0, objective=objective, columns=cols, refine=refine,
+                      score_of=score_of)
 
 
 def compare_gpus(model: ModelSpec, gpus: list[GpuSpec], num_gpus: int, *, global_batch: int, seq_len: int,

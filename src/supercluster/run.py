@@ -110,6 +110,7 @@ class RunReport:
         return {
             "model": self.model, "gpu": self.gpu, "gpus": self.num_gpus, "layout": self.layout.short(),
             "tokens": self.tokens, "step_time_s": self.step.step_time_s, "mfu": self.step.mfu,
+            "model_flops_per_s": self.step.model_flops / self.step.step_time_s,
             "failure_free_days": self.work_s / DAY_S, "job_mtbf_h": self.mtbf_s / 3600.0,
             "interruptions_p10": self.interruptions["p10"], "interruptions_p50": self.interruptions["p50"],
             "interruptions_p90": self.interruptions["p90"], "interruptions_mean": self.interruptions["mean"],
@@ -197,10 +198,11 @@ def analyse_run(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, framework: Fra
     )
 
 
-def compute_optimal_for_deadline(gpu: GpuSpec, num_gpus: int, days: float, mfu: float, ettr: float) -> dict[str, float]:
-    """Chinchilla-optimal model for a cluster and a deadline: C = N_gpu x peak x MFU x ETTR x time, C = 120 N^2."""
+def compute_optimal_for_deadline(model_flops_per_s: float, days: float, ettr: float) -> dict[str, float]:
+    """Chinchilla-optimal model for a cluster and a deadline: C = model FLOP/s achieved x ETTR x time
+    (the step's model FLOPs over its time, in the precision it runs), C = 6 N D with D = 20 N."""
     require(days > 0, "deadline_days", f"must be > 0, got {days}")
-    compute = num_gpus * gpu.peak("bf16") * mfu * ettr * days * DAY_S
+    compute = model_flops_per_s * ettr * days * DAY_S
     params = math.sqrt(compute / (6.0 * TOKENS_PER_PARAM))
     return {"compute_flops": compute, "params": params, "tokens": TOKENS_PER_PARAM * params}
 

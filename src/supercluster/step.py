@@ -728,9 +728,13 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
                        # unfused attention keeps the softmax output (and dropout mask and output) per token
                        (a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
                        has, el, seq))
+    # MFU (PaLM / Megatron convention: 6N + 12 L a d s model FLOPs, full non-causal attention, no
+    # recompute) and HFU (recomputed FLOPs counted too) over the dense peak of the precision used
+    machine_peak = step * num_gpus * peak
     out.update(
         step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
         hardware_flops=model_flops + rc_flops, peak_flops_per_s=peak, microbatches=m,
+        mfu=model_flops / machine_peak, hfu=(model_flops + rc_flops) / machine_peak, tokens_per_s=tokens / step,
         params_per_gpu=local,
         # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
         # timeline simulator lays out on the pipeline schedule
@@ -1096,10 +1100,12 @@ class StepBreakdown:
     memory: dict[str, float]
     hbm_bytes: float
     microbatches: float
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens_per_step / self.step_time_s
+    #: model FLOPs (6N + 12 L a d s, full non-causal attention; PaLM / Megatron convention, no
+    #: recompute) over the dense peak of the precision used
+    mfu: float
+    #: as ``mfu``, counting recomputed FLOPs too
+    hfu: float
+    tokens_per_s: float
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -1109,17 +1115,6 @@ class StepBreakdown:
     def tflops_per_gpu(self) -> float:
         """Achieved model TFLOP/s per GPU (MFU numerator, PaLM convention)."""
         return self.model_flops / self.step_time_s / self.num_gpus / 1e12
-
-    @property
-    def mfu(self) -> float:
-        """Model FLOPs (6N + 12 L a d s, full non-causal attention; PaLM / Megatron convention,
-        no recompute) over the dense peak of the precision used."""
-        return self.model_flops / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
-
-    @property
-    def hfu(self) -> float:
-        """As :attr:`mfu`, counting recomputed FLOPs too."""
-        return self.hardware_flops / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -1164,4 +1159,5 @@ def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Netwo
         tokens_per_step=first["tokens_per_step"], model_flops=first["model_flops"],
         hardware_flops=first["hardware_flops"], peak_flops_per_s=first["peak_flops_per_s"],
         memory={k: first[k] for k in mem_keys}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
+        mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
     )

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, require
+from .framework import DEFAULT_FRAMEWORK
 
 AXES = ("model", "gpu", "gpus", "tp", "pp", "cp", "micro_batch", "recompute", "zero", "seq_len", "global_batch",
         "precision")
@@ -44,7 +45,7 @@ class SweepGrid:
     seq_len: tuple[int, ...] = (8192,)
     global_batch: tuple[int, ...] = (512,)
     precision: tuple[str, ...] = ("bf16",)
-    framework: str = "megatron"
+    framework: str = DEFAULT_FRAMEWORK
 
     def __post_init__(self) -> None:
         for name in AXES:
@@ -113,16 +114,15 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
             for key, v in part.items():
                 out.setdefault(key, np.ones(len(gpus)))[sel] = v
         if not out:
-            out = {k: np.ones(len(gpus)) for k in ("model_flops", "step_time_s", "num_gpus", "peak_flops_per_s",
-                                                    "memory_per_gpu_bytes", "tokens_per_step")}
-        mfu = out["model_flops"] / (out["step_time_s"] * out["num_gpus"] * out["peak_flops_per_s"])
+            out = {k: np.ones(len(gpus)) for k in ("mfu", "step_time_s", "memory_per_gpu_bytes", "tokens_per_s")}
+        mfu = out["mfu"]
         for j, (i, s, _) in enumerate(items):
             if j in unpriced:
                 rows[i] = (i, *[s[a] for a in AXES], False, unpriced[j], None, None, None, None, None)
                 continue
             mem = float(out["memory_per_gpu_bytes"][j])
             rows[i] = (i, *[s[a] for a in AXES], True, "", float(out["step_time_s"][j]), float(mfu[j]), mem,
-                       float(out["tokens_per_step"][j] / out["step_time_s"][j]), mem <= g.hbm_bytes)
+                       float(out["tokens_per_s"][j]), mem <= g.hbm_bytes)
     return [rows[i] for i in ids]
 
 

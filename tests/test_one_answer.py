@@ -1,0 +1,96 @@
+"""One job, one answer: the Python API, every command and a plan's export read back price the same
+job at the same step time (to 0.1 %)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from supercluster.cli import app
+from supercluster.estimate import estimate
+from supercluster.framework import DEFAULT_FRAMEWORK
+from supercluster.layout import Layout
+
+JOB = ["--model", "llama3-70b", "--gpus", "64", "--global-batch", "64", "--seq-len", "8192"]
+LABEL = "tp8-pp1-dp8-full"
+
+
+def _json(args: list[str]) -> dict:
+    r = CliRunner().invoke(app, [*args, "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_the_api_and_the_cli_share_one_default_framework():
+    lay = Layout.from_string(LABEL, global_batch=64, seq_len=8192)
+    api = estimate("llama3-70b", gpu="h100-sxm", num_gpus=64, layout=lay)
+    cli = _json(["estimate", *JOB, "--layout", LABEL])
+    assert cli["framework"] == DEFAULT_FRAMEWORK == "nemo-megatron"
+    assert api.step_time_s == pytest.approx(cli["step_time_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("framework", [None, "megatron", "torchtitan"])
+@pytest.mark.parametrize("label", [LABEL, "tp4-pp2-dp8"])
+def test_a_layout_label_prices_the_same_in_estimate_train_goodput_and_simulate(framework, label):
+    fw = ["--framework", framework] if framework else []
+    est = _json(["estimate", *JOB, "--layout", label, *fw, "--no-evidence"])["step_time_s"]
+    train = _json(["train", *JOB, "--layout", label, *fw, "--trials", "50"])["step_time_s"]
+    good = _json(["goodput", *JOB, "--layout", label, *fw, "--trials", "50"])["step_time_s"]
+    # the timeline lays the priced step out; with jitter off it ends when the step does
+    sim = _json(["simulate", *JOB, "--layout", label, *fw])["step_time_s"]
+    assert train == pytest.approx(est, rel=1e-3) and good == pytest.approx(est, rel=1e-3)
+    assert sim == pytest.approx(est, rel=1e-3)
+
+
+@pytest.mark.parametrize("fmt, suffix", [("megatron", ".sh"), ("torchtitan", ".toml"), ("deepspeed", ".json")])
+def test_a_plans_export_read_back_prices_the_plan(tmp_path, fmt, suffix):
+    """plan --export writes the launcher's config; estimate --config reads it back (its framework
+    from the config) at the plan's step time."""
+    job = ["--model", "llama3-8b", "--gpus", "64", "--global-batch", "256"]
+    best = _json(["plan", *job, "--top", "1", *(["--framework", "deepspeed"] if fmt == "deepspeed" else []),
+                  ] if fmt != "torchtitan" else ["plan", *job, "--top", "1", "--framework", "torchtitan"])["best"]
+    r = CliRunner().invoke(app, ["plan", *job, "--export", fmt], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    path = tmp_path / f"plan{suffix}"
+    path.write_text(r.stdout, encoding="utf-8")
+    back = _json(["estimate", "--model", "llama3-8b", "--gpus", "64", "--config", str(path), "--no-evidence"])
+    assert back["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-3), (fmt, best["layout"], back["layout"])
+
+
+def test_an_export_is_planned_under_the_framework_that_runs_it():
+    r = CliRunner().invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--export", "torchtitan",
+                                 "--framework", "deepspeed"])
+    assert r.exit_code != 0 and "deepspeed does not run a torchtitan config" in str(r.exception)
+
+
+def test_the_deadline_model_counts_the_flops_the_run_achieves():
+    """A faster fp8 run does more work in the same days than a slower bf16 one (MFU is against each
+    precision's own peak, so MFU x the bf16 peak undercounted fp8)."""
+    job = ["train", "--model", "llama3-70b", "--gpus", "64", "--global-batch", "64", "--layout", "tp8-pp1-dp8",
+           "--trials", "50", "--deadline-days", "10"]
+    bf16 = _json([*job, "--precision", "bf16"])
+    fp8 = _json([*job, "--precision", "fp8"])
+    assert fp8["step_time_s"] < bf16["step_time_s"]
+    assert fp8["compute_optimal_for_deadline"]["compute_flops"] > bf16["compute_optimal_for_deadline"]["compute_flops"]
+
+
+def test_rank_of_ranks_the_layout_it_is_given():
+    """A published layout with a setting the search does not vary (here: full recompute of 4 layers a
+    chunk) is ranked at its own step time, not as the searched layout without it."""
+    from supercluster.framework import get_framework
+    from supercluster.hardware import get_gpu
+    from supercluster.models import load_model
+    from supercluster.planner import plan
+
+    m, g, fw = load_model("llama3-8b"), get_gpu("h100-sxm"), get_framework("megatron")
+    res = plan(m, g, 16, global_batch=128, seq_len=8192, framework=fw)
+    plain = Layout(tp=2, pp=2, dp=4, global_batch=128, seq_len=8192, recompute="full")
+    part = Layout(tp=2, pp=2, dp=4, global_batch=128, seq_len=8192, recompute="full", recompute_layers=4)
+    t_plain = estimate(m, gpu=g, num_gpus=16, layout=plain, framework=fw).step_time_s
+    t_part = estimate(m, gpu=g, num_gpus=16, layout=part, framework=fw).step_time_s
+    assert t_part < t_plain
+    assert res.rank_of(part) < res.rank_of(plain)
+    times = res.columns["score"][res.columns["feasible"]]
+    assert res.rank_of(part) == 1 + int((times < t_part * (1 - 1e-12)).sum())
