@@ -20,7 +20,7 @@ from supercluster.estimate import default_network  # noqa: E402
 from supercluster.framework import get_framework  # noqa: E402
 from supercluster.hardware import get_gpu  # noqa: E402
 from supercluster.models import load_model  # noqa: E402
-from supercluster.step import step_columns  # noqa: E402
+from supercluster.perf.step import step_columns  # noqa: E402
 
 
 def columns(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:

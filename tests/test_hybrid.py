@@ -15,7 +15,7 @@ from supercluster.hardware import get_gpu
 from supercluster.launchers import to_megatron_args
 from supercluster.layout import Layout
 from supercluster.models import ModelSpec, from_hf_config, hybrid_counts, load_model
-from supercluster.step import LEDGER, step_breakdown
+from supercluster.perf.step import LEDGER, step_breakdown
 
 NH56 = load_model("nemotronh-56b")
 H100 = get_gpu("h100-sxm")

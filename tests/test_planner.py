@@ -15,9 +15,9 @@ from supercluster.errors import InputError
 from supercluster.estimate import estimate
 from supercluster.layout import Layout
 from supercluster.models import load_model
+from supercluster.perf.pipeline import chunk_layers
 from supercluster.planner import candidate_columns, pareto_mask, plan
 from supercluster.pplayout import parse as parse_layout
-from supercluster.step import chunk_layers
 
 runner = CliRunner()
 

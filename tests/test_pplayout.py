@@ -12,8 +12,8 @@ from supercluster.estimate import default_network, estimate
 from supercluster.hardware import get_gpu
 from supercluster.layout import Layout
 from supercluster.models import load_model
+from supercluster.perf.step import step_breakdown
 from supercluster.pplayout import chunk_blocks, parse, rank_blocks
-from supercluster.step import step_breakdown
 
 
 def test_the_notation_expands_repeats_groups_and_cosmetic_commas():

@@ -100,7 +100,7 @@ def test_simulate_cli_json_and_trace(tmp_path):
 def test_exact_stages_give_each_stage_its_layers_and_never_exceed_the_ledger(h100):
     """Each chunk its own layers, the head on the last: the pipeline is at most as slow as the ledger's
     every-stage-the-heaviest pricing, equal without a pipeline; the last stage computes the most."""
-    from supercluster.step import chunk_layers
+    from supercluster.perf.pipeline import chunk_layers
 
     assert chunk_layers(126, 8, 8, True)[0][0] == 1 and chunk_layers(126, 8, 8, True)[-1][-1] == 1
     assert sum(map(sum, chunk_layers(126, 8, 8, True))) == 126 == sum(map(sum, chunk_layers(126, 9, 7, False)))
@@ -124,7 +124,7 @@ def test_the_schedule_keeps_as_many_micro_batches_in_flight_as_the_memory_model_
     timeline runs holds exactly that many (counted in chunks, over vpp), on every stage (the last
     one's count prices its share with the logits). Found: the m = pp case was priced at
     pp + (pp - 1) / vpp."""
-    from supercluster.step import in_flight_microbatches
+    from supercluster.perf.memory import in_flight_microbatches
 
     for pp, vpp, m in ((1, 1, 4), (4, 1, 8), (4, 1, 2), (8, 1, 32), (4, 2, 8), (4, 5, 16), (8, 4, 16), (8, 8, 8)):
         for stage in range(pp):
@@ -259,8 +259,8 @@ def test_a_long_schedule_extended_by_its_period_ends_where_the_full_walk_does():
     the first walk, it agrees with walking all 40 rounds."""
     import numpy as np
 
+    from supercluster.perf.pipeline import chunk_layers
     from supercluster.schedule import _run, chunk_durations, makespan
-    from supercluster.step import chunk_layers
 
     rng = np.random.default_rng(7)
     for layers, pp, vpp in ((77, 4, 3), (61, 4, 2), (126, 8, 3), (126, 16, 4)):

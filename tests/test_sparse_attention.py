@@ -15,7 +15,7 @@ from supercluster.hardware import get_gpu
 from supercluster.launchers import export
 from supercluster.layout import Layout
 from supercluster.models import ModelSpec, from_hf_config, load_model, model_catalog
-from supercluster.step import step_breakdown
+from supercluster.perf.step import step_breakdown
 
 V32 = {
     "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "hidden_size": 7168,

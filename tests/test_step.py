@@ -5,7 +5,7 @@ import pytest
 
 from supercluster.estimate import default_network, estimate
 from supercluster.layout import Layout
-from supercluster.step import LEDGER
+from supercluster.perf.step import LEDGER
 
 
 def test_ledger_sums_to_step_time_and_names_every_loss(llama3_70b, h100):
@@ -101,13 +101,13 @@ def test_unfused_attention_of_the_legacy_profile_is_priced_by_hand():
     # (read + write, 2 B each) + dropout (read + write + 1-byte mask) = 9 B per element; backward
     # softmax reads output and gradient and writes one (6 B) + dropout 5 B = 11 B.
     from supercluster.hardware import get_gpu
-    from supercluster.step import _unfused_attention
+    from supercluster.perf.compute import unfused_attention
 
     gpu = get_gpu("a100-80gb")
     E = 16 * 24 * 2048.0**2
     bw = gpu.hbm_bytes_per_s * 0.85
     rate = gpu.gemm_flops_per_s("bf16")
-    mm_f, mm_b, el_f, el_b = (float(x) for x in _unfused_attention(E, 96.0, 96.0, 2.0, 1.0, rate, bw))
+    mm_f, mm_b, el_f, el_b = (float(x) for x in unfused_attention(E, 96.0, 96.0, 2.0, 1.0, rate, bw))
     assert el_f == pytest.approx(9 * E / bw) and el_b == pytest.approx(11 * E / bw)
     # 2 x 96 flops per 2-byte score element is under the A100's ridge point: the score matmuls run
     # at the speed of writing / reading the score matrix (2 in the forward, 4 in the backward).
@@ -166,7 +166,7 @@ def test_torchtitan_selective_is_per_op_checkpointing():
     # Llama 3 8B layer, matmuls in forward order q, k, v, o, w1, w3, w2 (h 4096, 8 KV heads of 128,
     # ffn 14336); every other output is saved, so k, o and w3 run again: 79.7 M of 218.1 M weights.
     from supercluster.models import load_model
-    from supercluster.step import op_sac_recompute_frac
+    from supercluster.perf.compute import op_sac_recompute_frac
 
     m = load_model("llama3-8b")
     assert op_sac_recompute_frac(m) == pytest.approx((4096 * 1024 + 4096 * 4096 + 4096 * 14336) / 218_103_808)
@@ -186,21 +186,21 @@ def test_gemm_time_is_tensor_work_plus_operand_traffic(llama3_70b, h100):
     # A rate measured in situ (overlap) keeps the roofline: the slower of the two.
     import numpy as np
 
-    from supercluster.step import _gemm, _layer_gemm_time
+    from supercluster.perf.compute import gemm_s, layer_gemm_s
 
     rate = np.array(h100.gemm_tensor_flops_per_s("bf16"))
     bw = h100.hbm_bytes_per_s * 0.85
     two, eight, one = np.array(2.0), np.array(8.0), np.array(1.0)
     M, K, N = np.array(512.0), 8192.0, 3584.0
     compute, memory = 2 * 512 * K * N / float(rate), (2 * (512 * K + K * N) + 2 * 512 * N) / bw
-    assert float(_gemm(M, K, N, rate, two, two, bw)) == pytest.approx(compute + memory, rel=1e-12)
-    assert float(_gemm(M, K, N, rate, two, two, bw, overlap=True)) == pytest.approx(max(compute, memory), rel=1e-12)
+    assert float(gemm_s(M, K, N, rate, two, two, bw)) == pytest.approx(compute + memory, rel=1e-12)
+    assert float(gemm_s(M, K, N, rate, two, two, bw, overlap=True)) == pytest.approx(max(compute, memory), rel=1e-12)
     w = (llama3_70b.attn_params + llama3_70b.dense_mlp_params) / 8
-    big = float(_layer_gemm_time(llama3_70b, np.array(8192.0), eight, one, rate, two, two, bw))
+    big = float(layer_gemm_s(llama3_70b, np.array(8192.0), eight, one, rate, two, two, bw))
     assert 1.0 < big / (2 * 8192 * w / float(rate)) < 1.2
-    small = float(_layer_gemm_time(llama3_70b, np.array(16.0), eight, one, rate, two, two, bw))
+    small = float(layer_gemm_s(llama3_70b, np.array(16.0), eight, one, rate, two, two, bw))
     assert small == pytest.approx(2 * w / bw + 2 * 16 * w / float(rate), rel=0.02)
-    roof = float(_layer_gemm_time(llama3_70b, np.array(8192.0), eight, one, rate, two, two, bw, overlap=True))
+    roof = float(layer_gemm_s(llama3_70b, np.array(8192.0), eight, one, rate, two, two, bw, overlap=True))
     assert roof == pytest.approx(2 * 8192 * w / float(rate), rel=1e-9)
 
 
@@ -220,14 +220,14 @@ def test_gemm_pricing_follows_deepgemms_published_shapes():
     import numpy as np
 
     from supercluster.hardware import get_gpu
-    from supercluster.step import _gemm
+    from supercluster.perf.compute import gemm_s
 
     g = get_gpu("h800")
     bw, one, two = g.hbm_bytes_per_s * 0.85, np.array(1.0), np.array(2.0)
     M, N, K, meas = (np.array(c, dtype=float) for c in zip(*DEEPGEMM_H800, strict=True))
 
     def err(rate: float, overlap: bool) -> np.ndarray:
-        t = _gemm(M, K, N, np.array(rate), one, two, bw, overlap=overlap)
+        t = gemm_s(M, K, N, np.array(rate), one, two, bw, overlap=overlap)
         return 2 * M * N * K / t / 1e12 / meas - 1
 
     summed = err(g.gemm_tensor_flops_per_s("fp8"), False)
@@ -243,13 +243,13 @@ def test_eager_pytorch_elementwise_traffic_by_hand():
     import numpy as np
 
     from supercluster.models import load_model
-    from supercluster.step import _eager_layer_bytes, _fused_layer_bytes
+    from supercluster.perf.compute import eager_layer_bytes, fused_layer_bytes
 
     m = load_model("llama2-13b")
     one, two = np.array(1.0), np.array(2.0)
-    assert float(_eager_layer_bytes(m, one, one, one, np.array(40.0), two, 13824.0, 0.0)) == pytest.approx(
+    assert float(eager_layer_bytes(m, one, one, one, np.array(40.0), two, 13824.0, 0.0)) == pytest.approx(
         814_080)
-    assert float(_fused_layer_bytes(m, one, one, one, np.array(40.0), two, 3.0, 13824.0, 0.0)) == pytest.approx(
+    assert float(fused_layer_bytes(m, one, one, one, np.array(40.0), two, 3.0, 13824.0, 0.0)) == pytest.approx(
         267_264)
     lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, seq_len=4096, zero_stage=3)
     eager = estimate(m, gpu="a100-80gb", num_gpus=8, layout=lay, framework="torchtitan")
@@ -408,14 +408,14 @@ def test_pytorch_ring_attention_overlap_and_merge_traffic_by_hand():
     # and the last one not at all; merges are eager fp32 ops (bytes in the docstring).
     import numpy as np
 
-    from supercluster.step import _allgather_ring_attention
+    from supercluster.perf.comm import allgather_ring_attention
 
     class Stub:  # all-gather 5 s, point-to-point 1 s
         def collective_time_s(self, kind, size_bytes, group_size, stride):
             return np.where(np.asarray(group_size) > 1, 5.0 if kind == "all_gather" else 1.0, 0.0)
 
     one = np.array([1.0])
-    comm_f, exp_f, comm_b, exp_b, mem_f, mem_b, held = _allgather_ring_attention(
+    comm_f, exp_f, comm_b, exp_b, mem_f, mem_b, held = allgather_ring_attention(
         Stub(), 2.0 * one, one, 20.0 * one, 10.0 * one, 1.0, 1.0, 2.0 * one, 8.0 * one, 20.0 * one, 1.0)
     assert held[0] == 20 * 2 * 2 + 4 * (10 + 20) + 2 * 4 * 20  # gathered K/V, fp32 accumulators, 2 sends
     assert (comm_f[0], exp_f[0]) == (5.0, 1.0)  # the first of 2 blocks is 4 s of forward attention
@@ -423,7 +423,7 @@ def test_pytorch_ring_attention_overlap_and_merge_traffic_by_hand():
     # 10 output elements, 20 K/V elements, 2-byte activations:
     # forward (2+4) 10 2 + (0.75 (2+4+32) + 4) 10 + 2 2 20; backward 2 (11.5 (10+20) + 8 20) + 4 20 + 10 (10+20)
     assert (mem_f[0], mem_b[0]) == (525.0, 1390.0)
-    nothing = _allgather_ring_attention(Stub(), one, one, 20.0 * one, 10.0 * one, 1.0, 1.0, 2.0 * one,
+    nothing = allgather_ring_attention(Stub(), one, one, 20.0 * one, 10.0 * one, 1.0, 1.0, 2.0 * one,
                                         8.0 * one, 20.0 * one, 1.0)
     assert all(x[0] == 0.0 for x in nothing)  # cp = 1: no ring
 
@@ -658,7 +658,7 @@ def test_fp8_gemms_reproduce_the_te_guide_they_are_derived_from():
     from supercluster.framework import quantize_bytes_per_element
     from supercluster.hardware import tensor_frac
     from supercluster.models import ModelSpec
-    from supercluster.step import _layer_gemm_time
+    from supercluster.perf.compute import layer_gemm_s
 
     m = ModelSpec(key="te", name="TE guide 5B", num_layers=24, d_model=4096, ffn_dim=16384, num_heads=32,
                   num_kv_heads=32, head_dim=128, vocab_size=32000, mlp="gelu", seq_len=512)
@@ -669,7 +669,7 @@ def test_fp8_gemms_reproduce_the_te_guide_they_are_derived_from():
     rate = tensor_frac(0.684, 1671e12, 1.0, 4.8e12, "fp8") * 1671e12
 
     def layer_ms(bw: float, quant: float) -> float:
-        t = _layer_gemm_time(m, np.array([15872.0]), one, one, rate * one, one, 2.0 * one, 0.85 * bw,
+        t = layer_gemm_s(m, np.array([15872.0]), one, one, rate * one, one, 2.0 * one, 0.85 * bw,
                              None, quant, quant)
         return float(3.0 * t[0] * 1e3)  # mean layer: forward + backward (2x)
 
@@ -775,7 +775,8 @@ def test_torchtitan_splits_the_pipeline_with_lighter_first_and_last_stages():
     from supercluster.framework import get_framework, resolve_framework
     from supercluster.hardware import get_gpu
     from supercluster.models import load_model
-    from supercluster.step import chunk_layers, step_breakdown
+    from supercluster.perf.pipeline import chunk_layers
+    from supercluster.perf.step import step_breakdown
 
     assert [sum(x) for x in chunk_layers(126, 8, 1, split="middle")] == [15, 16, 16, 16, 16, 16, 16, 15]
     split = chunk_layers(126, 8, 2, split="middle")  # stage s holds chunks s and s + 8
@@ -864,7 +865,7 @@ def test_deepspeed_2021_builds_its_per_rank_views_on_the_host_before_each_call()
 
 def test_unique_rows_is_numpys_unique_by_rows():
     # the planner's deduplication (one lexsort of the columns) must give np.unique(axis=0)'s answer
-    from supercluster.step import unique_rows
+    from supercluster.perf.pipeline import unique_rows
 
     rng = np.random.default_rng(3)
     for _ in range(50):
@@ -892,7 +893,8 @@ def test_dualpipe_bubble_parameters_and_activations_follow_the_deepseek_v3_table
     against 1F1B's (PP - 1)(F + B); 2x parameters; PP + 1 micro-batches of activations."""
     from supercluster.hardware import get_gpu
     from supercluster.models import load_model
-    from supercluster.step import layout_columns, step_columns
+    from supercluster.perf.columns import layout_columns
+    from supercluster.perf.step import step_columns
 
     dual, plain = _dualpipe_pair()
     gpu = get_gpu("h800")
@@ -979,7 +981,7 @@ def test_tensor_core_fractions_reproduce_each_gpus_reference_layer():
 
     from supercluster.hardware import get_gpu, gpu_catalog
     from supercluster.models import ModelSpec
-    from supercluster.step import _layer_gemm_time
+    from supercluster.perf.compute import layer_gemm_s
 
     m = ModelSpec(key="te", name="TE guide layer", num_layers=1, d_model=4096, ffn_dim=16384, num_heads=32,
                   num_kv_heads=32, head_dim=128, vocab_size=32000, mlp="gelu", seq_len=512)
@@ -989,7 +991,7 @@ def test_tensor_core_fractions_reproduce_each_gpus_reference_layer():
         for p, el in (("bf16", 2.0), ("fp8", 1.0)):
             if not g.gemm_tensor_frac.get(p):
                 continue
-            t = float(_layer_gemm_time(m, np.array([15872.0]), one, one, g.gemm_tensor_flops_per_s(p) * one,
+            t = float(layer_gemm_s(m, np.array([15872.0]), one, one, g.gemm_tensor_flops_per_s(p) * one,
                                        el * one, 2.0 * one, bw)[0])
             assert t == pytest.approx(1.917e13 / 3 / g.gemm_flops_per_s(p), rel=2e-3), (g.key, p)
     b300 = get_gpu("b300")

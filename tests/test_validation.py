@@ -120,7 +120,7 @@ KNOWN_MOE_MEMORY_MISSES = {"DSV3-REPORT-H800-2048",
 def test_published_layouts_are_predicted_to_fit():
     from supercluster.estimate import default_network
     from supercluster.hardware import get_gpu
-    from supercluster.step import step_breakdown
+    from supercluster.perf.step import step_breakdown
     from supercluster.validate import load_rows, row_setup
 
     over, moe_over, moe_rows = [], [], 0
@@ -238,7 +238,8 @@ def test_bloom_run_is_priced_with_its_documented_pipeline_split():
 
     from supercluster.estimate import default_network
     from supercluster.hardware import get_gpu
-    from supercluster.step import layout_columns, step_breakdown, step_columns
+    from supercluster.perf.columns import layout_columns
+    from supercluster.perf.step import step_breakdown, step_columns
     from supercluster.validate import load_rows, predict_row, row_setup
 
     row = {r["id"]: r for r in load_rows("heldout")}["BLOOM-176B-384"]
@@ -334,7 +335,7 @@ def test_the_loss_implementation_decides_whether_a_published_mpt_batch_fits():
 
     from supercluster.estimate import default_network
     from supercluster.hardware import get_gpu
-    from supercluster.step import step_breakdown
+    from supercluster.perf.step import step_breakdown
     from supercluster.validate import load_rows, row_setup
 
     row = {r["id"]: r for r in load_rows("heldout")}["MPT-H100-760m-512-8"]
@@ -373,7 +374,7 @@ def test_predicted_memory_against_the_torchtitan_tables():
 
     from supercluster.estimate import default_network
     from supercluster.hardware import get_gpu
-    from supercluster.step import step_breakdown
+    from supercluster.perf.step import step_breakdown
     from supercluster.validate import load_rows, row_setup
 
     seen = 0

@@ -414,7 +414,7 @@ def _fixed_settings(seq_len: int, precision: str, micro_batch: int | None = None
     """The planner's ``fixed`` columns for the settings given (None: searched). They are checked alone
     first, on a one-GPU layout: an unknown recompute, module, ZeRO stage or precision is the user's to
     mend, whatever the layout."""
-    from .step import RECOMPUTE_CODE, module_bits
+    from .perf.columns import RECOMPUTE_CODE, module_bits
 
     mods = tuple(x.strip() for x in (recompute_modules or "").split(",") if x.strip())
     mb = 1 if micro_batch is None else micro_batch

@@ -7,7 +7,8 @@ from .hardware import GpuSpec, SystemSpec, get_gpu, get_system
 from .layout import Layout
 from .models import ModelSpec, load_model
 from .network import Network, TwoLevelNetwork
-from .step import DEFAULT_RANK_ORDER, StepBreakdown, step_breakdown
+from .perf.columns import DEFAULT_RANK_ORDER
+from .perf.step import StepBreakdown, step_breakdown
 
 
 def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: int | None = None,
@@ -58,7 +59,7 @@ def placement(model: ModelSpec, layout: Layout, network: Network,
     import numpy as np
 
     from .fabric import FabricNetwork
-    from .step import group_shapes
+    from .perf.columns import group_shapes
 
     if not isinstance(network, FabricNetwork):
         return []

@@ -126,7 +126,7 @@ def _tt_sections(layout: Layout, model: ModelSpec | None = None,
         if layout.pp_layout is not None:
             par["pipeline_parallel_split_points"] = _tt_split_points(layout.pp_layout)
         elif layout.vpp > 1:
-            from .step import chunk_layers
+            from .perf.pipeline import chunk_layers
 
             require(model is not None, "vpp", f"{layout.vpp} interleaved chunks go to torchtitan as split points, "
                                               "which need the model's layers (pass the model)")

@@ -3,7 +3,7 @@
 The search space is the cross product of TP, PP, CP, EP, interleaving (vpp), micro-batch, ZeRO
 stage, recompute policy, sequence parallelism and (optionally) precision, filtered by the same
 divisibility rules :class:`~supercluster.layout.Layout` enforces, then priced by
-:func:`~supercluster.step.step_columns` — the cost model the estimate uses. Only the winners
+:func:`~supercluster.perf.step.step_columns` — the cost model the estimate uses. Only the winners
 become :class:`Layout` objects.
 
 Objectives: ``time`` (step time, hence also time to train a token budget), ``cost`` (dollars per
@@ -28,14 +28,14 @@ from .hardware import GpuSpec, get_system
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import LEDGER, LOWP_CODE, RECOMPUTE_CODE, module_bits, module_names, step_breakdown, step_columns
+from .perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
+from .perf.step import LEDGER, step_breakdown, step_columns
 
 OBJECTIVES = ("time", "cost", "energy")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 VPP = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
 ZERO = (0, 1, 2, 3)
 MAX_CP = 32
-_RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
 #: settings a search can be told to keep (``plan(fixed=...)``): column -> the field users know
 FIXABLE = {"mb": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "rcm": "recompute_modules",
            "sp": "sequence_parallel"}
@@ -156,7 +156,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
                       max_tp: int | None = None, max_cp: int = MAX_CP, max_pp: int | None = None,
                       max_vpp: int | None = None, extra_pp_layers: int = 0,
                       module_sets: tuple[tuple[str, ...], ...] = ((),)) -> dict[str, np.ndarray]:
-    """Every legal layout as integer columns (the :data:`~supercluster.step.COLUMNS` plus ``gpus``);
+    """Every legal layout as integer columns (the :data:`~supercluster.perf.columns.COLUMNS` plus ``gpus``);
     ``extra_pp_layers``: pipeline slots the framework fills with the embedding and the loss;
     ``module_sets``: the selective recompute module sets to try (``()`` = the framework's policy)."""
     counts = gpu_counts or (num_gpus,)
@@ -266,7 +266,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
 
     ``progress(done, total)`` is called as the layouts are priced (in chunks of :data:`CHUNK_ROWS`).
     ``fixed`` holds settings the search must keep, by column: ``mb``, ``zero``, ``recompute``
-    (:data:`~supercluster.step.RECOMPUTE_CODE`), ``rcm`` (:func:`~supercluster.step.module_bits` of
+    (:data:`~supercluster.perf.columns.RECOMPUTE_CODE`), ``rcm`` (:func:`~supercluster.perf.columns.module_bits` of
     the selective recompute modules) and ``sp`` (which binds only where tp > 1)."""
     t0 = time.perf_counter()
     require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
@@ -300,7 +300,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         hit = cols[name] == value
         cols = _keep(cols, hit | (cols["tp"] == 1) if name == "sp" else hit)
         require(len(cols["tp"]) > 0, FIXABLE[name], f"no legal layout of {model.name} on {num_gpus} GPUs keeps "
-                f"{FIXABLE[name]} " + (_RC_NAME[value] if name == "recompute" else ",".join(module_names(value))
+                f"{FIXABLE[name]} " + (RECOMPUTE_NAME[value] if name == "recompute" else ",".join(module_names(value))
                                        if name == "rcm" else str(value)))
     net = network or default_network(gpu, num_gpus=num_gpus)
     # First pass: uneven interleavings get a lower bound of their schedule (no walk); the rows that
@@ -384,17 +384,9 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     lowest_bound = float(np.min(score[bound & feasible], initial=np.inf))
 
     def cand(i: int) -> Candidate:
-        layout = Layout(
-            tp=int(cols["tp"][i]), pp=int(cols["pp"][i]), dp=int(cols["dp"][i]), cp=int(cols["cp"][i]),
-            ep=int(cols["ep"][i]), vpp=int(cols["vpp"][i]), micro_batch=int(cols["mb"][i]),
-            global_batch=global_batch, seq_len=seq_len,
-            precision=next((p for p in precisions if LOWP_CODE.get(p, 0) == cols["lowp"][i]), "bf16"),
-            recompute=_RC_NAME[int(cols["recompute"][i])], zero_stage=int(cols["zero"][i]),
-            sequence_parallel=bool(cols["sp"][i]),
-            expert_tp=None if cols["etp"][i] == cols["tp"][i] else int(cols["etp"][i]),
-            recompute_modules=module_names(int(cols["rcm"][i])) if "rcm" in cols else ())
-        return Candidate(layout=layout, num_gpus=int(cols["gpus"][i]), step_time_s=float(step[i]),
-                         mfu=float(mfu[i]), memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
+        return Candidate(layout=row_layout(cols, i, precisions), num_gpus=int(cols["gpus"][i]),
+                         step_time_s=float(step[i]), mfu=float(mfu[i]),
+                         memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
                          cost_usd_per_mtok=float(usd_per_mtok[i]), energy_j_per_token=float(j_per_tok[i]),
                          ledger={k: float(out[k][i]) for k in LEDGER}, rank=int(rank[i]),
                          rank_exact=bool(score[i] < lowest_bound))

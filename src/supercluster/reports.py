@@ -11,7 +11,7 @@ from .framework import Framework
 from .hardware import GpuSpec, SystemSpec
 from .layout import Layout
 from .models import ModelSpec
-from .step import LEDGER, StepBreakdown
+from .perf.step import LEDGER, StepBreakdown
 from .units import GiB, fmt_bytes, fmt_ibytes
 
 LEDGER_HELP = {

@@ -36,8 +36,8 @@ from .goodput import (
 from .hardware import GpuSpec, get_system
 from .layout import Layout
 from .models import ModelSpec
+from .perf.step import StepBreakdown
 from .planner import plan
-from .step import StepBreakdown
 
 #: Compute-optimal tokens per parameter (Chinchilla Approach 1/2 and the Epoch refit; scaling_laws.md 2.3-2.5).
 TOKENS_PER_PARAM = 20.0

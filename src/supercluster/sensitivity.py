@@ -32,7 +32,7 @@ from .hardware import GpuSpec
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
-from .step import DEFAULT_RANK_ORDER
+from .perf.columns import DEFAULT_RANK_ORDER
 
 #: resource key -> what the table calls it
 RESOURCES: dict[str, str] = {

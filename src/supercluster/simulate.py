@@ -5,7 +5,7 @@ One representative rank per pipeline stage (TP, CP and DP ranks of a stage do th
 stage runs its operations in schedule order; an operation starts when its stage is free and its input
 has arrived: a forward needs the previous stage's forward of the same micro-batch (and chunk), a
 backward the next stage's backward, the last stage's first backward its own forward. Durations come
-from :func:`~supercluster.step.step_columns`, the function every other view prices through: each
+from :func:`~supercluster.perf.step.step_columns`, the function every other view prices through: each
 stage is priced as the heaviest one (as the ledger is), split into forward and backward, and each
 operation ends with its share of the exposed pipeline send/receive time. Where the ledger prices an
 interleaved schedule with uneven chunks chunk by chunk (torchtitan's split, an explicit layout:
@@ -42,8 +42,11 @@ from .hardware import GpuSpec
 from .layout import Layout
 from .models import ModelSpec
 from .network import Network
+from .perf.columns import layout_columns
+from .perf.memory import stage_activation_bytes
+from .perf.pipeline import CHUNK_PARTS, chunk_work
+from .perf.step import step_columns
 from .schedule import Op, chunk_durations, dependency, schedule
-from .step import CHUNK_PARTS, chunk_work, layout_columns, stage_activation_bytes, step_columns
 
 __all__ = ["Engine", "Op", "Task", "Timeline", "schedule", "simulate"]
 

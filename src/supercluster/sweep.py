@@ -2,7 +2,7 @@
 
 A sweep is the cross product of its axes in a fixed order; a scenario's id is its index in that
 order, so the same grid always numbers scenarios alike. Scenarios are priced in chunks (one
-vectorized :func:`~supercluster.step.step_columns` call per model and GPU within a chunk) by
+vectorized :func:`~supercluster.perf.step.step_columns` call per model and GPU within a chunk) by
 worker processes or Ray tasks; only the parent writes, one transaction per chunk, so a kill
 loses at most the chunks in flight and a resume skips every stored id: each scenario is stored
 exactly once (``scenario_id`` is the primary key). A database remembers its grid and refuses to
@@ -75,7 +75,8 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
     from .hardware import get_gpu
     from .layout import Layout
     from .models import load_model
-    from .step import layout_columns, step_columns
+    from .perf.columns import layout_columns
+    from .perf.step import step_columns
 
     grid = SweepGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(grid_json).items()})
     fw = get_framework(grid.framework)

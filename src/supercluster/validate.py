@@ -25,7 +25,7 @@ from .framework import EMBED_SPLIT_SUFFIX, Framework, resolve_framework
 from .hardware import get_gpu
 from .layout import UNPRICED_MODULES, Layout
 from .models import ModelSpec, model_catalog
-from .step import step_breakdown
+from .perf.step import step_breakdown
 
 REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
                     "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",

@@ -5,7 +5,7 @@ fc1 column-parallel, proj and fc2 row-parallel, as Megatron splits a block), and
 mesh (FSDP2 over dp x TP) where the world size allows. The block matches the cost model's
 (pre-norm attention with causal SDPA and a GELU MLP, no biases); position embeddings are left
 out (they do not change the step time measurably). The median step (forward, backward, AdamW)
-after warm-up is compared with :func:`~supercluster.step.step_columns` priced with the
+after warm-up is compared with :func:`~supercluster.perf.step.step_columns` priced with the
 calibrated profile: the same code path as every estimate.
 """
 
@@ -71,7 +71,7 @@ def layout_for(cfg: VerifyConfig) -> Any:
 def predict(cfg: VerifyConfig, profile: Any) -> Any:
     """The cost model's step for this run, priced with the calibrated profile."""
     from .framework import get_framework
-    from .step import step_breakdown
+    from .perf.step import step_breakdown
 
     gpu = profile.gpu_spec()
     net = profile.network()

@@ -13,7 +13,7 @@ from supercluster.framework import get_framework
 from supercluster.hardware import get_gpu
 from supercluster.models import ModelSpec, from_hf_config, hybrid_counts, load_model
 from supercluster.network import TwoLevelNetwork
-from supercluster.step import LEDGER, step_columns
+from supercluster.perf.step import LEDGER, step_columns
 
 MODEL = load_model("llama3-70b")
 # the same with a multi-token-prediction module on its last stage (the pricing DeepSeek-V3 runs use), and a

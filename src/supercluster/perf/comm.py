@@ -1,0 +1,175 @@
+"""Stage 3 of the step: the collectives of one layer per micro-batch, and what of them the
+compute beside them hides. Collectives go through the :class:`~supercluster.network.Network`
+interface (the two-level model, a sized fabric, or a device profile's measurements).
+
+* TP: attention and a dense MLP each all-gather / reduce-scatter (sequence parallelism) or
+  all-reduce their activations; TP overlap pipelines them in tp chunks with the GEMMs.
+* CP: the ring passes K and V (Megatron-Core's p2p ring) or all-gathers them (PyTorch's ring
+  attention, :func:`allgather_ring_attention`), hidden under the attention blocks where it can be.
+* EP: Megatron-Core's all-to-all dispatcher (and DeepEP's node-deduplicated dispatch), exposed
+  unless the framework overlaps it.
+* The head: a vocabulary-parallel embedding and loss (Megatron).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..framework import Framework
+from ..models import ModelSpec
+from ..network import Network, TokenDispatch
+from .columns import Rows
+from .compute import LayerWork
+
+
+@dataclass(frozen=True, slots=True)
+class CommTimes:
+    """Seconds per layer and micro-batch: each parallel dimension's collectives forward (``_f``) and
+    backward (``_b``), what stays exposed (``x``), and the layer's exposed total (``tp_x``, ``cp_x``,
+    ``ep_x``); ``half`` is one TP all-gather of the activations, ``tp_head`` the head's TP traffic;
+    ``ring_bytes`` what PyTorch's ring attention holds during a layer's backward."""
+
+    half: np.ndarray
+    tp_f: np.ndarray
+    tp_b: np.ndarray
+    tp_fx: np.ndarray
+    tp_bx: np.ndarray
+    tp_x: np.ndarray
+    cp_f: np.ndarray
+    cp_b: np.ndarray
+    cp_fx: np.ndarray
+    cp_bx: np.ndarray
+    cp_x: np.ndarray
+    cp_mem_f: np.ndarray
+    cp_mem_b: np.ndarray
+    ring_bytes: np.ndarray
+    ep_x: np.ndarray
+    tp_head: np.ndarray
+
+
+def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork,
+               mem_bw: float) -> tuple[CommTimes, LayerWork]:
+    """The layer's collectives; and its work with the ring attention's fp32 merges (eager ops of
+    PyTorch's all-gather ring, 0 under a p2p ring) added to its forward, backward and recompute."""
+    tp, cp, sp, T, el, frc, has = rows.tp, rows.cp, rows.sp, rows.T, rows.el, rows.frc, rows.has
+    s_tp, s_cp = rows.groups["tp"][1], rows.groups["cp"][1]
+    L, h = model.num_layers, float(model.d_model)
+    a, dq, dv = float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    f_moe = model.num_moe_layers / L
+    act_bytes = T * h * el
+    half = net.collective_time_s("all_gather", act_bytes, tp, s_tp)
+    ar = net.collective_time_s("all_reduce", act_bytes, tp, s_tp)
+    # Attention and a dense MLP each all-gather / reduce-scatter (SP) or all-reduce their activations;
+    # an MoE MLP does not: its dispatcher moves the tokens (below), so MoE layers keep half of these.
+    # (a hybrid's single-block layers: one mixer or one MLP each, one set of collectives)
+    dense_share = 1.0 - 0.5 * (f_moe + (model.mlp_only_layers + model.mixer_only_layers) / L)
+    tp_f = np.where(sp, 4.0 * half, 2.0 * ar) * dense_share
+    tp_b = np.where(sp, 6.0 * half, 2.0 * ar) * dense_share  # SP re-gathers the input for the weight gradient
+    if fw.tp_comm_overlap:
+        # Pipelined in tp chunks with the GEMMs: one chunk of communication cannot hide.
+        tp_fx = np.maximum(tp_f - work.t_gemm_f, tp_f / tp)
+        tp_bx = np.maximum(tp_b - 2.0 * work.t_gemm_f, tp_b / tp)
+    else:
+        tp_fx, tp_bx = tp_f, tp_b
+    # a recomputed dense MLP gathers its (SP) input and reduces its output again
+    tp_x = tp_fx + tp_bx + frc * tp_fx + np.where(
+        has["mlp"], tp_fx * (1.0 - f_moe - model.mixer_only_layers / L) / (2.0 * dense_share), 0.0)
+
+    kv_el = T * (a / tp if fw.cp_kv_repeated else rows.kv_local) * (dq + dv)  # this rank's K and V
+    if fw.cp_rotate == "allgather":
+        cp_f, cp_fx, cp_b, cp_bx, cp_mem_f, cp_mem_b, ring_bytes = allgather_ring_attention(
+            net, cp, s_cp, kv_el, T * (a / tp), dq, dv, el, work.t_attn_f, work.t_attn_b, mem_bw)
+        work = dataclasses.replace(work, t_fwd=work.t_fwd + cp_mem_f, t_bwd=work.t_bwd + cp_mem_b,
+                                   t_rc=work.t_rc + np.where(rows.rc == 2, frc * cp_mem_f, 0.0))
+    else:
+        ring_step = net.collective_time_s("p2p", kv_el * el, cp, s_cp)
+        cp_f = (cp - 1.0) * ring_step
+        cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
+        cp_fx, cp_bx = np.maximum(cp_f - work.t_attn_f, 0.0), np.maximum(cp_b - work.t_attn_b, 0.0)
+        cp_mem_f = cp_mem_b = ring_bytes = np.zeros_like(tp)
+    # Vocabulary-parallel embedding and head (Megatron): the embedding output is all-reduced in the
+    # forward, the head input gradient in the backward (SP: all-gather / reduce-scatter instead),
+    # and the cross-entropy all-reduces three fp32 statistics per token (max, sum of exp, target).
+    tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, s_tp)
+    comm = CommTimes(half=half, tp_f=tp_f, tp_b=tp_b, tp_fx=tp_fx, tp_bx=tp_bx, tp_x=tp_x, cp_f=cp_f, cp_b=cp_b,
+                     cp_fx=cp_fx, cp_bx=cp_bx, cp_x=cp_fx * (1.0 + frc) + cp_bx, cp_mem_f=cp_mem_f,
+                     cp_mem_b=cp_mem_b, ring_bytes=ring_bytes, ep_x=_ep_exposed_s(model, fw, net, rows, work),
+                     tp_head=tp_head)
+    return comm, work
+
+
+def _ep_exposed_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork) -> np.ndarray:
+    """Exposed seconds of a layer's token dispatch and combine per micro-batch (0 for a dense model)."""
+    if not model.is_moe:
+        return np.zeros_like(rows.tp)
+    tp, ep, etp, T, el, has = rows.tp, rows.ep, rows.etp, rows.T, rows.el, rows.has
+    f_moe = model.num_moe_layers / model.num_layers
+    # Megatron-Core's all-to-all dispatcher: EP all-to-all of each rank's tokens x top_k, then (expert
+    # TP > 1) an all-gather of the dispatched tokens over the expert-TP ranks for the TP-sharded
+    # experts; the combine does the reverse (reduce-scatter, all-to-all); the backward mirrors both.
+    # Not pipelined with GEMMs. With expert TP < TP (MoE parallel folding) the EP group runs over TP
+    # ranks first (stride tp-stride x etp) instead of within dp x cp.
+    s_ep, s_tp = rows.groups["ep"][1], rows.groups["tp"][1]
+    # (a latent MoE dispatches its tokens at the experts' latent width)
+    hx = float(model.expert_width)
+    # (DeepEP: each token goes once to every rank, and crosses once to every node, holding any of
+    # its experts; where they are depends on how the router spreads them)
+    dedup = {"dedup": TokenDispatch(float(model.num_experts), float(model.top_k), fw.moe_router)
+             } if fw.ep_node_dedup else {}
+    a2a = net.collective_time_s("all_to_all", rows.tok_sp * model.top_k * hx * el, ep, s_ep, **dedup)
+    tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * hx * el, etp,
+                                                        s_tp), 0.0)
+    ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * rows.frc + 2.0 * has["moe"])
+    if fw.ep_overlap and fw.ep_overlap_bounded:
+        # Megatron-Core overlap-moe-expert-parallel-comm: another micro-batch's compute runs under
+        # the all-to-alls, so only what exceeds a layer's compute stays exposed
+        return np.maximum(ep_x - (work.t_fwd + work.t_bwd + work.t_rc), 0.0)
+    if fw.ep_overlap:  # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden
+        return np.zeros_like(ep_x)
+    return ep_x
+
+
+def allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv_el: np.ndarray, hq: np.ndarray,
+                              dq: float, dv: float, el: np.ndarray, t_attn_f: np.ndarray, t_attn_b: np.ndarray,
+                              mem_bw: float) -> tuple[np.ndarray, ...]:
+    """PyTorch's ring attention with the all-gather rotater, per layer and micro-batch: seconds of
+    (forward comm, forward exposed, backward comm, backward exposed, forward merges, backward merges),
+    and the bytes it holds during a layer's backward (gathered 16-bit K/V, fp32 accumulators for the
+    Q, K and V gradients, two fp32 K/V-gradient buffers in flight).
+
+    As written in ``torch.distributed.tensor.experimental._attention`` (Dec 2024, the torch of
+    torchtitan's published CP runs): with load balancing each of a rank's ``cp`` blocks is 1/cp of
+    its attention work. Forward: one all-gather of K/V, hidden only under the first (diagonal)
+    block. Backward: K/V all-gathered again (hidden under the first block's backward); after each
+    block the accumulated K/V gradients (fp32) go to the next rank, hidden under the next block, and
+    the last send is waited for. Merges run as eager ops in fp32; bytes per element: the block
+    output cast to fp32 (el + 4), the update ``out - sigmoid(lse_b - lse) (out - out_b)`` as three
+    elementwise ops (12 + 8 + 12), on blocks holding only the second half of the queries (half of
+    them) a torch.cat rebuilding the whole output (8); blocks hold 0.75 of the queries on average;
+    K and V concatenated (2 el) before each send. Backward: fp32 gradient buffers zeroed (4) and
+    cast back at the end (4 + el); per block each gradient accumulated in fp32 (8 + el), on the
+    half-blocks a cat (8), and the K/V gradients concatenated for the send (8).
+    """
+    ring = cp > 1.0
+    q_el, o_el = hq * dq, hq * dv
+    ag = net.collective_time_s("all_gather", kv_el * el * cp, cp, s_cp)
+    blk_f, blk_b = t_attn_f / cp, t_attn_b / cp
+    send = net.collective_time_s("p2p", kv_el * 4.0, cp, s_cp)  # fp32 K/V gradients
+    comm_f = ag
+    exp_f = np.maximum(ag - blk_f, 0.0)
+    comm_b = ag + cp * send
+    exp_b = np.maximum(ag - blk_b, 0.0) + (cp - 1.0) * np.maximum(send - blk_b, 0.0) + send
+    merge_f = ((el + 4.0) * o_el * 2.0 + (cp - 1.0) * (0.75 * (el + 4.0 + 32.0) + 0.5 * 8.0) * o_el
+               + (cp - 1.0) * 2.0 * el * kv_el)
+    acc = 0.75 * (8.0 + el) + 4.0
+    merge_b = (cp * (acc * (q_el + kv_el) + 8.0 * kv_el) + (cp - 1.0) * 2.0 * el * kv_el
+               + (8.0 + el) * (q_el + kv_el))
+    held = kv_el * el * cp + 4.0 * (q_el + kv_el) + 2.0 * 4.0 * kv_el
+    zero = np.zeros_like(cp)
+    return tuple(np.where(ring, x, zero)
+                 for x in (comm_f, exp_f, comm_b, exp_b, merge_f / mem_bw, merge_b / mem_bw, held))
+
+

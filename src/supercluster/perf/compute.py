@@ -1,0 +1,420 @@
+"""Stage 2 of the step: each layer's work counted (FLOPs, HBM bytes) and priced on the GPU.
+
+Legend: L layers, h width, a / k query / KV heads, dq / dv head dims, V vocab, s sequence,
+T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
+
+* Each GEMM of a layer is its FLOPs at the tensor-core rate plus its operands through HBM, one
+  after the other (DeepGEMM's published shapes: data/kernels.toml [gemm]); the tensor-core rate is
+  the one that gives back the GPU's measured GEMM rate at transformer training shapes (fprop, dgrad,
+  wgrad; data/gpus.toml gemm_*_frac; hardware.tensor_frac), so few tokens per GPU or per expert pay
+  for their weights' traffic; fp8 / fp4 casts are added as HBM traffic; backward is 2x forward. A
+  calibrated profile's rate, measured in situ, keeps the roofline (the slower of the two).
+* Attention with flash kernels does causal work s^2/2; backward does 2.5x the forward matmul
+  work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml). The
+  unfused attention of pre-2023 frameworks does the full s^2 in batched GEMMs and moves the
+  score matrix through HBM (softmax, dropout): :func:`unfused_attention`.
+* Norms, activations, residual adds, RoPE, MoE permutes are memory-bound: bytes counted per
+  token, priced at HBM bandwidth — as fused kernels (:func:`fused_layer_bytes`) or op by op
+  for eager PyTorch (:func:`eager_layer_bytes`); the backward moves 2x the forward bytes
+  (reads saved input and incoming gradient, writes one).
+* Recompute: full recompute runs the forward again (of the first ``rcl`` layers of a chunk where
+  set); selective recompute runs the recomputed modules' forward again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import require
+from ..framework import (
+    AttentionEfficiency,
+    Framework,
+    attention_efficiency,
+    attention_length_factor,
+    hbm_frac,
+    quantize_bytes_per_element,
+)
+from ..hardware import GpuSpec
+from ..models import GATED, ModelSpec
+from .columns import Rows
+
+#: Kernels per transformer layer per micro-batch (forward, backward), counted in a Megatron /
+#: nanoGPT block: 4 GEMMs + attention + 2 norms, 2 residual adds, activation, RoPE, dropout-free
+#: (12 forward); backward launches about twice as many. Only priced when a calibrated profile
+#: measured a per-kernel overhead (``GpuSpec.op_overhead_s``).
+OPS_PER_LAYER = (12.0, 24.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """What the GPU does per second for each row: dense ``peak`` and measured GEMM ``ceiling`` of the
+    GEMM precision (``peak16`` / ``ceiling16``: 16-bit, or fp32 on a CPU profile), the tensor-core
+    ``tensor`` rate GEMMs are priced at, memory-bound bytes per second, and the HBM bytes fp8 / fp4
+    quantisation moves per element (``q_el``)."""
+
+    peak16: np.ndarray
+    ceiling16: np.ndarray
+    peak: np.ndarray
+    ceiling: np.ndarray
+    tensor: np.ndarray
+    in_situ: bool
+    att: AttentionEfficiency | None
+    mem_bw: float
+    q_el: np.ndarray
+
+
+def rates(gpu: GpuSpec, fw: Framework, rows: Rows) -> Rates:
+    """The GPU's rates for each row's precision (data/gpus.toml, data/kernels.toml, or a profile)."""
+    fp8, fp4, fp32 = rows.fp8, rows.fp4, rows.fp32
+    # "16" = the layout's non-fp8 precision: bf16, or fp32 on a calibrated CPU profile.
+    if fp32.any():
+        peak16 = np.where(fp32, gpu.peak("fp32"), gpu.peak_flops_per_s.get("bf16", 0.0))
+        ceiling16 = np.where(fp32, gpu.gemm_flops_per_s("fp32"),
+                             gpu.gemm_flops_per_s("bf16") if gpu.peak_flops_per_s.get("bf16") else 0.0)
+    else:
+        peak16, ceiling16 = gpu.peak("bf16"), gpu.gemm_flops_per_s("bf16")
+    # GEMMs in fp8 or fp4 (Transformer Engine recipes: every linear layer's fprop, dgrad and wgrad);
+    # attention, norms and the logits stay in 16 bits.
+    peak, ceiling = peak16, ceiling16
+    for low, key in ((fp8, "fp8"), (fp4, "fp4")):
+        if gpu.peak_flops_per_s.get(key):
+            peak = np.where(low, gpu.peak_flops_per_s[key], peak)
+            ceiling = np.where(low, gpu.gemm_flops_per_s(key), ceiling)
+    # The layers' GEMMs: tensor-core work plus operand traffic, not overlapped (kernels.toml [gemm]);
+    # a calibrated profile's rates were measured in situ and keep the roofline (max of the two).
+    in_situ = not gpu.gemm_tensor_frac
+    tensor = ceiling
+    if not in_situ:
+        tensor = np.full_like(ceiling, gpu.gemm_tensor_flops_per_s("bf16"))
+        for low, key in ((fp8, "fp8"), (fp4, "fp4")):
+            if gpu.peak_flops_per_s.get(key):
+                tensor = np.where(low, gpu.gemm_tensor_flops_per_s(key), tensor)
+    att = None
+    if gpu.attention_frac is not None:
+        att = AttentionEfficiency(fwd_frac=gpu.attention_frac[0], bwd_frac=gpu.attention_frac[1],
+                                  source="calibration")
+    elif fw.attention != "unfused":
+        att = attention_efficiency(fw.attention, gpu.arch)
+    # fp8 / fp4 GEMMs also pay Transformer Engine's quantisation passes (HBM bytes per quantised element)
+    q_el = np.where(fp4, quantize_bytes_per_element(gpu.arch, "fp4"),
+                    np.where(fp8, quantize_bytes_per_element(gpu.arch, "fp8"), 0.0))
+    return Rates(peak16=peak16, ceiling16=ceiling16, peak=peak, ceiling=ceiling, tensor=tensor, in_situ=in_situ,
+                 att=att, mem_bw=gpu.hbm_bytes_per_s * hbm_frac(), q_el=q_el)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerWork:
+    """One layer (the mean over a model's layer kinds) and the head, per micro-batch and GPU.
+
+    FLOPs (forward): ``gemm_f`` the layer's GEMMs, ``attn_f`` its causal attention, ``idx_f`` /
+    ``idx_b`` the sparse-attention indexer forward / backward, ``rec_f`` the chunked recurrences,
+    ``head_f`` the output head, ``proj_f`` an MTP module's projection. Seconds: each part forward and
+    backward (``t_score_*``: unfused attention's elementwise passes over the scores), ``t_mem_f`` the
+    memory-bound ops forward, ``t_fwd`` / ``t_bwd`` / ``t_rc`` the layer's forward, backward and
+    recompute, ``t_head`` the head with its loss, ``t_proj`` an MTP projection. ``score_tok``: bytes
+    per token unfused attention keeps for its backward. ``w_*``: matmul weights per layer."""
+
+    gemm_f: np.ndarray
+    attn_f: np.ndarray
+    idx_f: np.ndarray
+    idx_b: np.ndarray
+    rec_f: np.ndarray
+    head_f: np.ndarray
+    proj_f: np.ndarray
+    t_gemm_f: np.ndarray
+    t_attn_f: np.ndarray
+    t_attn_b: np.ndarray
+    t_score_f: np.ndarray
+    t_score_b: np.ndarray
+    t_rec_f: np.ndarray
+    t_rec_b: np.ndarray
+    t_mem_f: np.ndarray
+    t_fwd: np.ndarray
+    t_bwd: np.ndarray
+    t_rc: np.ndarray
+    t_head: np.ndarray
+    t_proj: np.ndarray
+    score_tok: np.ndarray
+    w_attn: float
+    w_mlp: float
+    w_dense: float
+    w_moe: float
+    w_up: float
+    drop: float
+
+
+def check_kernels(model: ModelSpec, fw: Framework, gpu: GpuSpec) -> None:
+    """Unfused attention (before FlashAttention) has no kernels for sparse attention or recurrences
+    (a calibrated profile's attention rate prices the recurrences)."""
+    require(fw.attention != "unfused" or not (model.index_topk or (model.recurrent_layers
+                                                                   and gpu.attention_frac is None)),
+            "framework", f"{fw.key} runs attention unfused (before FlashAttention); {model.name}'s "
+            + ("sparse attention needs the fused sparse kernels" if model.index_topk else
+               "Mamba / Gated DeltaNet layers need the fused chunked kernels") + " of newer stacks")
+
+
+def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rates) -> LayerWork:
+    """Count one layer's work per micro-batch and price it with ``r`` (see the module's physics)."""
+    check_kernels(model, fw, gpu)
+    tp, ep, etp, seq, T, tok_sp, kv_local = rows.tp, rows.ep, rows.etp, rows.seq, rows.T, rows.tok_sp, rows.kv_local
+    el, low_el, mem_bw = rows.el, rows.low_el, r.mem_bw
+    L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)
+    a, dq, dv = float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    f_moe = model.num_moe_layers / L
+    # (a hybrid: w_attn is its mixers' matmul weights per layer, attention and the recurrent ones)
+    w_attn = (model.attention_layers * model.attn_params + model.recurrent_matmul_params) / L
+    w_mlp = (model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * model.moe_active_mlp_params) / L
+    f_act = mean_mlp_width(model)
+    act_passes = 3.0 if GATED[model.mlp] else 2.0
+    unfused = fw.attention == "unfused"
+
+    gemm_f = 2.0 * T * (w_attn + w_mlp) / tp
+    # causal (windowed, or sparse top-k) keys at the widths the kernel multiplies (sparse MLA: its MQA form)
+    attn_f = 2.0 * T * (a / tp) * model.attention_width_keys(seq, causal=True)
+    # DeepSeek Sparse Attention's lightning indexer: scores over every preceding key forward, gradients
+    # through the selected keys backward; its heads split over TP as the attention's do (0 without DSA)
+    idx_fwd, idx_bwd = model.indexer_flops_per_token(seq, causal=True)
+    idx_f, idx_b = T * idx_fwd / L / tp, T * idx_bwd / L / tp
+    # (the weights are cast once per step: Transformer Engine caches them after the first micro-batch)
+    t_gemm_f = layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el,
+                            r.q_el / (rows.gbs / (rows.dp * rows.mb)), overlap=r.in_situ)
+    drop = 1.0 if fw.dropout else 0.0
+    if unfused:
+        t_attn_f, t_attn_b, t_score_f, t_score_b = unfused_attention(
+            T * (a / tp) * seq, dq, dv, el, drop, r.ceiling16, mem_bw)
+    else:
+        assert r.att is not None
+        # (sparse MLA at the flash kernel's efficiency: DeepSeek's FlashMLA sparse prefill kernel reaches
+        # 640 TFLOP/s on H800, FlashAttention-3's range; the indexer likewise, in 16 bits, an assumption:
+        # DeepSeek runs it in fp8)
+        # (below long sequences the kernel runs slower: the sequence each rank attends over, seq / cp; a
+        # calibrated profile's rate is its own measurement and is not scaled)
+        short = attention_length_factor(seq / rows.cp) if gpu.attention_frac is None else 1.0
+        t_attn_f = (attn_f + idx_f) / (r.peak16 * gpu.clock_frac * r.att.fwd_frac * short)
+        t_attn_b = (2.5 * attn_f + idx_b) / (r.peak16 * gpu.clock_frac * r.att.bwd_frac * short)
+        t_score_f = t_score_b = np.zeros_like(tp)
+    # The chunked recurrences (Mamba-2's SSD scan, mamba_chunk_scan_combined; Gated DeltaNet's delta
+    # rule, FLA's chunk_gated_delta_rule): Triton kernels of chunked matmuls with masking, like
+    # FlashAttention's, priced at the attention kernel's efficiency and with its 2.5x backward (no
+    # published rate for these kernels; an assumption). 0 in a transformer.
+    rec_f = T * model.recurrent_flops_per_token() / L / tp
+    if model.recurrent_layers:
+        assert r.att is not None
+        t_rec_f = rec_f / (r.peak16 * gpu.clock_frac * r.att.fwd_frac)
+        t_rec_b = 2.5 * rec_f / (r.peak16 * gpu.clock_frac * r.att.bwd_frac)
+    else:
+        t_rec_f = t_rec_b = np.zeros_like(tp)
+    if fw.elementwise == "eager":
+        bytes_f = eager_layer_bytes(model, T, tok_sp, tp, kv_local, el, f_act, f_moe)
+    else:
+        bytes_f = fused_layer_bytes(model, T, tok_sp, tp, kv_local, el, act_passes, f_act, f_moe)
+    bytes_f = bytes_f + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
+    t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
+    t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f + t_rec_f
+    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b + t_rec_b
+    w_dense = model.num_dense_layers * model.dense_mlp_params / L
+    w_moe = model.num_moe_layers * model.moe_active_mlp_params / L
+    # MLA's up-projections (the low-rank latents to per-head q, and k / v without RoPE)
+    nope = model.qk_dim - model.qk_rope_head_dim
+    w_up = float(model.q_lora_rank * a * model.qk_dim + model.kv_lora_rank * a * (nope + model.v_dim)) \
+        if model.kv_lora_rank else 0.0
+    t_sel = _selective_recompute_s(model, fw, rows, t_gemm_f, t_attn_f, t_score_f, t_mem_f, act_passes, mem_bw,
+                                   w_attn + w_mlp, w_dense, w_moe, w_up)
+    head_f = 2.0 * T * h * V / tp
+    proj_f = 2.0 * T * 2.0 * h * h / tp
+    return LayerWork(
+        gemm_f=gemm_f, attn_f=attn_f, idx_f=idx_f, idx_b=idx_b, rec_f=rec_f, head_f=head_f, proj_f=proj_f,
+        t_gemm_f=t_gemm_f, t_attn_f=t_attn_f, t_attn_b=t_attn_b, t_score_f=t_score_f, t_score_b=t_score_b,
+        t_rec_f=t_rec_f, t_rec_b=t_rec_b, t_mem_f=t_mem_f, t_fwd=t_fwd, t_bwd=t_bwd,
+        t_rc=np.where(rows.rc == 2, rows.frc * t_fwd, np.where(rows.rc == 1, t_sel, 0.0)),
+        t_head=3.0 * head_f / r.ceiling16 + 5.0 * 4.0 * T * V / tp / mem_bw,  # logits in bf16, fp32 loss
+        t_proj=3.0 * proj_f / r.ceiling,
+        # unfused attention keeps the softmax output (and dropout mask and output) per token
+        score_tok=(a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
+        w_attn=w_attn, w_mlp=w_mlp, w_dense=w_dense, w_moe=w_moe, w_up=w_up, drop=drop)
+
+
+def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f: np.ndarray, t_attn_f: np.ndarray,
+                           t_score_f: np.ndarray, t_mem_f: np.ndarray, act_passes: float, mem_bw: float,
+                           w_layer: float, w_dense: float, w_moe: float, w_up: float) -> np.ndarray:
+    """Seconds of a layer's selective recompute per micro-batch."""
+    if fw.selective_recompute == "op":
+        # torchtitan per-op SAC: the outputs of every other matmul and of SDPA are saved; the other
+        # matmuls and every non-matmul op (norms, activation, RoPE, adds) run again.
+        return op_sac_recompute_frac(model) * t_gemm_f + t_mem_f
+    # Each recomputed module's forward runs again in the backward: core attention; the MoE
+    # layers' pre-MLP norm (Transformer Engine fuses the others into their linears, where
+    # Megatron-Core does not recompute them); the experts' activation; a dense MLP or a whole MoE
+    # layer (its GEMMs by their FLOP share of the layer's, activation, permutes; the all-to-alls
+    # are added with the communication).
+    has, el, T, tok_sp, h = rows.has, rows.el, rows.T, rows.tok_sp, float(model.d_model)
+    f_moe = model.num_moe_layers / model.num_layers
+    f_dense, f_moew, f_routed = mlp_widths(model)
+    act_t = el * T * act_passes / rows.tp / mem_bw
+    return (np.where(has["core_attn"], t_attn_f + t_score_f, 0.0)
+            + np.where(has["layernorm"], f_moe * 2.0 * el * h * tok_sp / mem_bw, 0.0)
+            + np.where(has["moe_act"] & ~has["moe"], act_t * f_routed, 0.0)
+            + np.where(has["mlp"], t_gemm_f * w_dense / w_layer + act_t * f_dense
+                       + (1.0 - f_moe) * 2.0 * el * h * tok_sp / mem_bw, 0.0)
+            + np.where(has["moe"], t_gemm_f * w_moe / w_layer + act_t * f_moew
+                       + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp / mem_bw, 0.0)
+            + np.where(has["mla_up_proj"], t_gemm_f * w_up / w_layer, 0.0))
+
+
+def mlp_widths(model: ModelSpec) -> tuple[float, float, float]:
+    """Activated MLP width per token averaged over the layers, split as (dense layers' MLPs, MoE
+    layers' top_k routed + shared experts, the routed experts alone)."""
+    L = model.num_layers
+    return (model.num_dense_layers * model.ffn_dim / L,
+            model.num_moe_layers * (model.top_k * model.moe_ffn_dim + model.shared_width) / L,
+            model.num_moe_layers * model.top_k * model.moe_ffn_dim / L)
+
+
+def mean_mlp_width(model: ModelSpec) -> float:
+    """Activated MLP width per token, averaged over the layers (MoE: top_k routed + shared experts)."""
+    dense, moe, _ = mlp_widths(model)
+    return dense + moe
+
+
+def fused_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray, kv_local: np.ndarray,
+                       el: np.ndarray, act_passes: float, f_act: float, f_moe: float) -> np.ndarray:
+    """Forward HBM bytes of a layer's memory-bound ops as fused kernels (Transformer Engine, apex,
+    Megatron): each norm, add, activation and RoPE reads its inputs and writes its output once.
+    (Per layer, averaged over a hybrid's layers: attention's share, each block's norm and add, and
+    the recurrent mixers' own passes.)"""
+    h, a, dq, dv = float(model.d_model), float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    f_att, n_sub = model.layer_shares
+    return el * (
+        5.0 * n_sub * h * tok_sp  # each block's norm and residual add (read + write passes): LN1, add, LN2, add
+        + T * act_passes * f_act / tp  # activation function: read inputs, write output
+        + f_att * T * (a / tp + kv_local) * (dq + dv)  # flash attention reads q, k, v and writes o
+        + f_att * T * 2.0 * (a / tp + kv_local) * dq  # RoPE on q and k (read + write)
+        + f_moe * 4.0 * model.top_k * model.expert_width * tok_sp  # token permute / unpermute, dispatch + combine
+    ) + T * model.recurrent_bytes_per_token(el) / tp
+
+
+def eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: np.ndarray,
+                       kv_local: np.ndarray, el: np.ndarray, f_act: float, f_moe: float) -> np.ndarray:
+    """Forward HBM bytes of a layer's memory-bound ops run op by op (PyTorch eager, torchtitan's
+    Llama code without torch.compile): every PyTorch op is its own kernel.
+
+    RMSNorm (x.float(), pow, mean, x * rsqrt, type_as, * weight): 4 el + 28 bytes per element;
+    residual add 3 el; RoPE through complex fp32 (float, complex multiply, type_as): 2 el + 16;
+    repeat_kv copies K and V to every query head under GQA; SwiGLU (silu, multiply) 5 el, GELU
+    2 el; SDPA reads q and the repeated k, v and writes o; MoE permutes as fused.
+    """
+    h, a, dq, dv = float(model.d_model), float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    f_att, n_sub = model.layer_shares
+    heads = a / tp
+    gqa = heads > kv_local
+    kv_eff = np.where(gqa, heads, kv_local)
+    return (
+        n_sub * (4.0 * el + 28.0) * h * tok_sp  # two RMSNorms (one per block)
+        + n_sub * 3.0 * el * h * tok_sp  # two residual adds
+        + f_att * T * (heads + kv_local) * dq * (2.0 * el + 16.0)  # RoPE on q and k
+        + np.where(gqa, f_att * el * T * (kv_local + heads) * (dq + dv), 0.0)  # repeat_kv: read k, v, write expanded
+        + el * T * f_act / tp * (5.0 if GATED[model.mlp] else 2.0)  # activation
+        + f_att * el * T * (heads * dq + kv_eff * (dq + dv) + heads * dv)  # SDPA reads q, k, v, writes o
+        + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp  # token permute / unpermute
+    ) + T * model.recurrent_bytes_per_token(el) / tp
+
+
+def gemm_s(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.ndarray, el_in: np.ndarray,
+          el_out: np.ndarray, mem_bw: float, q_el: np.ndarray | float = 0.0,
+          q_w: np.ndarray | float = 0.0, overlap: bool = False) -> np.ndarray:
+    """One GEMM (M x K) @ (K x N): its FLOPs at the tensor-core ``rate`` plus its operands (inputs and
+    weights in the GEMM precision, output in 16 bit) through HBM (kernels.toml [gemm]: the sum, not
+    the roofline's max, matches DeepGEMM's published small- and large-M shapes); with ``overlap`` (a
+    rate measured in situ) the roofline, whichever is slower. Training shapes are compute bound; few
+    tokens per GPU or per expert are not. In fp8 / fp4 the quantisation of its input and (backward)
+    output gradient, ``q_el`` HBM bytes per element over forward and backward, and of its weight
+    (``q_w`` per element, amortised over the step's micro-batches) is added: a third of it to this
+    forward time (the backward is priced as twice it)."""
+    compute, memory = 2.0 * M * K * N / rate, (el_in * (M * K + K * N) + el_out * M * N) / mem_bw
+    return (np.maximum(compute, memory) if overlap else compute + memory) + \
+        (q_el * (M * K + M * N) + q_w * K * N) / (3.0 * mem_bw)
+
+
+def layer_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
+                     el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None,
+                     q_el: np.ndarray | float = 0.0, q_w: np.ndarray | float = 0.0,
+                     overlap: bool = False) -> np.ndarray:
+    """Forward GEMM seconds of one layer (mean over dense and MoE layers) for T tokens per GPU.
+
+    Attention: the input projections (Q, K, V, or MLA's factors) as one GEMM and the output
+    projection. MLP: the input (gate + up fused when gated) and output GEMMs. MoE: each of the
+    E / ep local experts sees T (etp / tp) top_k ep / E tokens on average, its width split over the
+    expert-TP ranks (etp = tp: like the dense MLP); shared experts see every token; the router is a
+    T x h x E GEMM. Latent MoE: the experts read and write the latent width, and its two projections
+    (h -> latent, latent -> h) run on every token, priced like TP-split linears (the same FLOPs as
+    full weights on the sequence-parallel shard of the tokens).
+    """
+    h = float(model.d_model)
+    out_w = float(model.num_heads * model.v_dim)
+    attn = gemm_s(T, h, (model.attn_params / h - out_w) / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + gemm_s(
+        T, out_w / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
+    up = model.mlp_mats - 1.0
+
+    def mlp(tokens: np.ndarray, width: float, split: np.ndarray = tp, h_in: float = h) -> np.ndarray:
+        return gemm_s(tokens, h_in, up * width / split, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + gemm_s(
+            tokens, width / split, h_in, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
+
+    total = model.attention_layers * attn
+    # the recurrent mixers' input projection (Mamba-2: z, x, B, C, dt; Gated DeltaNet: q, k, v, z, beta,
+    # decay) and output projection
+    for layers, in_width, out_width in model.recurrent_projections:
+        total = total + layers * (gemm_s(T, h, in_width / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
+                                  + gemm_s(T, out_width / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap))
+    if model.num_dense_layers:
+        total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
+    if model.num_moe_layers:
+        E = float(model.num_experts)
+        e_tp = tp if etp is None else etp
+        per_expert = T * (e_tp / tp) * model.top_k * ep / E
+        moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim), e_tp, float(model.expert_width)) + gemm_s(
+            T, h, E, rate, el_in, el_out, mem_bw, overlap=overlap)
+        if model.moe_latent_dim:  # latent MoE: down to the experts' width before the dispatch, up after
+            lat = float(model.moe_latent_dim)
+            moe = moe + gemm_s(T, h, lat / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + gemm_s(
+                T, lat / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
+        if model.shared_width:
+            moe = moe + mlp(T, float(model.shared_width))
+        total = total + model.num_moe_layers * moe
+    return total / model.num_layers
+
+
+def op_sac_recompute_frac(model: ModelSpec) -> float:
+    """Share of a layer's forward matmul FLOPs that per-op selective checkpointing recomputes.
+
+    torchtitan's policy saves the output of every other matmul in forward order (q, k, v, o, then
+    gate, up, down or fc1, fc2): k, o and up (or fc2) run again; a mean over dense and MoE layers.
+    """
+    h, a, k, dq, dv = model.d_model, model.num_heads, model.num_kv_heads, model.qk_dim, model.v_dim
+    f = mean_mlp_width(model)
+    mats = [h * a * dq, h * k * dq, h * k * dv, a * dv * h] + ([h * f] * 3 if GATED[model.mlp] else [h * f] * 2)
+    return float(sum(mats[1::2]) / sum(mats))
+
+
+def unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop: float, gemm_rate: np.ndarray,
+                       mem_bw: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Core attention before FlashAttention, over ``E`` score elements (tokens x local heads x keys).
+
+    Returns (matmul forward, matmul backward, elementwise forward, elementwise backward) seconds.
+    The four batched matmuls of the forward/backward pairs (Q K^T, P V; dP = dO V^T, dV = P^T dO,
+    dQ = dS K, dK = dS^T Q) run over every key, the causal mask being applied after the product; each
+    is a roofline kernel (GEMM rate or the score matrix it writes / reads in HBM, whichever is slower).
+    Elementwise, per score element: fused scale-mask-softmax reads and writes it (backward reads the
+    output and the gradient, writes one); dropout reads and writes it and writes / reads a 1-byte mask.
+    """
+    def mm(head_dim: float) -> np.ndarray:
+        return np.maximum(2.0 * E * head_dim / gemm_rate, el * E / mem_bw)
+
+    t_mm_f = mm(dq) + mm(dv)
+    t_mm_b = 2.0 * mm(dv) + 2.0 * mm(dq)
+    t_el_f = E * (2.0 * el + drop * (2.0 * el + 1.0)) / mem_bw
+    t_el_b = E * (3.0 * el + drop * (2.0 * el + 1.0)) / mem_bw
+    return t_mm_f, t_mm_b, t_el_f, t_el_b
+
+

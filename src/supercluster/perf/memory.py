@@ -1,0 +1,164 @@
+"""Stage 6 of the step: bytes per GPU on the most loaded pipeline stage.
+
+Weights, gradients and optimizer states as the framework shards them (ZeRO 1-3, FSDP under PP), and
+the activation census of Korthikanti et al. 2022, generalised to GQA, gated MLPs, MoE, MLA, hybrids
+and flash attention, with what recompute drops; the micro-batches in flight per stage follow the
+pipeline schedule (:func:`in_flight_microbatches`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..framework import Framework
+from ..models import GATED, ModelSpec
+from ..units import GiB
+from .columns import Rows
+from .compute import mean_mlp_width, mlp_widths
+
+FRAMEWORK_RESERVE_BYTES = 3 * GiB  # CUDA context, NCCL buffers, cuBLAS workspace (assumed)
+
+
+def in_flight_microbatches(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray, stage: np.ndarray | int = 0
+                           ) -> np.ndarray:
+    """Micro-batches whose activations pipeline ``stage`` holds at its peak: min(m, pp - stage) under
+    1F1B; (2 (pp - stage - 1) + (vpp - 1) pp + 1) / vpp chunks' worth under Megatron-Core's
+    interleaving (its warm-up, plus the first steady forward), so pp + (pp - 1) / vpp on the first
+    stage; and m when m = pp, where the interleaved schedule runs every forward first. The
+    timeline's schedule is checked to hold exactly this many on every stage."""
+    pp, vpp, m, s = (np.asarray(x, dtype=float) for x in (pp, vpp, m, stage))
+    inter = np.where(m > pp, np.minimum(m, (2.0 * (pp - s - 1.0) + (vpp - 1.0) * pp + 1.0) / vpp), m)
+    return np.where(pp > 1, np.where(vpp > 1, inter, np.minimum(m, pp - s)), 1.0)
+
+
+def stage_activation_bytes(layers: np.ndarray | float, layer_bytes: np.ndarray, extra_bytes: np.ndarray,
+                           logits_bytes: np.ndarray, pp: np.ndarray, vpp: np.ndarray, m: np.ndarray,
+                           stage: np.ndarray | int) -> np.ndarray:
+    """Activation bytes pipeline ``stage`` holds at its peak: its ``layers`` layers' activations
+    (``layer_bytes`` per layer and micro-batch) for the micro-batches it holds in flight, the
+    micro-batch-independent ``extra_bytes``, and on the last stage the logits."""
+    last = np.asarray(stage) == np.asarray(pp) - 1
+    return (layers * layer_bytes * in_flight_microbatches(pp, vpp, m, stage) + extra_bytes
+            + np.where(last, logits_bytes, 0.0))
+
+
+def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.ndarray, expert_params: np.ndarray,
+                 Lh: np.ndarray, Lh_last: np.ndarray, ring_bytes: np.ndarray,
+                 score_tok: np.ndarray) -> dict[str, np.ndarray]:
+    """Bytes per GPU on the most loaded pipeline stage: the first (``Lh`` layers, the most
+    micro-batches in flight) or, under pipeline parallelism, the last (``Lh_last`` layers, fewer
+    micro-batches, and the logits), whichever holds more. ``ring_bytes``: what ring attention holds
+    during a layer's backward; ``score_tok``: bytes per token unfused attention keeps."""
+    tp, etp, pp, vpp, m, T, sp = rows.tp, rows.etp, rows.pp, rows.vpp, rows.ms, rows.T, rows.sp
+    zero, rc, frc, lowp, fp32 = rows.zero, rows.rc, rows.frc, rows.lowp, rows.fp32
+    dpg, edpg = rows.dp * rows.cp, rows.groups["edp"][0]
+    low_el, kv_local, has, seq = rows.low_el, rows.kv_local, rows.has, rows.seq
+    f_act = mean_mlp_width(model)
+    h, a = float(model.d_model), float(model.num_heads)
+    dq, dv = float(model.qk_dim), float(model.v_dim)
+    local = dense_params + expert_params
+    shard = dense_params / dpg + expert_params / edpg
+    # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded).
+    gathered = 2.0 * (max(model.attn_params, model.ssm_params, model.gdn_params) + model.dense_mlp_params) / tp
+    low = lowp > 0
+    # bf16 weights, plus their fp8 / fp4 copy for the GEMMs, or that copy alone (fp8_param_gather)
+    w_bytes = np.where(fp32, 4.0, np.where(low, np.where(fw.fp8_param_gather, 0.0, 2.0) + low_el, 2.0))
+    weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * w_bytes
+    grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
+    if fw.fsdp_pp_unsharded:
+        # Under PP the stage stays gathered and its gradients accumulate unsharded in the reduce dtype
+        # until the last micro-batch's reduce-scatter, which frees them (so the peak holds the whole
+        # gradients, not the shard as well): ZeRO-2 and -3 then hold what ZeRO-1 holds.
+        # (experts that no data-parallel group shards stay outside FSDP: plain gradients, stored bytes)
+        keep = (zero >= 2) & (pp > 1)
+        weights = np.where(keep, local * w_bytes, weights)
+        kept = dense_params * fw.grad_reduce_bytes + expert_params * np.where(edpg > 1, fw.grad_reduce_bytes,
+                                                                              fw.grad_bytes)
+        grads = np.where(keep, kept, grads)
+    if not fw.zero3_reshard_after_forward:
+        # the gathered parameters stay from each layer's forward to its backward: at the turn of a
+        # micro-batch every layer of the stage is gathered
+        weights = np.where(zero >= 3, local * w_bytes, weights)
+    # (fp32 master,) Adam m and v: 12 bytes, or what the framework keeps (16-bit parameters as the master)
+    optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, fw.optimizer_bytes_per_param)
+    # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
+    # SP-shardable: the two LN inputs (2 B), the QKV and FC1 inputs and, with dropout, two masks (1 B);
+    # a dropout of probability 0 saves no mask (PyTorch returns its input). Transformer Engine saves a
+    # linear layer's input for the weight gradient in the GEMM precision (fp8 / fp4 quantised), so in
+    # fp8 the QKV, FC1 and FC2 inputs shrink and the attention output is kept twice (16-bit for the
+    # attention backward, quantised for the output projection).
+    mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
+    f_moe = model.num_moe_layers / model.num_layers
+    f_dense, f_moew, f_routed = mlp_widths(model)
+    sp_frac = np.where(sp, 1.0 / tp, 1.0)  # the share of an h-wide tensor a rank keeps (SP shards it)
+    # (a hybrid: per layer on average, attention's tensors on its share of the layers, one norm and one
+    # linear input per block, and the Mamba mixers' own)
+    f_att, n_sub = model.layer_shares
+    ln_in = 0.5 * n_sub * (4.0 + (2.0 if fw.dropout else 0.0)) * h * sp_frac  # the norms' inputs (and dropout masks)
+    lin_in = low_el * h * sp_frac  # the QKV input; likewise the FC1 input (an MoE layer's router / dispatch input)
+
+    def mlp_int(width: float) -> np.ndarray:  # FC1 output(s) in 16 bits, the FC2 input in the GEMM precision
+        return (2.0 * (mlp_tensors - 1.0) + low_el) * width / tp
+
+    attn = 2.0 * ((a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv) + np.where(low, low_el * (a / tp) * dv, 0.0)
+    if model.attn_output_gate:  # gated attention keeps its gate (a query's width) for the gating's backward
+        attn = attn + 2.0 * (a / tp) * dv
+    if model.index_topk:  # (where the sequence is longer than the top-k: dense MLA below it)
+        # sparse MLA in its MQA form keeps the absorbed queries, the shared latent key (its value is the
+        # latent's first part) and the latent-wide output, then the output projection's input (a value
+        # head per query head, in the GEMM precision); the selected keys' indices (int32, k per token)
+        # and the indexer's queries, key (16-bit) and head weights (fp32)
+        sq, sv = (float(x) for x in model.sparse_score_dims)
+        hi = model.index_heads / tp
+        attn = np.where(model.sparse_active(seq),
+                        2.0 * ((a / tp) * sq + sq + (a / tp) * sv) + low_el * (a / tp) * dv + 4.0 * model.index_topk
+                        + 2.0 * (hi + 1.0) * model.index_head_dim + 4.0 * hi, attn)
+    moe_tok = f_moe * model.top_k * model.expert_width * (
+        2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
+        # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
+        + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))
+    per_tok = (ln_in + n_sub * lin_in + f_att * attn + mlp_int(f_act) + moe_tok
+               + model.recurrent_saved_per_token(low_el) / tp)
+    none_tok = per_tok + score_tok  # what a layer keeps without recompute
+    # Selective recompute drops what the recomputed modules saved (Megatron-Core recompute_modules;
+    # its default, core_attn, drops the attention scores: Korthikanti et al. 2022): the MoE layers'
+    # pre-MLP norm output (layernorm, or the whole MoE layer), the experts' FC2 input (moe_act),
+    # a dense MLP's or an MoE layer's internals (mlp, moe).
+    save = (np.where(has["layernorm"] | has["moe"], f_moe * lin_in, 0.0)
+            + np.where(has["moe"], mlp_int(f_moew) + moe_tok,
+                       np.where(has["moe_act"], low_el * f_routed / tp, 0.0))
+            + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_dense), 0.0)
+            # MLA's up-projected q (when q is compressed), k and v, which the attention had saved
+            + np.where(has["mla_up_proj"], 2.0 * ((a / tp if model.q_lora_rank else 0.0) * dq
+                                                  + kv_local * (dq + dv)), 0.0))
+    per_tok = np.where(rc == 1, per_tok - save + np.where(has["core_attn"], 0.0, score_tok), none_tok)
+    if fw.selective_recompute == "op":
+        # per-op SAC keeps the layer input, the saved matmul outputs (q, v, gate or fc1, down) and the
+        # attention output; SP shards the h-wide ones.
+        h_sh = np.where(sp, h / tp, h)
+        op_tok = 2.0 * (2.0 * h_sh + (a / tp) * (dq + dv) + kv_local * dv + f_act / tp)
+        per_tok = np.where(rc == 1, op_tok, per_tok)
+    # full recompute keeps only each recomputed layer's input; the other layers keep everything
+    per_tok = np.where(rc == 2, frc * np.where(sp, 2.0 * h / tp, 2.0 * h) + (1.0 - frc) * none_tok, per_tok)
+    # A recomputed layer needs its full activations once more during its backward; PyTorch ring
+    # attention holds its working set (0 otherwise).
+    extra = np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0) + ring_bytes
+    logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp * (1.0 + model.mtp_layers)  # MTP: one more each
+    activations = np.maximum(stage_activation_bytes(Lh, per_tok * T, extra, logits, pp, vpp, m, 0),
+                             stage_activation_bytes(Lh_last, per_tok * T, extra, logits, pp, vpp, m, pp - 1))
+    if fw.pipeline_schedule == "dualpipe":
+        # DualPipe holds pp + 1 micro-batches of activations (DeepSeek-V3 report Table 2), and the rank
+        # with one direction's first stage has the other's last, with its logits
+        held = np.minimum(m, pp + 1.0)
+        activations = np.where(pp > 1, np.maximum(Lh, Lh_last) * per_tok * T * held + extra + logits, activations)
+    total = weights + grads + optimizer + activations + FRAMEWORK_RESERVE_BYTES
+    return {
+        "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optimizer,
+        "mem_activations_bytes": activations, "mem_other_bytes": FRAMEWORK_RESERVE_BYTES * np.ones_like(total),
+        "memory_per_gpu_bytes": total,
+        # the parts, for per-stage memory on the timeline (simulate): one layer's activations for one
+        # micro-batch, what every micro-batch-independent byte adds, and the last stage's logits
+        "mem_layer_activation_bytes": per_tok * T, "mem_extra_activation_bytes": extra, "mem_logits_bytes": logits,
+    }
+
+

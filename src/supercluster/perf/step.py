@@ -1,0 +1,207 @@
+"""The step: its stages run in order, the ledger, FLOP accounting and :class:`StepBreakdown`.
+
+Every view (estimate, validate, planner, sweep, simulate, goodput) prices through
+:func:`step_columns`; nothing else holds a cost formula. Inputs are a model, a GPU, a network, a
+framework profile and a dict of equal-length integer columns (one row per layout,
+:mod:`~supercluster.perf.columns`); outputs are columns in seconds, bytes and FLOPs.
+:func:`step_breakdown` wraps one layout into a :class:`StepBreakdown`.
+
+Stages: read the rows (:func:`~.columns.read_rows`) -> the GPU's rates and each layer's work
+(:mod:`~.compute`) -> its collectives (:mod:`~.comm`) -> the heaviest pipeline stage and the
+schedule (:mod:`~.pipeline`) -> data-parallel sync and the optimizer (:mod:`~.sync`) -> the ledger
+(below) -> memory (:mod:`~.memory`).
+
+Stragglers: multi-GPU steps lose the published 10.4 % of GPU time to waiting for the slowest rank
+(STRAGGLER25); shown as its own ledger line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import pplayout
+from ..errors import require
+from ..framework import Framework, straggler_waste_frac
+from ..hardware import GpuSpec
+from ..layout import Layout
+from ..models import ModelSpec
+from ..network import Network
+from .columns import DEFAULT_RANK_ORDER, Rows, layout_columns, read_rows
+from .comm import CommTimes, layer_comm
+from .compute import LayerWork, Rates, layer_work, rates
+from .memory import memory_bytes
+from .pipeline import PipeTimes, StageTimes, pipeline_times, stage_times
+from .sync import SyncTimes, sync_times
+
+#: Ledger lines, in the order they are printed; they sum exactly to ``step_time_s``.
+LEDGER = (
+    "ideal_compute", "gemm_inefficiency", "attention_inefficiency", "memory_bound_ops", "recompute",
+    "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm", "pipeline_bubble",
+    "exposed_dp_comm", "optimizer", "stragglers",
+)
+MEMORY_KEYS = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
+               "mem_other_bytes", "memory_per_gpu_bytes")
+
+
+def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
+                 cols: dict[str, np.ndarray], rank_order: str = DEFAULT_RANK_ORDER,
+                 stages: list[str] | None = None, schedule_bound: bool = False) -> dict[str, np.ndarray]:
+    """Price every layout row of ``cols``; returns columns (seconds, bytes, FLOPs).
+
+    ``cols`` holds the integer columns of :data:`~.columns.COLUMNS`; ``recompute`` uses
+    :data:`~.columns.RECOMPUTE_CODE`, ``sp`` is 0/1 and ``lowp`` uses :data:`~.columns.LOWP_CODE`.
+    Assumes rows already validated. ``stages``, the virtual stages of an explicit pipeline layout
+    (:func:`supercluster.pplayout.parse`), replaces the framework's split for every row (all rows then
+    share its pp and vpp).
+
+    Where the chunks of an interleaved schedule differ (the "middle" split, an explicit layout),
+    the schedule's longest path (:func:`supercluster.schedule.makespan`) prices the pipeline, and the
+    column ``pipeline_by_chunks`` is 1 on those rows: the timeline then lays out each chunk's own work.
+    With ``schedule_bound`` those rows get a lower bound of that path instead (no walk; every other
+    column is exact): the planner's first pass, which then prices exactly the rows that can matter.
+    """
+    rows = read_rows(model, cols, rank_order)
+    r = rates(gpu, fw, rows)
+    work = layer_work(model, gpu, fw, rows, r)
+    comm, work = layer_comm(model, fw, net, rows, work, r.mem_bw)
+    st = stage_times(model, fw, rows, work, comm, stages)
+    pipe = pipeline_times(model, fw, net, rows, work, comm, st, stages, schedule_bound)
+    sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw)
+    ledger = step_ledger(model, gpu, rows, r, work, comm, st, pipe, sync)
+    out = {name: np.asarray(v, dtype=float) * np.ones_like(rows.tp) for name, v in ledger.items()}
+    out.update(flop_columns(model, fw, rows, work, sum(ledger[k] for k in LEDGER), r.peak))
+    out.update(memory_bytes(model, fw, rows, sync.dense_params, sync.expert_params, st.Lh_first, st.Lh_last,
+                            comm.ring_bytes, work.score_tok))
+    out.update(
+        microbatches=rows.m, params_per_gpu=sync.dense_params + sync.expert_params,
+        # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
+        # timeline simulator lays out on the pipeline schedule
+        stage_time_s=st.t_stage, stage_forward_s=st.Lc * st.t_layer * st.fwd_share + st.heads * st.t_head_pass_f
+        + st.projs * work.t_proj / 3.0,
+        **st.chunk_parts, split_counts_head=st.split_counts_head,
+        pipeline_by_chunks=pipe.by_chunks.astype(float) * np.ones_like(rows.tp),
+        pp_send_s=pipe.pp_send * np.ones_like(rows.tp),
+    )
+    return out
+
+
+def step_ledger(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates, work: LayerWork, comm: CommTimes, st: StageTimes,
+                pipe: PipeTimes, sync: SyncTimes) -> dict[str, np.ndarray]:
+    """The step's seconds by cause (:data:`LEDGER`), for the heaviest stage's ``Lc`` layers, ``heads``
+    passes of the head and ``projs`` MTP projections per micro-batch; they sum to the step time.
+
+    Ideal compute is the model's FLOPs at the dense peak (GEMMs at the GEMM precision's, attention and
+    the head at 16 bits); each kernel's shortfall from it is its inefficiency line."""
+    m, Lc, heads, projs, peak, peak16 = rows.m, st.Lc, st.heads, st.projs, r.peak, r.peak16
+    T, tp, V = rows.T, rows.tp, float(model.vocab_size)
+    attn_model = 3.0 * (work.attn_f + work.rec_f) + work.idx_f + work.idx_b  # attention-like FLOPs, fwd + bwd
+    ideal = m * (Lc * (3.0 * work.gemm_f / peak + attn_model / peak16) + heads * 3.0 * work.head_f / peak16
+                 + projs * 3.0 * work.proj_f / peak)
+    gemm_ineff = m * (Lc * 3.0 * (work.t_gemm_f - work.gemm_f / peak)
+                      + heads * 3.0 * (work.head_f / r.ceiling16 - work.head_f / peak16)
+                      + projs * (work.t_proj - 3.0 * work.proj_f / peak))
+    attn_ineff = m * Lc * (work.t_attn_f + work.t_attn_b + work.t_rec_f + work.t_rec_b - attn_model / peak16)
+    mem_ops = m * (Lc * (3.0 * work.t_mem_f + work.t_score_f + work.t_score_b + comm.cp_mem_f + comm.cp_mem_b)
+                   + heads * 5.0 * 4.0 * T * V / tp / r.mem_bw)
+    ledger = {
+        "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
+        "memory_bound_ops": mem_ops, "recompute": m * Lc * work.t_rc,
+        "exposed_tp_comm": m * (Lc * comm.tp_x + heads * comm.tp_head),
+        "exposed_cp_comm": m * Lc * comm.cp_x, "exposed_ep_comm": m * Lc * comm.ep_x, "exposed_pp_comm": pipe.pp_x,
+        "pipeline_bubble": pipe.bubble, "exposed_dp_comm": sync.dp_x, "optimizer": sync.t_opt,
+    }
+    rest = sum(ledger[name] for name in LEDGER if name != "stragglers")
+    waste = straggler_waste_frac() if gpu.straggler_frac is None else gpu.straggler_frac
+    sync_frac = np.where(rows.tp * rows.pp * rows.dp * rows.cp > 1, waste, 0.0)
+    ledger["stragglers"] = rest * sync_frac / (1.0 - sync_frac)
+    return ledger
+
+
+def flop_columns(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, step: np.ndarray,
+                 peak: np.ndarray) -> dict[str, np.ndarray]:
+    """The step time and what it achieves: model FLOPs (PaLM / Megatron convention: 6N + 12 L a d s,
+    full non-causal attention, no recompute), hardware FLOPs (recomputed FLOPs counted too), and
+    MFU and HFU over the dense ``peak`` of the precision used: computed here once, for every view."""
+    seq, rc, has, L = rows.seq, rows.rc, rows.has, model.num_layers
+    h, V, mtp = float(model.d_model), float(model.vocab_size), float(model.mtp_layers)
+    num_gpus = rows.tp * rows.pp * rows.dp * rows.cp
+    tokens = rows.gbs * seq
+    model_flops = tokens * model.model_flops_per_token(seq, causal=False)
+    fwd_layers_flops = tokens * 2.0 * (model.matmul_params_per_token() - (1.0 + mtp) * V * h) + tokens * \
+        (model.attention_flops_per_token(seq, causal=False) + model.recurrent_flops_per_token()
+         + model.indexer_flops_per_token(seq, causal=False)[0])
+    sel_flops = tokens * (np.where(has["core_attn"], model.attention_flops_per_token(seq, causal=False), 0.0)
+                          + 2.0 * L * (np.where(has["mlp"], work.w_dense, 0.0) + np.where(has["moe"], work.w_moe, 0.0)
+                                       + np.where(has["mla_up_proj"], work.w_up, 0.0)))
+    if fw.selective_recompute == "op":
+        sel_flops = tokens * model.attention_flops_per_token(seq, causal=False)
+    rc_flops = np.where(rc == 2, rows.frc * fwd_layers_flops, np.where(rc == 1, sel_flops, 0.0))
+    machine_peak = step * num_gpus * peak
+    return dict(step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
+                hardware_flops=model_flops + rc_flops, peak_flops_per_s=peak,
+                mfu=model_flops / machine_peak, hfu=(model_flops + rc_flops) / machine_peak, tokens_per_s=tokens / step)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepBreakdown:
+    """One layout priced: time ledger, throughput, FLOP utilisation and memory per GPU."""
+
+    step_time_s: float
+    ledger: dict[str, float]
+    num_gpus: int
+    tokens_per_step: float
+    model_flops: float
+    hardware_flops: float
+    peak_flops_per_s: float
+    memory: dict[str, float]
+    hbm_bytes: float
+    microbatches: float
+    #: model FLOPs (6N + 12 L a d s, full non-causal attention; PaLM / Megatron convention, no
+    #: recompute) over the dense peak of the precision used
+    mfu: float
+    #: as ``mfu``, counting recomputed FLOPs too
+    hfu: float
+    tokens_per_s: float
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.num_gpus
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Achieved model TFLOP/s per GPU (MFU numerator, PaLM convention)."""
+        return self.model_flops / self.step_time_s / self.num_gpus / 1e12
+
+    @property
+    def memory_per_gpu_bytes(self) -> float:
+        return self.memory["memory_per_gpu_bytes"]
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_per_gpu_bytes <= self.hbm_bytes
+
+
+def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
+                   rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
+    """Price one layout (already validated against model and GPU count)."""
+    layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
+    require("mla_up_proj" not in layout.recompute_modules or model.kv_lora_rank > 0, "recompute_modules",
+            f"mla_up_proj recomputes MLA's up-projections; {model.name} has no MLA (kv_lora_rank 0)")
+    moe_mods = [x for x in layout.recompute_modules if x in ("moe", "moe_act")]
+    require(not moe_mods or model.is_moe, "recompute_modules",
+            f"{', '.join(moe_mods)} recompute MoE layers; {model.name} is dense (use mlp, core_attn or layernorm)")
+    require(not layout.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
+            f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
+            f"({fw.selective_recompute}); leave them out")
+    stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
+    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order, stages=stages)
+    first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
+    return StepBreakdown(
+        step_time_s=first["step_time_s"], ledger={k: first[k] for k in LEDGER}, num_gpus=int(first["num_gpus"]),
+        tokens_per_step=first["tokens_per_step"], model_flops=first["model_flops"],
+        hardware_flops=first["hardware_flops"], peak_flops_per_s=first["peak_flops_per_s"],
+        memory={k: first[k] for k in MEMORY_KEYS}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
+        mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
+    )

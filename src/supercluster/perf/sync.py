@@ -1,0 +1,151 @@
+"""Stage 5 of the step: data-parallel synchronisation and the optimizer step.
+
+* Gradients are all-reduced (ZeRO 0) or reduce-scattered, and parameters all-gathered (ZeRO 1 / 2),
+  over the dense weights' data-parallel group (dp x cp) and the experts' (TP x CP x DP / (EP x
+  expert TP)); overlapped with the backward (and the next forward) where the framework does, in
+  buckets (Megatron-Core's default: max(40M, 1M x dp) parameters), one of which stays exposed.
+* ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (again for a recomputed forward
+  where the framework reshards), a reduce-scatter, each split into per-layer calls whose latency,
+  host launches and copies add up (the framework's counts: data/frameworks.toml).
+* Optimizer: Adam with fp32 master weights is memory-bound, 30 B per local parameter shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..framework import Framework, host_op_launch_s, host_view_op_s
+from ..models import ModelSpec
+from ..network import Network
+from .columns import Rows
+from .comm import CommTimes
+from .compute import LayerWork
+
+ADAM_BYTES_PER_PARAM = 30.0  # read fp32 param, grad, m, v (16); write param, m, v (12) + bf16 copy (2)
+DDP_BUCKET_PARAMS = 40e6  # Megatron-Core default gradient bucket (max(40M, 1M x dp))
+
+
+@dataclass(frozen=True, slots=True)
+class SyncTimes:
+    """Per step and GPU: exposed data-parallel traffic ``dp_x`` and the optimizer ``t_opt`` (seconds);
+    the dense and expert parameters a GPU holds, and the two data-parallel group sizes."""
+
+    dense_params: np.ndarray
+    expert_params: np.ndarray
+    dpg: np.ndarray
+    edpg: np.ndarray
+    dp_x: np.ndarray
+    t_opt: np.ndarray
+
+
+def local_params(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """Dense and expert parameters per GPU (MTP modules counted like layers: their blocks take
+    layer slots in the split); DualPipe keeps two stages' parameters on every rank (DeepSeek-V3
+    report Table 2: "Parameter 2x")."""
+    tp, pp, h, V = rows.tp, rows.pp, float(model.d_model), float(model.vocab_size)
+    mtp = float(model.mtp_layers)
+    shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
+        model.shared_expert_params + model.d_model * model.num_experts)
+    mtp_experts = mtp * model.num_experts * model.expert_params
+    dense_params = (model.mixer_params + model.sublayers * h + shared_mlp + mtp * model.mtp_block_params
+                    - mtp_experts) / (tp * pp) + V * h / tp
+    expert_params = (model.num_moe_layers * model.num_experts * model.expert_params + mtp_experts) / (
+        pp * rows.ep * rows.etp)
+    if fw.pipeline_schedule == "dualpipe":
+        copies = np.where(pp > 1, 2.0, 1.0)
+        dense_params, expert_params = dense_params * copies, expert_params * copies
+    return dense_params, expert_params
+
+
+def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork, comm: CommTimes,
+               Lh: np.ndarray, mem_bw: float) -> SyncTimes:
+    """Data-parallel traffic left exposed and the optimizer step (see the module's physics); ``Lh``
+    layers of compute on the heaviest stage hide the traffic."""
+    dense_params, expert_params = local_params(model, fw, rows)
+    dpg = rows.dp * rows.cp
+    s_dpcp = rows.groups["dp"][1]
+    edpg, s_edp = rows.groups["edp"]  # expert data-parallel group: ETP x EP x EDP = TP x CP x DP
+    grb, gb, zero = fw.grad_reduce_bytes, fw.grad_bytes, rows.zero
+
+    def dp_time(kind: str, params: np.ndarray, width: float, group: np.ndarray, stride: np.ndarray) -> np.ndarray:
+        return np.asarray(net.collective_time_s(kind, params * width, group, stride))
+
+    rs = dp_time("reduce_scatter", dense_params, grb, dpg, s_dpcp) + dp_time("reduce_scatter", expert_params, grb,
+                                                                          edpg, s_edp)
+    # parameters are all-gathered in 16 bits, or in fp8 / fp4 where the framework keeps them so
+    pg = np.where(fw.fp8_param_gather, rows.low_el, rows.el)
+    ag = dp_time("all_gather", dense_params, pg, dpg, s_dpcp) + dp_time("all_gather", expert_params, pg, edpg,
+                                                                         s_edp)
+    arr = dp_time("all_reduce", dense_params, grb, dpg, s_dpcp) + dp_time("all_reduce", expert_params, grb, edpg,
+                                                                         s_edp)
+    # Compute already hiding TP or CP traffic is not free to hide DP traffic as well, so the
+    # windows exclude it (keeps "faster compute is never slower" true).
+    hid_f = (comm.tp_f - comm.tp_fx) + (comm.cp_f - comm.cp_fx)
+    hid_b = (comm.tp_b - comm.tp_bx) + (comm.cp_b - comm.cp_bx)
+    win_f = Lh * (work.t_fwd + comm.tp_fx + comm.cp_fx - hid_f)
+    win_b = Lh * (work.t_bwd + work.t_rc + comm.tp_bx + comm.cp_bx - hid_b)
+    bucket = np.minimum(1.0, np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg) / (dense_params + expert_params))
+    if fw.dp_overlap:
+        dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
+                          np.maximum(rs - win_b, rs * bucket) + np.maximum(ag - win_f, ag * bucket))
+    else:
+        dp_low = np.where(zero == 0, arr, rs + ag)
+    dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw)
+    dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
+
+    local = dense_params + expert_params
+    shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
+    # Adam reads and writes its states (the framework's optimizer bytes: fp32 master, m and v = 12, as
+    # ADAM_BYTES_PER_PARAM counts them), reads a 4-byte gradient and writes the 2-byte copy: 2 S + 6
+    adam = np.where(rows.fp32, ADAM_BYTES_PER_PARAM, 2.0 * fw.optimizer_bytes_per_param + 6.0)
+    t_opt = (shard * adam + np.where(zero >= 2, shard, local) * 2.0 * gb) / mem_bw
+    return SyncTimes(dense_params=dense_params, expert_params=expert_params, dpg=dpg, edpg=edpg, dp_x=dp_x,
+                     t_opt=t_opt)
+
+
+def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.ndarray, rs: np.ndarray,
+            pg: np.ndarray, win_f: np.ndarray, win_b: np.ndarray, Lh: np.ndarray, mem_bw: float) -> np.ndarray:
+    """Exposed seconds of ZeRO-3 / FSDP's per-layer gathers and reduce-scatters per step."""
+    dpg, s_dpcp, m, ga, pp = rows.dp * rows.cp, rows.groups["dp"][1], rows.m, rows.ga, rows.pp
+    # ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (and again for a
+    # recomputed forward where the framework releases parameters), one reduce-scatter, split into
+    # Lh x gathers_per_layer (reduces_per_layer) collectives whose latency adds up.
+    n_coll = Lh * fw.zero3_gathers_per_layer
+    n_rs = Lh * (fw.zero3_reduces_per_layer or fw.zero3_gathers_per_layer)
+    # The bytes are those of the whole-stage collectives above; each extra call adds its latency
+    # (the time of a zero-byte call on the same group).
+    ag3 = ag + (n_coll - 1.0) * net.collective_time_s("all_gather", 0.0, dpg, s_dpcp)
+    # ... and the copies the framework makes around each gather, at HBM speed
+    ag3 = ag3 + fw.zero3_gather_copy_bytes * params * pg / mem_bw
+    rs3 = rs + (n_rs - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, s_dpcp)
+    # Through list-form collectives each call also launches one copy per rank on the host: a gather's
+    # copies follow its NCCL kernel, launched while it runs (the gather takes the longer of the two); a
+    # reduce-scatter's copies come before its kernel, and no compute hides them (the host launches that
+    # compute; the device is synchronised around the gathers).
+    launch = float(fw.zero3_list_collectives) * dpg * host_op_launch_s()
+    # ... and where the framework builds the per-rank views in its own Python loop, that loop runs
+    # first, on the host, before the call is made
+    view_ag = fw.zero3_gather_views_per_rank * dpg * host_view_op_s()
+    view_rs = fw.zero3_reduce_views_per_rank * dpg * host_view_op_s()
+    ag3 = n_coll * view_ag + np.maximum(ag3, n_coll * launch)
+    # (per micro-batch; once a schedule where FSDP keeps a pipeline stage gathered, below)
+    host = np.where((pp > 1) & fw.fsdp_pp_unsharded, ga, m) * n_rs * (launch + view_rs)
+    # (a framework that keeps the parameters gathered from the forward to the backward gathers once)
+    ag3_b = ag3 * (1.0 + rows.frc * float(fw.zero3_regather_on_recompute)) * float(fw.zero3_reshard_after_forward)
+    # Overlap windows: forward compute hides parameter gathers, backward compute hides the
+    # backward gathers and the gradient reduce-scatters together (one window, shared).
+    if fw.dp_overlap and fw.zero3_prefetch:
+        dp_z3 = m * (np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(ag3_b + rs3 - win_b, rs3 / n_rs))
+    elif fw.dp_overlap:
+        dp_z3 = m * (ag3 + ag3_b + np.maximum(rs3 - win_b, rs3 / n_rs))
+    else:
+        dp_z3 = m * (ag3 + ag3_b + rs3)
+    if fw.fsdp_pp_unsharded:
+        # under PP: one gather before the first micro-batch's forward, one reduce-scatter after the last
+        # backward, each hidden behind one micro-batch's compute at most; per schedule (torch's pipeline
+        # stage reshards and reduces at the last backward of each schedule step)
+        dp_z3 = np.where(pp > 1, ga * (np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(rs3 - win_b, rs3 / n_rs)),
+                         dp_z3)
+    return dp_z3 + host
