@@ -20,9 +20,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from supercluster.fabric import FabricNetwork, build_fabric, compare_options, fabric_summary  # noqa: E402
-from supercluster.fabric_flow import flow_slowdown  # noqa: E402
-from supercluster.hardware import get_gpu, get_system  # noqa: E402
+from supercluster.hardware.specs import get_gpu, get_system  # noqa: E402
+from supercluster.network.fabric import FabricNetwork, build_fabric, compare_options, fabric_summary  # noqa: E402
+from supercluster.network.flows import flow_slowdown  # noqa: E402
 
 MILLION = 1_048_576
 

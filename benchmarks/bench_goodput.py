@@ -15,8 +15,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from supercluster.goodput import DAY_S, Recovery, RunSpec, load_failure_model, plan_checkpoint, simulate  # noqa: E402
-from supercluster.models import load_model  # noqa: E402
+from supercluster.formats.load import load_model  # noqa: E402
+from supercluster.reliability.goodput import (
+    DAY_S,
+    Recovery,
+    RunSpec,
+    load_failure_model,
+    plan_checkpoint,
+    simulate,
+)  # noqa: E402
 
 
 def main() -> None:

@@ -16,10 +16,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from supercluster.estimate import default_network  # noqa: E402
-from supercluster.framework import get_framework  # noqa: E402
-from supercluster.hardware import get_gpu  # noqa: E402
-from supercluster.models import load_model  # noqa: E402
+from supercluster.formats.load import load_model  # noqa: E402
+from supercluster.hardware.specs import get_gpu  # noqa: E402
+from supercluster.job import default_network  # noqa: E402
+from supercluster.parallelism.framework import get_framework  # noqa: E402
 from supercluster.perf.step import step_columns  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def main() -> None:
         out = step_columns(model, gpu, net, fw, cols)
         best = min(best, time.perf_counter() - t0)
     rate = args.rows / best
-    from supercluster.planner import plan
+    from supercluster.planner.search import plan
 
     t0 = time.perf_counter()
     res = plan(model, gpu, 16384, global_batch=2048, seq_len=8192, framework=fw)

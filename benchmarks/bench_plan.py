@@ -4,7 +4,7 @@ a minute.
 
 The same plan under torchtitan is timed as well: its split leaves uneven chunks under most
 interleavings, whose pipeline the cost model prices by walking the schedule
-(:func:`supercluster.schedule.makespan`) instead of the closed form.
+(:func:`supercluster.parallelism.schedule.makespan`) instead of the closed form.
 
 Prints its figures and, last, one JSON line with ``plan_16k_s``, ``plan_layouts_per_s``,
 ``plan_16k_torchtitan_s`` and ``million_study_s``.
@@ -21,11 +21,11 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from supercluster.framework import get_framework  # noqa: E402
-from supercluster.hardware import get_gpu  # noqa: E402
-from supercluster.models import load_model  # noqa: E402
-from supercluster.planner import plan  # noqa: E402
-from supercluster.run import RunOptions, scale_table  # noqa: E402
+from supercluster.formats.load import load_model  # noqa: E402
+from supercluster.hardware.specs import get_gpu  # noqa: E402
+from supercluster.parallelism.framework import get_framework  # noqa: E402
+from supercluster.planner.search import plan  # noqa: E402
+from supercluster.reliability.run import RunOptions, scale_table  # noqa: E402
 
 
 def main() -> None:

@@ -16,9 +16,9 @@ import time
 import numpy as np
 
 from supercluster.errors import InputError
-from supercluster.fabric import build_fabric, get_switch
-from supercluster.fabric_flow import flow_slowdown
-from supercluster.hardware import get_gpu, get_system
+from supercluster.hardware.specs import get_gpu, get_system
+from supercluster.network.fabric import build_fabric, get_switch
+from supercluster.network.flows import flow_slowdown
 
 GROUPS = (2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 STRIDES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 144, 192, 256)

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from supercluster.estimate import default_network
-from supercluster.framework import get_framework
-from supercluster.hardware import get_gpu
-from supercluster.models import load_model
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network
+from supercluster.parallelism.framework import get_framework
 
 
 @pytest.fixture

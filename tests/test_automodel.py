@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from supercluster.errors import InputError
-from supercluster.estimate import estimate
-from supercluster.framework import get_framework
-from supercluster.layout import Layout
-from supercluster.network import TokenDispatch, node_dedup_factor
+from supercluster.job import estimate
+from supercluster.network.twolevel import TokenDispatch, node_dedup_factor
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.layout import Layout
 
 
 def test_round_robin_gate_reaches_whole_blocks_of_experts():
@@ -107,7 +107,7 @@ def test_published_runs_are_priced_only_with_the_gate_they_ran(row_id, model, kw
     """NeMo AutoModel's DeepSeek-V3 on 256 H100 (8.18 s a step) and Nemotron 3 Super on 64 (7.29 s):
     within 15 % priced with the gate the benchmark ran (-3 % and +12 %); priced with a learned router's
     spread, the all-to-all makes each over 40 % slower."""
-    from supercluster.validate import load_rows
+    from supercluster.validation.validate import load_rows
 
     row = next(r for r in load_rows("heldout") if r["id"] == row_id)
     measured = float(row["step_time_s"])

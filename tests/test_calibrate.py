@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from supercluster.calibrate import (
+from supercluster.calibration.calibrate import (
     MeasuredNetwork,
     Profile,
     bus_factor,
@@ -160,7 +160,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_launcher_reports_a_crash_and_kills_a_hang():
-    from supercluster.launch import run_workers
+    from supercluster.calibration.launch import run_workers
 
     with pytest.raises(InputError, match="rank 0 exited|rank 1 exited"):
         run_workers("fail", {}, 2, timeout_s=60)

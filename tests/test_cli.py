@@ -166,7 +166,7 @@ def test_a_number_option_must_be_finite(args):
 
 
 def test_validate_ranks_on_a_small_runs_file(tmp_path):
-    from supercluster.validate import load_rows
+    from supercluster.validation.validate import load_rows
 
     rows = [r for r in load_rows() if r["id"] in ("TT-A100-L3-8B-selop", "TT-A100-L2-13B-noAC")]
     import csv

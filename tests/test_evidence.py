@@ -6,11 +6,11 @@ import pytest
 from typer.testing import CliRunner
 
 from supercluster.cli import app
-from supercluster.evidence import MIN_RUNS, evidence_for
-from supercluster.framework import get_framework, resolve_framework
-from supercluster.hardware import get_gpu
-from supercluster.models import load_model
-from supercluster.validate import load_rows, validate
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.parallelism.framework import get_framework, resolve_framework
+from supercluster.validation.evidence import MIN_RUNS, evidence_for
+from supercluster.validation.validate import load_rows, validate
 
 runner = CliRunner()
 

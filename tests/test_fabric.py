@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from supercluster.cli import app
 from supercluster.errors import InputError
-from supercluster.estimate import default_network
-from supercluster.fabric import FabricNetwork, build_fabric, get_switch
-from supercluster.fabric_flow import flow_slowdown
-from supercluster.hardware import get_gpu, get_system
-from supercluster.layout import Layout
-from supercluster.models import load_model
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu, get_system
+from supercluster.job import default_network
+from supercluster.network.fabric import FabricNetwork, build_fabric, get_switch
+from supercluster.network.flows import flow_slowdown
+from supercluster.parallelism.layout import Layout
 
 runner = CliRunner()
 
@@ -183,7 +183,7 @@ KNOWN_BUSBW_MISSES = {("gb200", "nvls", 72)}
 
 @pytest.mark.parametrize("gpu,kind,n,nodes,alg,measured", MEASURED_BUSBW)
 def test_predicted_bus_bandwidth_against_nccl_tests(gpu, kind, n, nodes, alg, measured):
-    from supercluster.fabric import predicted_busbw
+    from supercluster.network.fabric import predicted_busbw
 
     g = get_gpu(gpu)
     pred = predicted_busbw(g, get_system(g.system), kind, n, nodes, alg) / 1e9
@@ -223,8 +223,8 @@ def test_nvls_is_taken_inside_a_hopper_node_for_large_all_reduces(dgx_h100):
 
 
 def test_rank_order_moves_traffic_between_tiers():
-    from supercluster.estimate import estimate
-    from supercluster.layout import Layout
+    from supercluster.job import estimate
+    from supercluster.parallelism.layout import Layout
 
     lay = Layout(tp=8, pp=8, dp=16, global_batch=256, seq_len=4096, recompute="full", sequence_parallel=True)
     g = get_gpu("h100-sxm")
@@ -241,7 +241,7 @@ def test_rank_order_moves_traffic_between_tiers():
 
 
 def test_placement_says_where_each_groups_traffic_goes_as_the_cost_model_prices_it(dgx_h100):
-    from supercluster.estimate import placement
+    from supercluster.job import placement
 
     g, s = dgx_h100
     lay = Layout(tp=8, pp=16, dp=128, vpp=4, global_batch=2048, seq_len=8192)

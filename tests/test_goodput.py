@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from supercluster.cli import app
 from supercluster.errors import InputError
-from supercluster.goodput import (
+from supercluster.reliability.goodput import (
     RunSpec,
     daly_interval_s,
     expected_ettr,

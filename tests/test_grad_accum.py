@@ -11,15 +11,15 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from supercluster import launchers
 from supercluster.cli import app
 from supercluster.errors import InputError
-from supercluster.estimate import default_network, estimate
-from supercluster.framework import get_framework
-from supercluster.hardware import get_gpu
-from supercluster.layout import Layout
-from supercluster.models import load_model
-from supercluster.simulate import simulate
+from supercluster.formats import launchers
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network, estimate
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.layout import Layout
+from supercluster.simulation.timeline import simulate
 
 GPU = get_gpu("h100-sxm")
 

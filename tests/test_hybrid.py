@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from supercluster.errors import InputError
-from supercluster.estimate import default_network
-from supercluster.framework import get_framework
-from supercluster.hardware import get_gpu
-from supercluster.launchers import to_megatron_args
-from supercluster.layout import Layout
-from supercluster.models import ModelSpec, from_hf_config, hybrid_counts, load_model
+from supercluster.formats.hf import from_hf_config
+from supercluster.formats.launchers import to_megatron_args
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network
+from supercluster.models.spec import ModelSpec, hybrid_counts
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.layout import Layout
 from supercluster.perf.step import LEDGER, step_breakdown
 
 NH56 = load_model("nemotronh-56b")
@@ -222,7 +224,7 @@ def test_megatron_export_carries_the_pattern_and_mamba_widths():
 
 
 def test_planner_keeps_to_layouts_a_hybrid_can_run():
-    from supercluster.planner import candidate_columns
+    from supercluster.planner.search import candidate_columns
 
     cols = candidate_columns(NH56, H100, 256, global_batch=768, seq_len=8192, precisions=("fp8",))
     assert set(np.unique(cols["cp"])) == {1}
@@ -277,7 +279,7 @@ def test_a_gated_deltanet_model_prices_and_keeps_to_layouts_it_can_run():
         _price(four, _layout(tp=8, dp=1, global_batch=4, seq_len=4096))
     with pytest.raises(InputError, match="^cp: context parallelism of Mamba / Gated DeltaNet layers"):
         _price(m, _layout(tp=1, cp=2, dp=4, ep=8, global_batch=64, seq_len=4096))
-    from supercluster.planner import candidate_columns
+    from supercluster.planner.search import candidate_columns
 
     cols = candidate_columns(m, H100, 64, global_batch=512, seq_len=4096)
     assert set(np.unique(cols["cp"])) == {1}
@@ -297,14 +299,14 @@ def test_a_malformed_gated_deltanet_config_names_its_field(change, field, says):
 
 
 def test_a_gdn_estimate_names_its_one_published_run_and_advises_no_cp(monkeypatch):
-    from supercluster import evidence
-    from supercluster.reports import fit_reason
+    from supercluster.reports.tables import fit_reason
+    from supercluster.validation import evidence
 
     m = from_hf_config(QWEN3_NEXT_HF)
     # one shipped Gated DeltaNet run (Qwen3-Next on 128 H100), fewer than a basis needs: named, with its error
     assert evidence.evidence_for(m, H100, "nemo-megatron", "bf16", 64, 4096) is None
     line = evidence.no_runs_line(m)
-    from supercluster.validate import validate
+    from supercluster.validation.validate import validate
 
     err = next(r.error for r in validate("heldout")["rows"] if r.id == "MZOO-QWEN3NEXT-80B-H100-EP32-128")
     assert f"(Gated DeltaNet hybrid): only 1, fewer than 3: MZOO-QWEN3NEXT-80B-H100-EP32-128 {100 * err:+.1f} %" \

@@ -5,11 +5,13 @@ import dataclasses
 import pytest
 
 from supercluster.errors import InputError
-from supercluster.estimate import default_network, estimate
-from supercluster.hardware import get_gpu
-from supercluster.layout import Layout
-from supercluster.megatron_args import model_args, model_from_args, parse_args
-from supercluster.models import ModelSpec, from_hf_config, load_model
+from supercluster.formats.hf import from_hf_config
+from supercluster.formats.load import load_model
+from supercluster.formats.megatron_args import model_args, model_from_args, parse_args
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network, estimate
+from supercluster.models.spec import ModelSpec
+from supercluster.parallelism.layout import Layout
 
 # nvidia/NVIDIA-Nemotron-3-Super-120B-A12B config.json, the fields the model reads (as transcribed in
 # public test fixtures)

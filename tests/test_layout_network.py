@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from supercluster.errors import InputError
-from supercluster.hardware import get_gpu, get_system, gpu_catalog
-from supercluster.layout import Layout
-from supercluster.models import load_model
-from supercluster.network import TwoLevelNetwork
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu, get_system, gpu_catalog
+from supercluster.network.twolevel import TwoLevelNetwork
+from supercluster.parallelism.layout import Layout
 
 
 def test_layout_from_string_and_gpu_count():
@@ -81,7 +81,7 @@ def test_network_is_vectorized():
 def test_gaudi3_scales_out_on_three_ethernet_planes_of_its_200g_ports():
     # each Gaudi 3 card faces the scale-out network with 3 of its 24 on-die 200GbE ports: by default
     # its fabric is three planes of 200 Gb/s links on the system's Ethernet switch, the NIC's 600 Gb/s
-    from supercluster.fabric import build_fabric
+    from supercluster.network.fabric import build_fabric
 
     g = get_gpu("gaudi3")
     sys_ = get_system(g.system)

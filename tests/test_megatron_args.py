@@ -8,12 +8,13 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from supercluster import launchers
 from supercluster.cli import app
 from supercluster.errors import InputError
-from supercluster.layout import Layout
-from supercluster.megatron_args import framework_from_args, model_args, model_from_args, parse_args
-from supercluster.models import load_model, model_catalog
+from supercluster.formats import launchers
+from supercluster.formats.load import load_model
+from supercluster.formats.megatron_args import framework_from_args, model_args, model_from_args, parse_args
+from supercluster.models.catalog import model_catalog
+from supercluster.parallelism.layout import Layout
 
 #: fields that name or describe a model rather than shape it
 _NOT_SHAPE = {"key", "name", "source", "seq_len", "shared_ffn_dim", "num_shared_experts"}
@@ -256,9 +257,9 @@ def test_estimate_prices_the_scripts_own_overlap_flags(tmp_path):
 def test_a_plan_exported_to_megatron_reads_back_at_the_planned_step_time(tmp_path, model, gpus, gbs, framework):
     """The export carries the layout, the architecture and the behaviour flags of the profile the plan
     was priced with, so the launch script prices as the plan did."""
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
-    from supercluster.planner import plan
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.planner.search import plan
 
     m, fw = load_model(model), get_framework(framework)
     best = plan(m, get_gpu("h100-sxm"), gpus, global_batch=gbs, seq_len=8192, framework=fw, top=1).best
@@ -329,10 +330,10 @@ def test_deepep_dispatch_sends_each_token_once_per_node():
     over four nodes and over the eight ranks of one."""
     from math import comb
 
-    from supercluster.estimate import default_network, estimate
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
-    from supercluster.network import node_dedup_factor
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import default_network, estimate
+    from supercluster.network.twolevel import node_dedup_factor
+    from supercluster.parallelism.framework import get_framework
 
     hit = 1 - comb(96, 8) / comb(128, 8)  # a node holds one of a token's 8 experts
     assert node_dedup_factor(128, 8, 4) == pytest.approx(4 * hit / 8, rel=1e-12)  # 3 x 0.907 of 6 copies

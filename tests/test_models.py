@@ -8,7 +8,9 @@ import json
 import pytest
 
 from supercluster.errors import InputError
-from supercluster.models import from_hf_config, load_model, model_catalog
+from supercluster.formats.hf import from_hf_config
+from supercluster.formats.load import load_model
+from supercluster.models.catalog import model_catalog
 
 
 def test_gpt3_175b_parameters_match_megatron_formula():
@@ -188,7 +190,7 @@ def test_sliding_window_attention_counts_only_the_window(tmp_path):
 
     import pytest
 
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     m = load_model("gpt-oss-120b")
     assert (m.sliding_window, m.window_layers) == (128, 18)

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from supercluster.cli import app
-from supercluster.estimate import estimate
-from supercluster.framework import DEFAULT_FRAMEWORK
-from supercluster.layout import Layout
+from supercluster.job import estimate
+from supercluster.parallelism.framework import DEFAULT_FRAMEWORK
+from supercluster.parallelism.layout import Layout
 
 JOB = ["--model", "llama3-70b", "--gpus", "64", "--global-batch", "64", "--seq-len", "8192"]
 LABEL = "tp8-pp1-dp8-full"
@@ -79,10 +79,10 @@ def test_the_deadline_model_counts_the_flops_the_run_achieves():
 def test_rank_of_ranks_the_layout_it_is_given():
     """A published layout with a setting the search does not vary (here: full recompute of 4 layers a
     chunk) is ranked at its own step time, not as the searched layout without it."""
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
-    from supercluster.planner import plan
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.planner.search import plan
 
     m, g, fw = load_model("llama3-8b"), get_gpu("h100-sxm"), get_framework("megatron")
     res = plan(m, g, 16, global_batch=128, seq_len=8192, framework=fw)

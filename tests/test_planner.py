@@ -9,15 +9,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from supercluster import launchers, pplayout
 from supercluster.cli import app
 from supercluster.errors import InputError
-from supercluster.estimate import estimate
-from supercluster.layout import Layout
-from supercluster.models import load_model
-from supercluster.perf.pipeline import chunk_layers
-from supercluster.planner import candidate_columns, pareto_mask, plan
-from supercluster.pplayout import parse as parse_layout
+from supercluster.formats import launchers
+from supercluster.formats.load import load_model
+from supercluster.job import estimate
+from supercluster.parallelism import pplayout
+from supercluster.parallelism.layout import Layout
+from supercluster.parallelism.pplayout import chunk_layers
+from supercluster.parallelism.pplayout import parse as parse_layout
+from supercluster.planner.search import candidate_columns, pareto_mask, plan
 
 runner = CliRunner()
 
@@ -49,7 +50,7 @@ def test_best_fits_and_matches_the_estimate(llama3_70b, h100, megatron):
 
 
 def test_405b_best_beats_metas_published_layout(h100, megatron):
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     m = load_model("llama3-405b")
     r = plan(m, h100, 16384, global_batch=2048, seq_len=8192, framework=megatron)
@@ -93,7 +94,7 @@ def test_cost_objective_may_use_fewer_gpus(llama3_70b, h100, megatron):
 
 
 def test_no_fit_is_a_clear_error(h100, megatron):
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     with pytest.raises(InputError, match="fits on 8"):
         plan(load_model("llama3-405b"), h100, 8, global_batch=8, seq_len=8192, framework=megatron)
@@ -102,7 +103,7 @@ def test_no_fit_is_a_clear_error(h100, megatron):
 def test_deepspeed_has_no_interleaved_pipeline(llama3_70b, h100):
     # DeepSpeed's PipelineEngine runs 1F1B over contiguous stages: the planner keeps vpp = 1 for it,
     # estimate defaults to vpp 1 there (4 under Megatron) and refuses an explicit vpp > 1.
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     ds, mg = get_framework("deepspeed"), get_framework("megatron")
     res = plan(llama3_70b, h100, 64, global_batch=128, seq_len=4096, framework=ds)
@@ -227,7 +228,7 @@ def test_megatron_block_recompute_round_trips(tmp_path, llama3_70b):
 
 
 def test_expert_tp_round_trips_and_the_planner_searches_it(tmp_path):
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     qwen = load_model("qwen3-235b-a22b")
     lay = Layout(tp=2, pp=8, dp=16, ep=32, vpp=4, global_batch=2048, seq_len=4096, precision="fp8", expert_tp=1,
@@ -235,8 +236,8 @@ def test_expert_tp_round_trips_and_the_planner_searches_it(tmp_path):
     text, back = _megatron_round_trip(tmp_path, lay, qwen)
     assert "--expert-tensor-parallel-size 1" in text
     assert back == lay
-    from supercluster.hardware import get_gpu
-    from supercluster.planner import candidate_columns
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.planner.search import candidate_columns
 
     cols = candidate_columns(qwen, get_gpu("h100-sxm"), 256, global_batch=2048, seq_len=4096)
     folded = (cols["etp"] == 1) & (cols["tp"] > 1)
@@ -244,9 +245,9 @@ def test_expert_tp_round_trips_and_the_planner_searches_it(tmp_path):
 
 
 def test_megatron_recompute_modules_round_trip_and_stay_megatron(tmp_path):
-    from supercluster import launchers
     from supercluster.errors import InputError
-    from supercluster.models import load_model
+    from supercluster.formats import launchers
+    from supercluster.formats.load import load_model
 
     qwen = load_model("qwen3-30b-a3b")
     lay = Layout(dp=8, ep=8, global_batch=512, seq_len=4096, recompute="selective",
@@ -261,7 +262,7 @@ def test_megatron_recompute_modules_round_trip_and_stay_megatron(tmp_path):
 def test_the_planner_tries_moe_recompute_modules_and_lists_each_layout_once(h100, megatron):
     """For an MoE model under Megatron the search adds selective recompute of (layernorm, moe_act), the
     pair the Megatron-Bridge MoE recipes use; expert-TP folding at tp = 1 is not a second copy."""
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     res = plan(load_model("gpt-oss-120b"), h100, 64, global_batch=1280, seq_len=4096, framework=megatron, top=50)
     mods = {c.layout.recompute_modules for c in res.top} | {c.layout.recompute_modules for c in res.pareto}
@@ -283,7 +284,7 @@ def test_plan_labels_tell_apart_layouts_that_differ_only_off_the_parallel_degree
 def test_a_data_parallel_only_framework_gets_data_parallel_layouts(llama3_70b, h100):
     """Composer (MosaicML, FSDP / DDP) has no tensor, pipeline or context parallelism: the planner
     searches none and an estimate asking for them is refused with the field named."""
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     composer = get_framework("composer")
     r = plan(llama3_70b, h100, 64, global_batch=256, seq_len=4096, framework=composer, top=5)
@@ -298,7 +299,7 @@ def test_a_data_parallel_only_framework_gets_data_parallel_layouts(llama3_70b, h
 def test_megatron_export_names_the_mtp_modules(tmp_path):
     import dataclasses
 
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     ds = load_model("deepseek-v3")
     lay = Layout(pp=16, dp=16, ep=8, global_batch=1024, seq_len=4096, sequence_parallel=False)
@@ -308,7 +309,7 @@ def test_megatron_export_names_the_mtp_modules(tmp_path):
 
 
 def test_an_explicit_pipeline_layout_round_trips_through_megatron_arguments(tmp_path):
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     ds = load_model("deepseek-v3+mtp")
     lay = Layout(pp=8, vpp=2, dp=32, ep=8, global_batch=1024, seq_len=4096, sequence_parallel=False,
@@ -364,9 +365,9 @@ def test_the_plan_priced_from_bounds_is_the_plan_priced_exactly(llama3_70b, h100
     """The planner's first pass gives uneven interleavings a lower bound of their schedule and
     then walks only the rows that can win or sit on the Pareto front; the answer is the one an
     exact pricing of every row gives: the same best layouts, the same front, exact ranks."""
-    from supercluster.estimate import default_network
-    from supercluster.framework import get_framework
-    from supercluster.planner import PLAN_COLUMNS, _price_in_chunks
+    from supercluster.job import default_network
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.planner.search import PLAN_COLUMNS, _price_in_chunks
 
     tt = get_framework("torchtitan")
     res = plan(llama3_70b, h100, 256, global_batch=256, seq_len=8192, framework=tt, top=5)
@@ -398,10 +399,10 @@ def test_the_plan_priced_from_bounds_is_the_plan_priced_exactly(llama3_70b, h100
 
 
 def test_a_dualpipe_plan_keeps_to_what_dualpipe_can_run():
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
-    from supercluster.planner import plan
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.planner.search import plan
 
     res = plan(load_model("llama3-70b"), get_gpu("h800"), 64, global_batch=64, seq_len=4096,
                framework=get_framework("hai-llm"), top=50)
@@ -421,7 +422,7 @@ def test_a_dualpipe_plan_keeps_to_what_dualpipe_can_run():
     ("automodel", 8, 4, True),
 ])
 def test_an_interleaved_schedule_takes_the_micro_batches_its_framework_can_run(fw, pp, m, runs):
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     f = get_framework(fw)
     assert bool(f.schedule_ok(np.array([pp]), np.array([m]), np.array([2]))[0]) is runs
@@ -473,8 +474,8 @@ def test_a_dualpipe_plan_is_not_exported_to_a_launcher_that_runs_1f1b():
 def test_an_exported_config_prices_as_it_was_planned(tmp_path, framework, fmt, layout):
     """A job config written for a layout reads back as that layout under the framework it describes
     (torchtitan, compiled where it says so; DeepSpeed), so estimate --config prices the same step."""
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
 
     name = "mixtral-8x7b" if layout.ep > 1 else "llama3-70b"
     m, fw = load_model(name), get_framework(framework)
@@ -490,8 +491,8 @@ def test_an_exported_config_prices_as_it_was_planned(tmp_path, framework, fmt, l
 
 
 def test_compare_plans_each_gpu_type_as_plan_does_and_says_why_one_cannot_run(megatron):
-    from supercluster.hardware import get_gpu
-    from supercluster.planner import compare_gpus
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.planner.search import compare_gpus
 
     m = load_model("llama3-70b")
     kinds = [get_gpu(k) for k in ("a100-80gb", "h100-sxm", "b200")]
@@ -613,7 +614,7 @@ def test_tp_holds_whole_kv_heads(h100, megatron):
 
 
 def test_megatron_runs_an_moe_with_tp_under_sequence_parallelism(h100):
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     mixtral, mg = load_model("mixtral-8x7b"), get_framework("megatron")  # Megatron-LM's default: SP off
     lay = Layout(tp=2, pp=1, dp=32, ep=8, global_batch=256, seq_len=4096)

@@ -13,9 +13,9 @@ pytest.importorskip("matplotlib")
 from matplotlib.collections import PathCollection, PolyCollection  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from supercluster import plots  # noqa: E402
 from supercluster.cli import app  # noqa: E402
 from supercluster.errors import InputError  # noqa: E402
+from supercluster.reports import plots  # noqa: E402
 
 runner = CliRunner()
 ESTIMATE = ["estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5",
@@ -60,12 +60,12 @@ def test_the_validation_scatter_has_one_point_per_supported_row_and_names_the_wo
 
 
 def test_the_timeline_draws_every_task_of_the_simulated_step_once():
-    from supercluster.estimate import default_network
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
-    from supercluster.layout import Layout
-    from supercluster.models import load_model
-    from supercluster.simulate import simulate
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import default_network
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.parallelism.layout import Layout
+    from supercluster.simulation.timeline import simulate
 
     g = get_gpu("h100-sxm")
     lay = Layout.from_string("tp4-pp4-dp2-cp2-vpp5", global_batch=64, seq_len=8192)

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from supercluster.errors import InputError
-from supercluster.estimate import default_network, estimate
-from supercluster.hardware import get_gpu
-from supercluster.layout import Layout
-from supercluster.models import load_model
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network, estimate
+from supercluster.parallelism.layout import Layout
+from supercluster.parallelism.pplayout import chunk_blocks, parse, rank_blocks
 from supercluster.perf.step import step_breakdown
-from supercluster.pplayout import chunk_blocks, parse, rank_blocks
 
 
 def test_the_notation_expands_repeats_groups_and_cosmetic_commas():
@@ -53,7 +53,7 @@ def test_a_layout_must_fit_the_parallel_degrees_and_the_model():
 def test_the_even_layout_prices_as_the_even_split_and_a_lighter_last_stage_is_faster():
     gpu = get_gpu("h100-sxm")
     net = default_network(gpu, num_gpus=64)
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     megatron = get_framework("megatron")
     model = load_model("llama3-70b")

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from supercluster.cli import app
 from supercluster.errors import InputError
-from supercluster.estimate import default_network, estimate
-from supercluster.framework import get_framework
-from supercluster.hardware import get_gpu
-from supercluster.layout import Layout
-from supercluster.models import load_model
-from supercluster.sensitivity import RESOURCES, scaled_gpu, scaled_network, sensitivity
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network, estimate
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.layout import Layout
+from supercluster.planner.sensitivity import RESOURCES, scaled_gpu, scaled_network, sensitivity
 
 runner = CliRunner()
 H100 = get_gpu("h100-sxm")

@@ -9,11 +9,11 @@ from typer.testing import CliRunner
 
 from supercluster.cli import app
 from supercluster.errors import InputError
-from supercluster.estimate import default_network, estimate
-from supercluster.framework import get_framework
-from supercluster.layout import Layout
-from supercluster.models import load_model
-from supercluster.simulate import Engine, schedule, simulate
+from supercluster.formats.load import load_model
+from supercluster.job import default_network, estimate
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.layout import Layout
+from supercluster.simulation.timeline import Engine, schedule, simulate
 
 CASES = [
     ("llama3-8b", 8, Layout(dp=8, global_batch=64, seq_len=8192), "megatron"),  # no pipeline
@@ -100,7 +100,7 @@ def test_simulate_cli_json_and_trace(tmp_path):
 def test_exact_stages_give_each_stage_its_layers_and_never_exceed_the_ledger(h100):
     """Each chunk its own layers, the head on the last: the pipeline is at most as slow as the ledger's
     every-stage-the-heaviest pricing, equal without a pipeline; the last stage computes the most."""
-    from supercluster.perf.pipeline import chunk_layers
+    from supercluster.parallelism.pplayout import chunk_layers
 
     assert chunk_layers(126, 8, 8, True)[0][0] == 1 and chunk_layers(126, 8, 8, True)[-1][-1] == 1
     assert sum(map(sum, chunk_layers(126, 8, 8, True))) == 126 == sum(map(sum, chunk_layers(126, 9, 7, False)))
@@ -187,7 +187,7 @@ def test_schedule_makespan_is_the_event_simulations_makespan(pp, vpp, m):
     does, for random per-chunk durations (two rows at once)."""
     import numpy as np
 
-    from supercluster.schedule import dependency, makespan
+    from supercluster.parallelism.schedule import dependency, makespan
 
     rng = np.random.default_rng(pp * 100 + vpp * 10 + m)
     d = rng.uniform(0.5, 2.0, size=(pp, vpp, 2, 2))
@@ -259,8 +259,8 @@ def test_a_long_schedule_extended_by_its_period_ends_where_the_full_walk_does():
     the first walk, it agrees with walking all 40 rounds."""
     import numpy as np
 
-    from supercluster.perf.pipeline import chunk_layers
-    from supercluster.schedule import _run, chunk_durations, makespan
+    from supercluster.parallelism.pplayout import chunk_layers
+    from supercluster.parallelism.schedule import _run, chunk_durations, makespan
 
     rng = np.random.default_rng(7)
     for layers, pp, vpp in ((77, 4, 3), (61, 4, 2), (126, 8, 3), (126, 16, 4)):
@@ -285,7 +285,7 @@ def test_the_schedule_bound_is_below_the_walk_and_exact_on_even_chunks():
     of every stage does the same work it is the closed form, and so the walk, exactly."""
     import numpy as np
 
-    from supercluster.schedule import makespan, makespan_bound
+    from supercluster.parallelism.schedule import makespan, makespan_bound
 
     rng = np.random.default_rng(11)
     gaps = []

@@ -9,12 +9,15 @@ import numpy as np
 import pytest
 
 from supercluster.errors import InputError
-from supercluster.estimate import default_network
-from supercluster.framework import get_framework
-from supercluster.hardware import get_gpu
-from supercluster.launchers import export
-from supercluster.layout import Layout
-from supercluster.models import ModelSpec, from_hf_config, load_model, model_catalog
+from supercluster.formats.hf import from_hf_config
+from supercluster.formats.launchers import export
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network
+from supercluster.models.catalog import model_catalog
+from supercluster.models.spec import ModelSpec
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.layout import Layout
 from supercluster.perf.step import step_breakdown
 
 V32 = {

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from supercluster.estimate import default_network, estimate
-from supercluster.layout import Layout
+from supercluster.job import default_network, estimate
+from supercluster.parallelism.layout import Layout
 from supercluster.perf.step import LEDGER
 
 
@@ -49,7 +49,7 @@ def test_fp8_is_faster_than_bf16_on_hopper(llama3_70b, h100):
 def test_fp4_gemms_run_at_the_fp4_rate_on_blackwell(llama3_70b):
     """fp4 was once priced as bf16 (only fp8 had a code): its GEMMs must take the fp4 tensor-core rate,
     its MFU is against the fp4 peak, and its weights keep a 0.5-byte copy instead of fp8's 1 byte."""
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
 
     b200 = get_gpu("b200")
     lay = dict(tp=2, pp=4, dp=8, vpp=5, micro_batch=1, global_batch=256, seq_len=8192)
@@ -65,7 +65,7 @@ def test_fp4_gemms_run_at_the_fp4_rate_on_blackwell(llama3_70b):
 
 
 def test_model_too_big_does_not_fit(h100):
-    from supercluster.reports import fit_reason
+    from supercluster.reports.tables import fit_reason
 
     b = estimate("llama3-405b", gpu=h100, num_gpus=8, layout=Layout(tp=8, global_batch=1, seq_len=8192))
     assert not b.fits and b.memory_per_gpu_bytes > h100.hbm_bytes
@@ -73,8 +73,8 @@ def test_model_too_big_does_not_fit(h100):
 
 
 def test_the_advice_for_a_layout_that_does_not_fit_names_only_what_it_does_not_use(h100):
-    from supercluster.framework import get_framework
-    from supercluster.reports import fit_reason
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.reports.tables import fit_reason
 
     long = dict(tp=8, pp=1, dp=16, global_batch=32, seq_len=524288)
     done = Layout(**long, recompute="full", micro_batch=1, sequence_parallel=True)
@@ -100,7 +100,7 @@ def test_unfused_attention_of_the_legacy_profile_is_priced_by_hand():
     # 16 x 24 x 2048^2 = 1.61e9 score elements per layer; forward elementwise traffic = softmax
     # (read + write, 2 B each) + dropout (read + write + 1-byte mask) = 9 B per element; backward
     # softmax reads output and gradient and writes one (6 B) + dropout 5 B = 11 B.
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
     from supercluster.perf.compute import unfused_attention
 
     gpu = get_gpu("a100-80gb")
@@ -136,8 +136,8 @@ def test_legacy_attention_keeps_the_score_matrix_unless_recomputed():
 
 
 def test_publication_year_selects_the_framework_of_its_era():
-    from supercluster.framework import resolve_framework
-    from supercluster.validate import publication_year
+    from supercluster.parallelism.framework import resolve_framework
+    from supercluster.validation.validate import publication_year
 
     assert publication_year("Narayanan et al. 2021 (SC21) Table 1, arXiv:2104.04473") == 2021
     assert publication_year("github.com/NVIDIA/dgxc-benchmarking README") is None
@@ -152,7 +152,7 @@ def test_publication_year_selects_the_framework_of_its_era():
 def test_scatter_gather_cuts_the_cross_node_pipeline_traffic_by_tp():
     import dataclasses
 
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     legacy = get_framework("megatron-legacy")
     plain = dataclasses.replace(legacy, pp_scatter_gather=False)
@@ -165,7 +165,7 @@ def test_scatter_gather_cuts_the_cross_node_pipeline_traffic_by_tp():
 def test_torchtitan_selective_is_per_op_checkpointing():
     # Llama 3 8B layer, matmuls in forward order q, k, v, o, w1, w3, w2 (h 4096, 8 KV heads of 128,
     # ffn 14336); every other output is saved, so k, o and w3 run again: 79.7 M of 218.1 M weights.
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
     from supercluster.perf.compute import op_sac_recompute_frac
 
     m = load_model("llama3-8b")
@@ -219,7 +219,7 @@ def test_gemm_pricing_follows_deepgemms_published_shapes():
     roofline's max 30.7 % (up to 2.1x too fast at M = 128)."""
     import numpy as np
 
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
     from supercluster.perf.compute import gemm_s
 
     g = get_gpu("h800")
@@ -242,7 +242,7 @@ def test_eager_pytorch_elementwise_traffic_by_hand():
     # + SDPA reads q, k, v and writes o (2 B x 4 x 40 x 128) = 814,080 B; fused: 267,264 B.
     import numpy as np
 
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
     from supercluster.perf.compute import eager_layer_bytes, fused_layer_bytes
 
     m = load_model("llama2-13b")
@@ -260,10 +260,10 @@ def test_eager_pytorch_elementwise_traffic_by_hand():
 
 def test_frameworks_without_context_parallelism_refuse_cp_and_the_planner_skips_it():
     from supercluster.errors import InputError
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
-    from supercluster.planner import plan
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.planner.search import plan
 
     with pytest.raises(InputError, match="cp"):
         estimate("llama3-8b", gpu="h100-sxm", num_gpus=16, framework="megatron-legacy",
@@ -278,7 +278,7 @@ def test_moe_dispatch_all_gathers_the_routed_tokens_over_tp(h100):
     # traffic is the all-gather of T x top_k tokens over TP and its reduce-scatter, forward and backward.
     import numpy as np
 
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     m = load_model("mixtral-8x7b")
     lay = Layout(tp=4, pp=1, dp=2, ep=1, micro_batch=1, global_batch=2, seq_len=4096)
@@ -299,7 +299,7 @@ def test_dualpipe_profile_hides_moe_dispatch_and_pipeline_sends():
 
 
 def test_runs_before_flashattention_use_unfused_attention_in_every_framework():
-    from supercluster.framework import resolve_framework
+    from supercluster.parallelism.framework import resolve_framework
 
     fw, _ = resolve_framework("torchtitan", 2022)
     assert fw.attention == "unfused" and fw.key == "torchtitan@2022" and fw.elementwise == "eager"
@@ -313,8 +313,8 @@ def test_embedding_and_loss_counted_as_pipeline_layers():
     import dataclasses
 
     from supercluster.errors import InputError
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
 
     gb200 = get_gpu("gb200")
     nemo = get_framework("nemo-megatron")
@@ -337,7 +337,7 @@ def test_low_precision_weights_and_saved_inputs(llama3_70b, h100):
     inputs; a dropout of probability 0 saves no mask."""
     import dataclasses
 
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     nemo = get_framework("nemo-megatron")
     lay = dict(tp=4, pp=4, dp=4, vpp=5, micro_batch=1, global_batch=64, seq_len=8192)
@@ -375,7 +375,7 @@ def test_moe_parallel_folding_and_bounded_ep_overlap():
     """Expert TP 1 lets EP span TP x DP (Megatron-Core MoE parallel folding): same expert FLOPs, each
     GPU holds whole experts; '+ep-overlap' hides the all-to-all only under a layer's compute."""
     from supercluster.errors import InputError
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
 
     h100 = get_gpu("h100-sxm")
     lay = dict(tp=2, pp=8, dp=16, ep=32, vpp=4, micro_batch=1, global_batch=2048, seq_len=4096, precision="fp8",
@@ -433,8 +433,8 @@ def test_torchtitan_context_parallelism_moves_repeated_kv_heads(h100):
     # traffic grows by a / kv heads; Transformer Engine's p2p ring moves the kv heads only.
     from dataclasses import replace
 
-    from supercluster.framework import get_framework
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.parallelism.framework import get_framework
 
     model = load_model("llama3.1-405b")  # 128 query heads, 8 kv heads
     lay = Layout(tp=8, pp=1, dp=1, cp=8, vpp=1, micro_batch=1, global_batch=1, seq_len=262144, recompute="full",
@@ -461,9 +461,9 @@ def test_deepspeed_2021_zero3_gathers_pay_their_copies_at_hbm_speed():
     # traffic per gathered byte, in the forward, the recomputed forward and the backward (no prefetch).
     from dataclasses import replace
 
-    from supercluster.framework import get_framework, hbm_frac
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework, hbm_frac
 
     model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
     lay = Layout(tp=1, pp=1, dp=64, micro_batch=1, global_batch=128, seq_len=2048, recompute="full", zero_stage=3)
@@ -490,9 +490,9 @@ def test_deepspeed_2021_zero3_gathers_the_four_linear_weights_and_reduces_every_
     # difference is exact.
     from dataclasses import replace
 
-    from supercluster.framework import get_framework, host_op_launch_s, host_view_op_s
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework, host_op_launch_s, host_view_op_s
 
     model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
     lay = Layout(tp=1, pp=1, dp=64, micro_batch=1, global_batch=128, seq_len=2048, recompute="full", zero_stage=3)
@@ -515,8 +515,8 @@ def test_torchtitan_fsdp_under_pipeline_keeps_the_stage_gathered(h100):
     # (reduce-dtype) gradients stay whole, and the parameters are gathered once per step.
     from dataclasses import replace
 
-    from supercluster.framework import get_framework
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.parallelism.framework import get_framework
 
     model = load_model("llama3.1-405b")
     lay = Layout(tp=8, pp=8, dp=8, vpp=1, micro_batch=1, global_batch=64, seq_len=8192, recompute="full",
@@ -539,8 +539,8 @@ def test_torchtitan_eager_cross_entropy_holds_twelve_bytes_per_logit(h100):
     # coming in and the one going out of its backward; Megatron's fused loss holds 8 bytes.
     from dataclasses import replace
 
-    from supercluster.framework import get_framework
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.parallelism.framework import get_framework
 
     model = load_model("llama3.1-8b")
     lay = Layout(tp=2, pp=1, dp=4, micro_batch=1, global_batch=8, seq_len=8192, recompute="full", zero_stage=3)
@@ -555,8 +555,8 @@ def test_torchtitan_eager_cross_entropy_holds_twelve_bytes_per_logit(h100):
 def test_torch_compile_fuses_torchtitans_loss_from_2025_not_in_2024(h100):
     # torchtitan 2025 compiles the loss with the model (components/loss.py): 16-bit logits in, a 16-bit
     # gradient out, 4 bytes a logit; its December 2024 tables ran the loss eagerly under compile (12).
-    from supercluster.framework import resolve_framework
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.parallelism.framework import resolve_framework
 
     new, _ = resolve_framework("torchtitan+compile", 2025)
     old, _ = resolve_framework("torchtitan+compile", 2024)
@@ -575,8 +575,8 @@ def test_fp8_saves_the_experts_input_in_fp8():
     """Transformer Engine saves a linear's input for its weight gradient in the GEMM precision; the
     grouped expert FC1 too. So fp8 cuts each MoE layer's activations by at least top_k x h bytes per
     token against bf16 (the experts' input alone); the combined expert outputs stay 16-bit."""
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
 
     m, gb200 = load_model("qwen3-30b-a3b"), get_gpu("gb200")
     lay = dict(dp=8, ep=8, micro_batch=1, global_batch=8, seq_len=4096)
@@ -591,8 +591,8 @@ def test_recompute_modules_drop_what_they_saved_and_run_again():
     width 768, bf16, one 4K-token micro-batch per GPU): moe_act drops each MoE layer's FC2 input
     (8 x 768 x 2 bytes per token); recomputing the whole MoE layer drops more, costs more time and
     repeats the dispatch and combine all-to-alls."""
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
 
     m, gb200 = load_model("qwen3-30b-a3b"), get_gpu("gb200")
     base = dict(dp=8, ep=8, micro_batch=1, global_batch=8, seq_len=4096)
@@ -638,7 +638,7 @@ def test_the_embedding_and_loss_aware_split_charges_the_heaviest_stage_once():
     """Megatron-Core counting the embedding and the loss as pipeline layers (nemo-megatron): the step
     charges per micro-batch the heaviest stage's work - a middle stage's layers, or the last stage's
     one layer fewer plus the head - never a full stage plus the head (the timeline simulator found it)."""
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
 
     h100 = get_gpu("h100-sxm")
     lay = Layout(tp=8, pp=8, dp=16, vpp=8, micro_batch=1, global_batch=1024, seq_len=8192, precision="fp8",
@@ -655,9 +655,9 @@ def test_fp8_gemms_reproduce_the_te_guide_they_are_derived_from():
     micro-batch): pre-quantised FP8 kernel 0.684 of 1,671 TFLOP/s plus 7.21 B of HBM traffic per
     quantised element at 0.85 x 4.8 TB/s gives back its delayed-scaling autocast 18.978 ms per layer;
     on H100 (3.35 TB/s) the same casts take 4.8 / 3.35 as long."""
-    from supercluster.framework import quantize_bytes_per_element
-    from supercluster.hardware import tensor_frac
-    from supercluster.models import ModelSpec
+    from supercluster.hardware.specs import tensor_frac
+    from supercluster.models.spec import ModelSpec
+    from supercluster.parallelism.framework import quantize_bytes_per_element
     from supercluster.perf.compute import layer_gemm_s
 
     m = ModelSpec(key="te", name="TE guide 5B", num_layers=24, d_model=4096, ffn_dim=16384, num_heads=32,
@@ -685,8 +685,8 @@ def test_mla_up_projection_recompute_drops_q_k_v_and_runs_the_up_projections_aga
     projections drops the q, k and v the attention saved, 2 x (128 x 192 + 128 x (192 + 128)) bytes per
     token per layer in bf16, for the up-projection GEMMs run again; a model without MLA refuses it."""
     from supercluster.errors import InputError
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
 
     m, h100 = load_model("deepseek-v3"), get_gpu("h100-sxm")
     base = dict(tp=2, pp=16, dp=32, ep=64, expert_tp=1, micro_batch=1, global_batch=8192, seq_len=4096,
@@ -714,7 +714,7 @@ def test_multi_token_prediction_is_priced_on_the_last_pipeline_stage():
     a second set of logits."""
     import dataclasses
 
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
 
     ds = load_model("deepseek-v3")
     mtp = dataclasses.replace(ds, mtp_layers=1)
@@ -741,7 +741,7 @@ def test_multi_token_prediction_is_priced_on_the_last_pipeline_stage():
 def test_flashattention_in_triton_runs_at_the_fa2_papers_ratios_below_fa2():
     """FA2 paper section 4.1: FA2 is 1.3-1.5x faster than FlashAttention in Triton forward, about 2x
     backward. MPT's Composer runs (attn_impl 'triton') price attention from those ratios."""
-    from supercluster.framework import attention_efficiency, get_framework
+    from supercluster.parallelism.framework import attention_efficiency, get_framework
 
     assert get_framework("composer").attention == "triton"
     for arch, fa2 in (("ampere", "sdpa"), ("hopper", "sdpa")):
@@ -750,8 +750,8 @@ def test_flashattention_in_triton_runs_at_the_fa2_papers_ratios_below_fa2():
     # By hand, Llama 3 8B at 32K tokens on A100 (one micro-batch per GPU): causal attention forward is
     # 2 T a (dq + dv) keys FLOPs per layer; forward at fwd_frac, backward (2.5x) at bwd_frac of the
     # clocked peak; the ledger's ideal counts 3x forward at peak, the rest is attention inefficiency.
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
 
     model, gpu = load_model("llama3-8b"), get_gpu("a100-80gb")
     lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, seq_len=32768, recompute="none", zero_stage=3)
@@ -772,10 +772,10 @@ def test_torchtitan_splits_the_pipeline_with_lighter_first_and_last_stages():
     ceil(126 / 8) = 16 layers and the head together."""
     import dataclasses
 
-    from supercluster.framework import get_framework, resolve_framework
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
-    from supercluster.perf.pipeline import chunk_layers
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework, resolve_framework
+    from supercluster.parallelism.pplayout import chunk_layers
     from supercluster.perf.step import step_breakdown
 
     assert [sum(x) for x in chunk_layers(126, 8, 1, split="middle")] == [15, 16, 16, 16, 16, 16, 16, 15]
@@ -798,7 +798,7 @@ def test_torchtitan_splits_the_pipeline_with_lighter_first_and_last_stages():
     assert 0.9 < mid.ledger["pipeline_bubble"] / even.ledger["pipeline_bubble"] < 1.0
     assert sum(mid.ledger.values()) == pytest.approx(mid.step_time_s, rel=1e-12)
     # the timeline simulator lays out the same chunks
-    from supercluster.simulate import simulate
+    from supercluster.simulation.timeline import simulate
 
     tl = simulate(model, layout=dataclasses.replace(lay, vpp=2), gpu=gpu, net=net, fw=tt, exact_stages=True)
     assert [list(x) for x in tl.layers] == chunk_layers(126, 8, 2, split="middle")
@@ -811,9 +811,9 @@ def test_deepspeed_2021_list_collectives_cost_one_host_launch_per_rank_and_call(
     # takes the longer of the two. So the cost grows with the data-parallel group, per call.
     from dataclasses import replace
 
-    from supercluster.framework import get_framework, host_op_launch_s
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework, host_op_launch_s
 
     model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
     fw = get_framework("deepspeed-legacy")
@@ -841,9 +841,9 @@ def test_deepspeed_2021_builds_its_per_rank_views_on_the_host_before_each_call()
     # _reduce_scatter_gradient param.grad.view(-1).narrow(...) (2), each a tensor op from Python
     from dataclasses import replace
 
-    from supercluster.framework import get_framework, host_view_op_s
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework, host_view_op_s
 
     model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
     fw = get_framework("deepspeed-legacy")
@@ -882,7 +882,7 @@ def _dualpipe_pair():
     """HAI-LLM's profile and the same profile on a 1F1B schedule."""
     import dataclasses
 
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     dual = get_framework("hai-llm")
     return dual, dataclasses.replace(dual, pipeline_schedule="1f1b")
@@ -891,8 +891,8 @@ def _dualpipe_pair():
 def test_dualpipe_bubble_parameters_and_activations_follow_the_deepseek_v3_table():
     """DeepSeek-V3 report Table 2 (and deepseek-ai/DualPipe's README): bubble (PP/2 - 1)(F&B + B - 3W)
     against 1F1B's (PP - 1)(F + B); 2x parameters; PP + 1 micro-batches of activations."""
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
     from supercluster.perf.columns import layout_columns
     from supercluster.perf.step import step_columns
 
@@ -931,10 +931,10 @@ def test_dualpipe_needs_an_even_pipeline_and_enough_micro_batches():
         estimate("llama3-70b", gpu="h800", num_gpus=32, framework="hai-llm",
                  layout=Layout(pp=8, dp=4, vpp=2, global_batch=64, seq_len=4096))
     # the timeline walks 1F1B schedules only, and says so
-    from supercluster.framework import get_framework
-    from supercluster.hardware import get_gpu
-    from supercluster.models import load_model
-    from supercluster.simulate import simulate
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.simulation.timeline import simulate
 
     lay = Layout(pp=8, dp=4, global_batch=64, seq_len=4096)
     with pytest.raises(InputError, match="^framework: hai-llm runs dualpipe"):
@@ -945,7 +945,7 @@ def test_dualpipe_needs_an_even_pipeline_and_enough_micro_batches():
 def test_fused_attention_runs_slower_on_short_sequences_as_measured():
     # kernels.toml [attention_length]: FlashAttention-3 on H100 at 512 ... 16K tokens (pytorch/benchmark
     # PR #2391), relative to 16K; held at both ends, log-linear between
-    from supercluster.framework import attention_length_factor
+    from supercluster.parallelism.framework import attention_length_factor
 
     f = attention_length_factor(np.array([256.0, 512, 1024, 1448.15, 16384, 65536]))
     assert f[0] == f[1] == pytest.approx(430.32 / 620.73)
@@ -959,7 +959,7 @@ def test_context_parallelism_shortens_what_each_rank_attends_over(h100, llama3_7
     # the same 8K sequence attended over by 1 or 8 ranks: each rank's query blocks walk 1K keys, where
     # the kernel runs at 0.83 of its long-sequence rate; the GEMM and attention FLOPs per GPU are the
     # same, but each GEMM now has 1K tokens to spread its weights' traffic over, not 8K
-    from supercluster.framework import attention_length_factor, get_framework
+    from supercluster.parallelism.framework import attention_length_factor, get_framework
 
     def ledger(cp: int) -> dict[str, float]:
         lay = Layout(tp=1, pp=4, dp=256 // cp, cp=cp, vpp=10, global_batch=1024, seq_len=8192, zero_stage=2)
@@ -979,8 +979,8 @@ def test_tensor_core_fractions_reproduce_each_gpus_reference_layer():
     its whole-layer fraction says; fp4 without a measurement takes fp8's tensor-core fraction."""
     import numpy as np
 
-    from supercluster.hardware import get_gpu, gpu_catalog
-    from supercluster.models import ModelSpec
+    from supercluster.hardware.specs import get_gpu, gpu_catalog
+    from supercluster.models.spec import ModelSpec
     from supercluster.perf.compute import layer_gemm_s
 
     m = ModelSpec(key="te", name="TE guide layer", num_layers=1, d_model=4096, ffn_dim=16384, num_heads=32,

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from supercluster.errors import InputError
-from supercluster.sweep import SweepGrid, run_sweep
+from supercluster.planner.sweep import SweepGrid, run_sweep
 
 BIG = ["--models", "llama3-8b,llama3-70b", "--gpu-types", "h100-sxm,b200", "--sizes", "64,128,256,512,1024",
        "--tp", "1,2,4,8", "--pp", "1,2,4,8", "--cp", "1,2", "--micro-batch", "1,2", "--recompute",
@@ -118,7 +118,7 @@ def test_a_sweep_axis_no_scenario_could_use_is_one_error_naming_it(tmp_path, opt
 
 
 def test_each_cell_reports_its_fastest_fitting_layout(tmp_path):
-    from supercluster.sweep import best_per_cell
+    from supercluster.planner.sweep import best_per_cell
 
     db = tmp_path / "s.duckdb"
     grid = SweepGrid(model=("llama3-8b", "llama3-70b"), gpu=("h100-sxm",), gpus=(8, 64), tp=(1, 2, 4, 8),

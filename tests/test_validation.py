@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from supercluster.cli import app
 from supercluster.errors import InputError
-from supercluster.validate import validate
+from supercluster.validation.validate import validate
 
 # torchtitan context parallel at 256K tokens: SDPA ring attention measured far below FA2's published
 # efficiency. (DeepSpeed ZeRO-3 530B on 2,240 GPUs, Narayanan 2021 Table 2, was the other known miss,
@@ -80,7 +80,7 @@ def test_validate_json_contract_and_custom_csv(tmp_path):
 
 
 def test_validation_groups_partition_the_rows_and_their_errors():
-    from supercluster.validate import by_group
+    from supercluster.validation.validate import by_group
 
     res = validate()
     for key in ("gpu", "framework", "kind"):
@@ -118,10 +118,10 @@ KNOWN_MOE_MEMORY_MISSES = {"DSV3-REPORT-H800-2048",
 
 
 def test_published_layouts_are_predicted_to_fit():
-    from supercluster.estimate import default_network
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import default_network
     from supercluster.perf.step import step_breakdown
-    from supercluster.validate import load_rows, row_setup
+    from supercluster.validation.validate import load_rows, row_setup
 
     over, moe_over, moe_rows = [], [], 0
     for runs in ("public", "heldout"):
@@ -151,7 +151,7 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     host-side and per-layer fixed overheads are not modelled. MosaicML's MPT tables: bounded on their own.
     Nemotron-H 56B (Mamba-2 hybrid, DGX Cloud recipe): the same 128-H100 layout took 15.5 s a step in NeMo
     25.04.01 and 11.9 s in a later release; priced 12.3 s (-23 .. +3 %), and 128 GB200 -14 %."""
-    from supercluster.validate import load_rows
+    from supercluster.validation.validate import load_rows
 
     res = validate("heldout")
     rows = res["rows"]
@@ -218,7 +218,7 @@ def test_deepseek_v3_report_run_is_priced_from_its_published_layout():
     report's own formula, two copies of the parameters; the multi-token-prediction module not
     priced): the steady step must not be slower than the average (it read +0.5 % while DualPipe's
     bubble was priced as 1F1B's, an upper bound; -6.3 % with the formula)."""
-    from supercluster.validate import load_rows, predict_row
+    from supercluster.validation.validate import load_rows, predict_row
 
     row = {r["id"]: r for r in load_rows("heldout")}["DSV3-REPORT-H800-2048"]
     res = predict_row(row)
@@ -236,11 +236,11 @@ def test_bloom_run_is_priced_with_its_documented_pipeline_split():
     CUDA_LAUNCH_BLOCKING=1 are not priced); without the split the same row prices 108.5 s."""
     import dataclasses
 
-    from supercluster.estimate import default_network
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import default_network
     from supercluster.perf.columns import layout_columns
     from supercluster.perf.step import step_breakdown, step_columns
-    from supercluster.validate import load_rows, predict_row, row_setup
+    from supercluster.validation.validate import load_rows, predict_row, row_setup
 
     row = {r["id"]: r for r in load_rows("heldout")}["BLOOM-176B-384"]
     model, layout, fw, note = row_setup(row)
@@ -263,7 +263,7 @@ def test_nemotron4_340b_report_stages_are_priced_from_the_reports_layout():
     42.3 / 41.0 % MFU. The published MFU is our model FLOPs (NeMo convention, full s^2 attention)
     over the 989 TFLOP/s bf16 peak within 1 %, which checks the rows were read right. Interleaving
     degree unpublished: 2 (the smallest). Today -5.2 / -4.9 / -3.2 %."""
-    from supercluster.validate import load_rows, predict_row, row_setup
+    from supercluster.validation.validate import load_rows, predict_row, row_setup
 
     rows = {r["id"]: r for r in load_rows("heldout")}
     preds = {}
@@ -288,7 +288,7 @@ def test_megatron_bridge_model_flops_are_causal_and_count_the_deepseek_mtp_modul
     import dataclasses
     import re
 
-    from supercluster.validate import load_rows, row_model
+    from supercluster.validation.validate import load_rows, row_model
 
     seen = set()
     for row in load_rows("heldout"):
@@ -306,7 +306,7 @@ def test_megatron_bridge_model_flops_are_causal_and_count_the_deepseek_mtp_modul
 
 
 def test_published_framework_names_select_a_profile():
-    from supercluster.framework import resolve_framework
+    from supercluster.parallelism.framework import resolve_framework
 
     assert resolve_framework("Megatron-Bridge")[0].key == "nemo-megatron"
     fw, note = resolve_framework("NeMo 2.0", 2025)
@@ -322,7 +322,7 @@ def test_published_framework_names_select_a_profile():
     fw, note = resolve_framework("Megatron-DeepSpeed (BigScience fork)+embedding-split", 2022)
     assert fw.key == "deepspeed-legacy+embedding-split"
     assert note == "framework 'Megatron-DeepSpeed (BigScience fork)' read as deepspeed-legacy+embedding-split"
-    from supercluster.framework import get_framework
+    from supercluster.parallelism.framework import get_framework
 
     assert get_framework("nemo-megatron+embedding-split") == get_framework("nemo-megatron")  # already so
 
@@ -333,10 +333,10 @@ def test_the_loss_implementation_decides_whether_a_published_mpt_batch_fits():
     gradient) fits it; torchtitan's eager fp32 cross-entropy (12 bytes a logit) would need more than 80 GB."""
     import dataclasses
 
-    from supercluster.estimate import default_network
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import default_network
     from supercluster.perf.step import step_breakdown
-    from supercluster.validate import load_rows, row_setup
+    from supercluster.validation.validate import load_rows, row_setup
 
     row = {r["id"]: r for r in load_rows("heldout")}["MPT-H100-760m-512-8"]
     model, layout, fw, _ = row_setup(row)
@@ -351,7 +351,7 @@ def test_the_loss_implementation_decides_whether_a_published_mpt_batch_fits():
 
 
 def test_unknown_column_values_fall_back_with_a_note():
-    from supercluster.validate import load_rows, predict_row
+    from supercluster.validation.validate import load_rows, predict_row
 
     base = next(r for r in load_rows() if r["id"] == "DGXC-L31-70B-bf16-64")
     res = predict_row(dict(base, precision="fp6"))
@@ -372,10 +372,10 @@ def test_predicted_memory_against_the_torchtitan_tables():
     last pipeline stage, whose fewer in-flight micro-batches the model counts)."""
     import re
 
-    from supercluster.estimate import default_network
-    from supercluster.hardware import get_gpu
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import default_network
     from supercluster.perf.step import step_breakdown
-    from supercluster.validate import load_rows, row_setup
+    from supercluster.validation.validate import load_rows, row_setup
 
     seen = 0
     for runs in ("public", "heldout"):
@@ -395,7 +395,7 @@ def test_predicted_memory_against_the_torchtitan_tables():
 def test_blank_micro_batch_follows_the_framework_default():
     # torchtitan splits each DP rank's batch into one micro-batch per pipeline stage
     # (pipeline_parallel_microbatches defaults to the stage count); Megatron rows default to 1.
-    from supercluster.validate import load_rows, row_setup
+    from supercluster.validation.validate import load_rows, row_setup
 
     row = {r["id"]: r for r in load_rows()}["TT-H100-L31-405B-3D-1F1B-512"]  # local batch 32, PP 8
     row = {**row, "seq_len": "8192"}
@@ -406,7 +406,7 @@ def test_blank_micro_batch_follows_the_framework_default():
 
 
 def test_torchtitan_selective_layer_ac_is_every_other_block_recomputed():
-    from supercluster.validate import load_rows, parse_layer_ac, row_setup
+    from supercluster.validation.validate import load_rows, parse_layer_ac, row_setup
 
     assert parse_layer_ac("selective (layer)") == 2 and parse_layer_ac("selective (op)") is None
     assert parse_layer_ac("selective layer, every 3 layers") == 3 and parse_layer_ac("full") is None
@@ -419,7 +419,7 @@ def test_torchtitan_selective_layer_ac_is_every_other_block_recomputed():
 
 
 def test_a_runs_csv_names_megatron_recompute_modules():
-    from supercluster.validate import load_rows, predict_row, row_setup
+    from supercluster.validation.validate import load_rows, predict_row, row_setup
 
     row = {r["id"]: r for r in load_rows("heldout")}["MB2602-GPTOSS-120B-GB200-bf16-64"]
     named = {**row, "recompute": "selective (recompute_modules=layernorm,moe_act)"}
@@ -432,7 +432,7 @@ def test_a_runs_csv_names_megatron_recompute_modules():
 
 
 def test_an_unpriced_recompute_module_in_a_runs_csv_is_left_out_with_a_note():
-    from supercluster.validate import load_rows, row_setup
+    from supercluster.validation.validate import load_rows, row_setup
 
     row = {r["id"]: r for r in load_rows("heldout")}["DGXC-DSV3-H100-bf16-1024"]
     assert "mla_up_proj" in row["recompute"]
@@ -445,7 +445,7 @@ def test_an_unpriced_recompute_module_in_a_runs_csv_is_left_out_with_a_note():
 
 
 def test_a_row_asking_for_parallelism_its_framework_lacks_is_unsupported_with_the_reason():
-    from supercluster.validate import load_rows, predict_row
+    from supercluster.validation.validate import load_rows, predict_row
 
     row = {r["id"]: r for r in load_rows("heldout")}["MPT-A100-80-7b-2K-8"]
     res = predict_row({**row, "tp": "2", "dp": "4"})
@@ -461,7 +461,7 @@ def test_a_row_asking_for_parallelism_its_framework_lacks_is_unsupported_with_th
     ("vocab", "inf", "vocab: 'inf' is not a non-negative integer"),
 ])
 def test_a_row_with_a_value_that_is_no_number_is_unsupported_with_the_field(field, value, reason):
-    from supercluster.validate import load_rows, predict_row
+    from supercluster.validation.validate import load_rows, predict_row
 
     row = load_rows()[0]
     res = predict_row({**row, field: value})
@@ -472,7 +472,7 @@ def test_a_runs_file_may_give_each_row_its_pipeline_layout(tmp_path):
     """An optional pp_layout column carries a run's explicit pipeline layout into its price."""
     import csv
 
-    from supercluster.validate import load_rows, predict_row, row_setup
+    from supercluster.validation.validate import load_rows, predict_row, row_setup
 
     row = dict({r["id"]: r for r in load_rows("heldout")}["MB2602-DSV3-B200-mxfp8-256"])
     assert row["pp_layout"] == "Et*4|(t*4|)*14,tmL"  # the recipe's layout, in the shipped file
@@ -496,7 +496,7 @@ def test_a_runs_file_may_give_each_row_its_pipeline_layout(tmp_path):
 def test_optional_expert_tp_and_sequence_parallel_columns_set_the_layout():
     """Beyond the shared format: a run's expert tensor-parallel size and sequence parallelism, where
     the framework default would differ (the Megatron-LM profile runs without SP)."""
-    from supercluster.validate import load_rows, row_setup
+    from supercluster.validation.validate import load_rows, row_setup
 
     row = next(r for r in load_rows("heldout") if r["id"] == "MZOO-QWEN3-235B-H100-TP4-EP8-256")
     _, lay, fw, _ = row_setup(row)
@@ -514,7 +514,8 @@ def test_optional_expert_tp_and_sequence_parallel_columns_set_the_layout():
 def test_the_qwen3_next_preset_is_its_config_json():
     import dataclasses
 
-    from supercluster.models import from_hf_config, load_model
+    from supercluster.formats.hf import from_hf_config
+    from supercluster.formats.load import load_model
     from test_hybrid import QWEN3_NEXT_HF
 
     a, b = from_hf_config(QWEN3_NEXT_HF), load_model("qwen3-next-80b-a3b")

@@ -16,10 +16,11 @@ import typer
 from rich.console import Console
 
 from .errors import InputError
-from .framework import DEFAULT_FRAMEWORK
-from .hardware import get_gpu, gpu_catalog, system_catalog
-from .layout import Layout
-from .models import load_model, model_catalog
+from .formats.load import load_model
+from .hardware.specs import get_gpu, gpu_catalog, system_catalog
+from .models.catalog import model_catalog
+from .parallelism.framework import DEFAULT_FRAMEWORK
+from .parallelism.layout import Layout
 
 
 class _Lazy:
@@ -34,12 +35,12 @@ class _Lazy:
         return getattr(importlib.import_module(self._name, __package__), attr)
 
 
-reports = _Lazy(".reports")
-_estimate = _Lazy(".estimate")
-_validate = _Lazy(".validate")
-_evidence = _Lazy(".evidence")
-_sensitivity = _Lazy(".sensitivity")
-plots = _Lazy(".plots")
+reports = _Lazy(".reports.tables")
+_estimate = _Lazy(".job")
+_validate = _Lazy(".validation.validate")
+_evidence = _Lazy(".validation.evidence")
+_sensitivity = _Lazy(".planner.sensitivity")
+plots = _Lazy(".reports.plots")
 
 OBJECTIVE_HELP = "time | cost | energy (cost and energy may use fewer GPUs of the cluster)"
 
@@ -152,7 +153,7 @@ def catalog(kind: Annotated[CatalogKind, typer.Argument(help="what to list")] = 
             con.print(t)
         return
     if kind.value == "frameworks":
-        from .framework import framework_catalog
+        from .parallelism.framework import framework_catalog
 
         fws = framework_catalog()
         if as_json:
@@ -171,8 +172,8 @@ def catalog(kind: Annotated[CatalogKind, typer.Argument(help="what to list")] = 
 def _megatron_script(config: str) -> dict[str, Any] | None:
     """The flags of ``config`` when it is a Megatron-LM arguments file (None otherwise, or when it
     cannot be read: load_layout then names the problem)."""
-    from . import megatron_args
-    from .launchers import detect_format
+    from .formats import megatron_args
+    from .formats.launchers import detect_format
 
     path = Path(config)
     if not path.is_file() or detect_format(path) != "megatron":
@@ -186,8 +187,8 @@ def _megatron_script(config: str) -> dict[str, Any] | None:
 def _config_framework(config: str, script: dict[str, Any] | None) -> Any:
     """The framework a launcher config describes: Megatron-LM as a script's flags set it, torchtitan
     (compiled where the job config says so) for a job TOML, DeepSpeed for a DeepSpeed JSON."""
-    from . import megatron_args
-    from .launchers import detect_format, torchtitan_compiles
+    from .formats import megatron_args
+    from .formats.launchers import detect_format, torchtitan_compiles
 
     path = Path(config)
     if script is not None:
@@ -280,8 +281,8 @@ def estimate(
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
     if config is not None:
-        from . import megatron_args
-        from .launchers import load_layout
+        from .formats import megatron_args
+        from .formats.launchers import load_layout
 
         # a Megatron-LM launch script names the model it builds and the behaviours its flags switch
         script = _megatron_script(config)
@@ -317,11 +318,11 @@ def estimate(
                             sensitivity, show_placement=placement)
         return
     if vpp is None and pp_layout is not None:
-        from .pplayout import chunks_per_rank
+        from .parallelism.pplayout import chunks_per_rank
 
         vpp = chunks_per_rank(pp_layout, pp)
     if vpp is None:
-        from .framework import get_framework
+        from .parallelism.framework import get_framework
 
         vpp = get_framework(framework).default_vpp(pp)
     if dp < 0:
@@ -433,9 +434,9 @@ def _planned_layout(model: str, gpu: str, gpus: int, framework: str, global_batc
     """The planner's fastest layout that fits, keeping the ``fixed`` settings the user gave (micro-batch,
     ZeRO stage, recompute and its modules, sequence parallelism; ``extra``, which it does not search,
     are set on its winner), announced on stderr; ``why``: the defaults' error."""
-    from .estimate import default_network
-    from .framework import get_framework
-    from .planner import plan
+    from .job import default_network
+    from .parallelism.framework import get_framework
+    from .planner.search import plan
 
     g = get_gpu(gpu)
     try:
@@ -459,8 +460,8 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
                         profile: str | None = None, fabric_options: dict[str, Any] | None = None,
                         rank_order: str = "tp-cp-ep-dp-pp", evidence: bool = True, plot: str | None = None,
                         sensitivity: bool = False, planned: bool = False, show_placement: bool = False) -> None:
-    from .estimate import default_network
-    from .framework import get_framework
+    from .job import default_network
+    from .parallelism.framework import get_framework
 
     m = load_model(model)
     g = get_gpu(gpu)
@@ -470,7 +471,7 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         raise InputError("sensitivity", "scales the catalog's rates and links; a --profile's measured "
                          "collectives have none to scale: drop --profile or --sensitivity")
     if profile is not None:
-        from .calibrate import load_profile
+        from .calibration.calibrate import load_profile
 
         prof = load_profile(profile)
         base = None if prof.kind == "cpu" else g
@@ -508,7 +509,7 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
                                                  "inner first; slowdown: a flow's NIC rate over its share of a "
                                                  "thin tier)"))
         else:
-            from .fabric import FabricNetwork
+            from .network.fabric import FabricNetwork
 
             _out().print("placement: " + ("every parallel group has one member; no traffic to place"
                                           if isinstance(net, FabricNetwork) else "a device profile prices measured "
@@ -550,10 +551,10 @@ def plan(
 ) -> None:
     """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
 
-    from .framework import get_framework
-    from .launchers import export as export_layout
-    from .launchers import export_framework
-    from .planner import plan as run_plan
+    from .formats.launchers import export as export_layout
+    from .formats.launchers import export_framework
+    from .parallelism.framework import get_framework
+    from .planner.search import plan as run_plan
 
     framework = export_framework(export, framework) if export else framework or CLI_FRAMEWORK
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
@@ -613,9 +614,9 @@ def compare(
     from rich.progress import track
     from rich.table import Table
 
-    from .framework import get_framework
-    from .planner import compare_gpus
-    from .sweep import parse_axis
+    from .parallelism.framework import get_framework
+    from .planner.search import compare_gpus
+    from .planner.sweep import parse_axis
 
     m, fw = load_model(model), get_framework(framework)
     kinds = [get_gpu(k) for k in parse_axis(gpu_types, str, "gpu_types")]
@@ -671,10 +672,10 @@ def report(
     """One job, one shareable report: plan, step, run with failures, network, other GPUs, figures."""
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from . import report as _report
-    from .framework import get_framework
-    from .run import RunOptions
-    from .sweep import parse_axis
+    from .parallelism.framework import get_framework
+    from .planner.sweep import parse_axis
+    from .reliability.run import RunOptions
+    from .reports import page as _report
 
     _report.check_out(out)
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
@@ -753,7 +754,7 @@ def validate(
 def _run_options(rates: str, trials: int, seed: int, asynchronous: bool, hot_spares: bool, elastic: bool,
                  storage_bw: float | None, interval_min: float | None, pue: float,
                  gpu_hour_usd: float | None) -> Any:
-    from .run import RunOptions
+    from .reliability.run import RunOptions
 
     return RunOptions(rates=rates, trials=trials, seed=seed, asynchronous=asynchronous, hot_spares=hot_spares,
                       elastic=elastic, storage_bytes_per_s=None if storage_bw is None else storage_bw * 1e9,
@@ -786,8 +787,8 @@ def _layout_arg(layout: str | None, gbs: int, seq: int, recompute: str, precisio
 
 def _analyse(model: str, gpu: str, gpus: int, framework: str, layout: Layout | None, global_batch: int,
              seq_len: int, opts: Any, **horizon: Any) -> dict[str, Any]:
-    from .framework import get_framework
-    from .run import analyse_run
+    from .parallelism.framework import get_framework
+    from .reliability.run import analyse_run
 
     r = analyse_run(load_model(model), get_gpu(gpu), gpus, framework=get_framework(framework), layout=layout,
                     global_batch=global_batch, seq_len=seq_len, options=opts, **horizon)
@@ -837,7 +838,7 @@ def train(
     plot: PlotOpt = None,
 ) -> None:
     """Time to train a token budget: days, GPU-hours, MWh, dollars and the run's entropy ledger."""
-    from .run import compute_optimal_for_deadline
+    from .reliability.run import compute_optimal_for_deadline
 
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     g = get_gpu(gpu)
@@ -880,8 +881,8 @@ def scale(
     from rich.progress import track
     from rich.table import Table
 
-    from .framework import get_framework
-    from .run import RunOptions, scale_table
+    from .parallelism.framework import get_framework
+    from .reliability.run import RunOptions, scale_table
 
     if max_gpus < 1:
         raise InputError("max_gpus", f"must be a positive integer, got {max_gpus}")
@@ -944,8 +945,8 @@ def sweep(
     line is the JSON count of scenarios."""
     from rich.progress import Progress
 
-    from .framework import get_framework
-    from .sweep import SweepGrid, best_per_cell, parse_axis, print_progress_line, run_sweep
+    from .parallelism.framework import get_framework
+    from .planner.sweep import SweepGrid, best_per_cell, parse_axis, print_progress_line, run_sweep
 
     get_framework(framework)
     grid = SweepGrid(model=parse_axis(models, str, "models"), gpu=parse_axis(gpu_types, str, "gpu-types"),
@@ -999,7 +1000,7 @@ def calibrate(
 
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from . import calibrate as cal
+    from .calibration import calibrate as cal
 
     if gpu is not None:
         if not nccl_tests:
@@ -1061,9 +1062,9 @@ def verify(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Train a small GPT for real on local processes; compare its median step with the prediction."""
-    from .calibrate import load_profile
-    from .verify import VerifyConfig
-    from .verify import verify as run_verify
+    from .calibration.calibrate import load_profile
+    from .calibration.verify import VerifyConfig
+    from .calibration.verify import verify as run_verify
 
     prof = load_profile(profile)
     if dp == 0:
@@ -1116,10 +1117,10 @@ def simulate(
     plot: PlotOpt = None,
 ) -> None:
     """Lay one step out on the pipeline schedule: when each stage computes, sends and idles."""
-    from .estimate import default_network
-    from .framework import get_framework
-    from .planner import plan
-    from .simulate import simulate as run_sim
+    from .job import default_network
+    from .parallelism.framework import get_framework
+    from .planner.search import plan
+    from .simulation.timeline import simulate as run_sim
 
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
     if pp_layout is not None and not layout:
@@ -1178,8 +1179,8 @@ def fabric(
         raise InputError("plot", "draws the options side by side: use it with --compare")
     from rich.table import Table
 
-    from .fabric import build_fabric, compare_options, fabric_summary
-    from .hardware import get_system
+    from .hardware.specs import get_system
+    from .network.fabric import build_fabric, compare_options, fabric_summary
 
     g = get_gpu(gpu)
     system = get_system(g.system)

@@ -12,12 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supercluster import launchers
 from supercluster.errors import InputError
-from supercluster.framework import get_framework
-from supercluster.layout import Layout
-from supercluster.megatron_args import framework_from_args, model_args, model_from_args, parse_args
-from supercluster.models import from_hf_config, load_model
+from supercluster.formats import launchers
+from supercluster.formats.hf import from_hf_config
+from supercluster.formats.load import load_model
+from supercluster.formats.megatron_args import framework_from_args, model_args, model_from_args, parse_args
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.layout import Layout
 
 HF_BASES = [
     {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -144,7 +145,7 @@ PROFILE_FIGURES = [("memory", "bytes_per_s"), ("memory", "op_overhead_s"), ("gem
 
 @pytest.fixture(scope="module")
 def good_profile(tmp_path_factory) -> str:
-    from supercluster.calibrate import Profile
+    from supercluster.calibration.calibrate import Profile
 
     p = Profile(device="x", kind="cuda", threads=0, memory_bytes=80e9, gemm={"bf16": {"rate_flops_per_s": 7e14,
                 "overhead_s": 0.0}}, memory_bytes_per_s=2.8e12, op_overhead_s=0.0,
@@ -155,9 +156,9 @@ def good_profile(tmp_path_factory) -> str:
 @settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(PROFILE_FIGURES), ODD)
 def test_any_profile_figure_loads_sanely_or_names_its_field(good_profile, tmp_path, figure, value):
-    from supercluster.calibrate import load_profile
-    from supercluster.estimate import estimate
-    from supercluster.hardware import get_gpu
+    from supercluster.calibration.calibrate import load_profile
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import estimate
 
     section, key = figure
     lines, current, out = good_profile.splitlines(), "", []

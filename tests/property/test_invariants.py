@@ -8,11 +8,13 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from supercluster.estimate import default_network
-from supercluster.framework import get_framework
-from supercluster.hardware import get_gpu
-from supercluster.models import ModelSpec, from_hf_config, hybrid_counts, load_model
-from supercluster.network import TwoLevelNetwork
+from supercluster.formats.hf import from_hf_config
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network
+from supercluster.models.spec import ModelSpec, hybrid_counts
+from supercluster.network.twolevel import TwoLevelNetwork
+from supercluster.parallelism.framework import get_framework
 from supercluster.perf.step import LEDGER, step_columns
 
 MODEL = load_model("llama3-70b")
@@ -153,7 +155,7 @@ def test_torchtitan_pp_memory_exception_is_exactly_the_gathered_stage():
 
 # ---- goodput ------------------------------------------------------------------------------------
 from supercluster.errors import InputError  # noqa: E402
-from supercluster.goodput import RunSpec, expected_ettr, simulate  # noqa: E402
+from supercluster.reliability.goodput import RunSpec, expected_ettr, simulate  # noqa: E402
 
 
 @st.composite
@@ -191,8 +193,8 @@ def test_more_failures_never_raise_ettr(spec, factor):
 def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw, ga):
     """The simulated pipeline schedule reproduces the ledger's step for any legal 1F1B or interleaved
     layout (micro-batches a multiple of pp when interleaved, as Megatron-Core requires)."""
-    from supercluster.layout import Layout
-    from supercluster.simulate import simulate
+    from supercluster.parallelism.layout import Layout
+    from supercluster.simulation.timeline import simulate
 
     vpp = vpp if pp > 1 and fw.interleaved_pipeline else 1
     m = pp * accum if vpp > 1 else accum
@@ -216,8 +218,8 @@ def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw,
        st.sampled_from(["megatron", "nemo-megatron", "torchtitan", "deepspeed", "hai-llm", "automodel"]))
 def test_the_planner_returns_only_layouts_its_framework_runs(model_key, gpus, gbs, fw_key):
     from supercluster.errors import InputError
-    from supercluster.estimate import estimate
-    from supercluster.planner import plan
+    from supercluster.job import estimate
+    from supercluster.planner.search import plan
 
     model, fw = load_model(model_key), get_framework(fw_key)
     try:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import require
-from ..framework import Framework
-from ..layout import Layout
-from ..models import ModelSpec
+from ..models.spec import ModelSpec
+from ..parallelism.framework import Framework
+from ..parallelism.layout import Layout
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
@@ -92,7 +92,7 @@ def group_shapes(order: str, tp: np.ndarray, cp: np.ndarray, dp: np.ndarray, pp:
     ``ep`` (within dp x cp, or over TP ranks first where expert TP < TP: MoE parallel folding),
     ``dp`` (the dense weights' data-parallel group, dp x cp), ``edp`` (the experts' data-parallel
     group, TP x CP x DP / (EP x expert TP)) and ``pp``. The cost model prices every collective on
-    these; :meth:`supercluster.fabric.FabricNetwork.placement` says where their traffic goes."""
+    these; :meth:`supercluster.network.fabric.FabricNetwork.placement` says where their traffic goes."""
     stride = rank_strides(order, tp, cp, dp, pp)
     s_tp, s_dpcp = stride["tp"], stride["dpcp"]
     return {"tp": (tp, s_tp), "cp": (cp, stride["cp"]),

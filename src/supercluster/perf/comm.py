@@ -1,5 +1,5 @@
 """Stage 3 of the step: the collectives of one layer per micro-batch, and what of them the
-compute beside them hides. Collectives go through the :class:`~supercluster.network.Network`
+compute beside them hides. Collectives go through the :class:`~supercluster.network.twolevel.Network`
 interface (the two-level model, a sized fabric, or a device profile's measurements).
 
 * TP: attention and a dense MLP each all-gather / reduce-scatter (sequence parallelism) or
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..framework import Framework
-from ..models import ModelSpec
-from ..network import Network, TokenDispatch
+from ..models.spec import ModelSpec
+from ..network.twolevel import Network, TokenDispatch
+from ..parallelism.framework import Framework
 from .columns import Rows
 from .compute import LayerWork
 

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import require
-from ..framework import (
+from ..hardware.specs import GpuSpec
+from ..models.spec import GATED, ModelSpec
+from ..parallelism.framework import (
     AttentionEfficiency,
     Framework,
     attention_efficiency,
@@ -36,8 +38,6 @@ from ..framework import (
     hbm_frac,
     quantize_bytes_per_element,
 )
-from ..hardware import GpuSpec
-from ..models import GATED, ModelSpec
 from .columns import Rows
 
 #: Kernels per transformer layer per micro-batch (forward, backward), counted in a Megatron /

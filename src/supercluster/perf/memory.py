@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..framework import Framework
-from ..models import GATED, ModelSpec
+from ..models.spec import GATED, ModelSpec
+from ..parallelism.framework import Framework
 from ..units import GiB
 from .columns import Rows
 from .compute import mean_mlp_width, mlp_widths

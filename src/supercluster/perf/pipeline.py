@@ -3,7 +3,7 @@
 * A stage's work per micro-batch: its layers (forward, backward, recompute, exposed TP / CP / EP
   traffic), on the last stage the head and loss, and each multi-token-prediction module. Where its
   layers sit follows the framework's split (even, torchtitan's "middle", or Megatron-Core's with the
-  embedding and the loss counted as layers) or an explicit layout (:mod:`supercluster.pplayout`).
+  embedding and the loss counted as layers) or an explicit layout (:mod:`supercluster.parallelism.pplayout`).
 * Pipeline bubble: (p - 1) / v micro-batch slots of the slowest stage per schedule (Narayanan et
   al. 2021); DualPipe's from the DeepSeek-V3 report (Table 2); uneven interleaved chunks from the
   schedule's longest path (:func:`uneven_interleaving`).
@@ -18,45 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import pplayout
-from ..errors import require
-from ..framework import Framework
-from ..models import ModelSpec
-from ..network import Network
-from ..schedule import chunk_durations, makespan, makespan_bound
+from ..models.spec import ModelSpec
+from ..network.twolevel import Network
+from ..parallelism import pplayout
+from ..parallelism.framework import Framework
+from ..parallelism.pplayout import chunk_layers
+from ..parallelism.schedule import chunk_durations, makespan, makespan_bound
 from .columns import Rows
 from .comm import CommTimes
 from .compute import LayerWork
-
-
-def chunk_layers(num_layers: int, pp: int, vpp: int, counts_head: bool = False,
-                 split: str = "even") -> list[list[int]]:
-    """Transformer layers on each (stage, chunk); chunk c of stage s is virtual stage c pp + s.
-
-    ``split`` "even": the L (or L + 2, where the embedding and the loss take a layer's slot each)
-    slots spread evenly in model order, the earlier chunks taking the remainder. "middle"
-    (torchtitan's generate_split_points): the first chunk takes floor(L / (pp vpp)), each middle
-    chunk one more while the remainder lasts, the last chunk what is left."""
-    n = pp * vpp
-    if split == "middle":
-        base, extra = divmod(num_layers, n)
-        per = [base] * n
-        for k in range(1, n - 1):
-            if extra == 0:
-                break
-            per[k] += 1
-            extra -= 1
-        per[-1] += extra
-    else:
-        slots = num_layers + (2 if counts_head else 0)
-        base, rem = divmod(slots, n)
-        per = [base + (1 if k < rem else 0) for k in range(n)]
-        if counts_head:
-            per[0] -= 1
-            per[-1] -= 1
-    require(min(per) >= 0 and (split != "middle" or min(per) >= 1), "pp",
-            f"pp x vpp = {pp} x {vpp} leaves a chunk without a layer")
-    return [[per[c * pp + s] for c in range(vpp)] for s in range(pp)]
 
 
 def chunk_work(model: ModelSpec, fw: Framework, pp: int, vpp: int, stages: list[str] | None = None,
@@ -123,7 +93,7 @@ def uneven_interleaving(model: ModelSpec, fw: Framework, stages: list[str] | Non
     head, and an equal share of the exposed sends), and what the makespan adds over m stage-times
     and the sends is the bubble (or, where the sends overlap the fill, less send time).
 
-    ``bound``: price those rows by :func:`supercluster.schedule.makespan_bound` instead, a lower
+    ``bound``: price those rows by :func:`supercluster.parallelism.schedule.makespan_bound` instead, a lower
     bound of the longest path that costs no walk (the planner walks only the rows that can win)."""
     shape = np.broadcast(t_stage, pp, m, vpp).shape
     pp, vpp, m, t_stage, bubble, pp_x = (np.broadcast_to(np.asarray(x, dtype=float), shape).copy()

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import pplayout
 from ..errors import require
-from ..framework import Framework, straggler_waste_frac
-from ..hardware import GpuSpec
-from ..layout import Layout
-from ..models import ModelSpec
-from ..network import Network
+from ..hardware.specs import GpuSpec
+from ..models.spec import ModelSpec
+from ..network.twolevel import Network
+from ..parallelism import pplayout
+from ..parallelism.framework import Framework, straggler_waste_frac
+from ..parallelism.layout import Layout
 from .columns import DEFAULT_RANK_ORDER, Rows, layout_columns, read_rows
 from .comm import CommTimes, layer_comm
 from .compute import LayerWork, Rates, layer_work, rates
@@ -53,11 +53,11 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ``cols`` holds the integer columns of :data:`~.columns.COLUMNS`; ``recompute`` uses
     :data:`~.columns.RECOMPUTE_CODE`, ``sp`` is 0/1 and ``lowp`` uses :data:`~.columns.LOWP_CODE`.
     Assumes rows already validated. ``stages``, the virtual stages of an explicit pipeline layout
-    (:func:`supercluster.pplayout.parse`), replaces the framework's split for every row (all rows then
+    (:func:`supercluster.parallelism.pplayout.parse`), replaces the framework's split for every row (all rows then
     share its pp and vpp).
 
     Where the chunks of an interleaved schedule differ (the "middle" split, an explicit layout),
-    the schedule's longest path (:func:`supercluster.schedule.makespan`) prices the pipeline, and the
+    the schedule's longest path (:func:`supercluster.parallelism.schedule.makespan`) prices the pipeline, and the
     column ``pipeline_by_chunks`` is 1 on those rows: the timeline then lays out each chunk's own work.
     With ``schedule_bound`` those rows get a lower bound of that path instead (no walk; every other
     column is exact): the planner's first pass, which then prices exactly the rows that can matter.

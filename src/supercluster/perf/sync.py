@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..framework import Framework, host_op_launch_s, host_view_op_s
-from ..models import ModelSpec
-from ..network import Network
+from ..models.spec import ModelSpec
+from ..network.twolevel import Network
+from ..parallelism.framework import Framework, host_op_launch_s, host_view_op_s
 from .columns import Rows
 from .comm import CommTimes
 from .compute import LayerWork

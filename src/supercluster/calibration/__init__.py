@@ -1,0 +1,1 @@
+"""Calibrate on the machine at hand and verify against real training steps."""

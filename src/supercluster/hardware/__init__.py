@@ -1,0 +1,1 @@
+"""GPUs and systems (data/gpus.toml, data/systems.toml), each figure with its source."""

@@ -1,0 +1,1 @@
+"""Model architectures: the schema (ModelSpec) and the preset catalog."""

@@ -1,0 +1,440 @@
+"""Framework behaviour profiles (``data/frameworks.toml``) and kernel efficiencies (``data/kernels.toml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._toml import check_keys, load_package_toml
+from ..errors import InputError, require
+
+if TYPE_CHECKING:
+    from .layout import Layout
+
+ALIASES = {
+    "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
+    "nemo": "nemo-megatron", "nemo2": "nemo-megatron", "nemo-megatron": "nemo-megatron",
+    "megatron-bridge": "nemo-megatron",  # NeMo's Megatron-Core training library (same recipes)
+    "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed",
+    "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
+    "deepseek": "hai-llm", "dualpipe": "hai-llm", "hai": "hai-llm",
+}
+#: The one default everywhere (the Python API, every command, validate's reading of an unknown framework):
+#: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge: sequence parallelism and
+#: TP overlap with TP > 1, distributed optimizer). ``megatron`` is Megatron-LM's bare argument defaults
+#: (no SP), with which the Llama 3 405B layout on 16,384 H100 needs 199 GiB per 80 GiB GPU.
+DEFAULT_FRAMEWORK = "nemo-megatron"
+
+#: how a benchmark's router assigns tokens to experts: "random" = each token's top-k experts drawn
+#: uniformly (a balanced learned router; Megatron-Core --moe-router-force-load-balancing draws random
+#: logits); "round-robin" = token i of a micro-batch goes to experts i k ... i k + k - 1 (mod E)
+#: (NeMo AutoModel's FakeBalancedGate, its benchmark configs' fake_balanced_gate: true)
+ROUTERS = ("random", "round-robin")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Framework:
+    """What a framework overlaps, shards and runs by default."""
+
+    key: str
+    sequence_parallel: bool
+    tp_comm_overlap: bool
+    dp_overlap: bool
+    pp_overlap: bool
+    ep_overlap: bool
+    attention: str
+    grad_bytes: float
+    grad_reduce_bytes: float
+    zero3_gathers_per_layer: int
+    zero3_prefetch: bool
+    zero3_regather_on_recompute: bool
+    default_recompute: str
+    default_zero_stage: int
+    doc: str
+    dropout: bool = False
+    pp_scatter_gather: bool = False
+    selective_recompute: str = "attention"
+    elementwise: str = "fused"
+    context_parallel: bool = True
+    #: the framework can shard layers over GPUs (tensor parallelism) / split them into pipeline stages;
+    #: the planner searches TP / PP only then, and an estimate with tp or pp > 1 is refused otherwise
+    tensor_parallel: bool = True
+    pipeline_parallel: bool = True
+    #: the pipeline can interleave virtual stages (vpp > 1: Megatron's interleaved 1F1B, torchtitan's
+    #: Interleaved1F1B); DeepSpeed's PipelineEngine runs plain 1F1B over contiguous stages
+    interleaved_pipeline: bool = True
+    #: how many micro-batches an interleaved schedule (vpp > 1) takes: "pp_multiple" = a multiple of pp
+    #: (Megatron-Core forward_backward_pipelining_with_interleaving: microbatch_group_size_per_vp_stage
+    #: defaults to pp and must lie in [pp, M], and a last group smaller than pp is refused; Megatron-LM before
+    #: it raised "number of microbatches is not divisible by pipeline-model-parallel-size"); "rounds" =
+    #: torch.distributed.pipelining's Interleaved1F1B: a multiple of its rounds, max(1, M // pp)
+    interleave_microbatches: str = "pp_multiple"
+    #: an MoE model with tp > 1 needs sequence parallelism (Megatron-LM arguments.py: "When using MoE and
+    #: tensor parallelism, sequence parallelism must be used"; Megatron-Core ModelParallelConfig refuses
+    #: EP and TP without it): a layout that leaves it unsaid gets it, one that turns it off is refused
+    moe_tp_needs_sp: bool = False
+    era_of: str = ""
+    #: gradient reduce-scatters per layer and pass under ZeRO-3 / FSDP; 0 = as many as the gathers
+    zero3_reduces_per_layer: int = 0
+    until_year: int = 0
+    pp_split_counts_head: bool = False
+    #: how the layers are cut into pipeline chunks: "even" = ceil(L / (pp vpp)) on the heaviest chunk
+    #: (Megatron: L divisible, or the remainder spread over the first chunks); "middle" = torchtitan's
+    #: generate_split_points: the first and the last chunk take floor(L / (pp vpp)) layers, the middle
+    #: chunks one more each until the remainder is used, the last chunk whatever is left
+    pp_split: str = "even"
+    fp8_param_gather: bool = False
+    #: EP overlap limited by the compute it runs under (Megatron-Core); False with ep_overlap = the
+    #: framework's documentation says the all-to-all is fully hidden (DeepSeek's DualPipe)
+    ep_overlap_bounded: bool = False
+    #: the MoE dispatcher sends a token once to each scale-up domain holding any of its experts and
+    #: forwards it there over the scale-up links (DeepEP's internode kernels, Megatron-Core
+    #: --moe-token-dispatcher-type flex --moe-enable-deepep; DeepSeek-V3 report sec. 3.2.2): the
+    #: cross-domain all-to-all bytes shrink by :func:`supercluster.network.twolevel.node_dedup_factor`
+    ep_node_dedup: bool = False
+    #: how the run's router spreads tokens over the experts (:data:`ROUTERS`):
+    #: "random" (a balanced router) or "round-robin" (a benchmark's fixed gate, the "+round-robin-gate"
+    #: option); it decides how many ranks and nodes DeepEP's dispatch reaches per token
+    moe_router: str = "random"
+    #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
+    #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
+    #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
+    #: torchtitan): one all-gather of K/V hidden only under the first block, the K/V gradients
+    #: passed around the ring in fp32, partial outputs merged in fp32 by eager ops
+    cp_rotate: str = "p2p"
+    #: the pipeline schedule: "1f1b" (1F1B, or Megatron's interleaved 1F1B with vpp > 1) or "dualpipe"
+    #: (DeepSeek-V3 report sec. 3.2.1, deepseek-ai/DualPipe: micro-batches fed from both ends, each rank
+    #: holding two stages, forward and backward chunks overlapped pairwise); DualPipe needs an even pp
+    #: and an even number of micro-batches, at least 2 pp (the reference implementation's asserts)
+    pipeline_schedule: str = "1f1b"
+    #: K/V reach the attention kernel repeated to every query head (the model code calls repeat_kv
+    #: before SDPA), so context parallelism moves a/tp heads instead of the kv heads
+    cp_kv_repeated: bool = False
+    #: HBM bytes each ZeRO-3 parameter gather moves per gathered byte besides the collective
+    #: (copies the framework and PyTorch make around it)
+    zero3_gather_copy_bytes: float = 0.0
+    #: ZeRO-3 gathers and reduce-scatters go through PyTorch's list-form collectives, one tensor view per
+    #: rank, which copy each rank's slice with its own launch: the host pays one op launch per rank per call
+    zero3_list_collectives: bool = False
+    #: tensor view ops the framework's Python loop builds per data-parallel rank before each ZeRO-3
+    #: gather / reduce-scatter call (DeepSpeed before v0.4: one ``narrow`` per rank in _allgather_param;
+    #: ``grad.view(-1).narrow`` per rank in _reduce_scatter_gradient); each costs kernels.toml [host]
+    #: view_op_s on the host, exposed like the launches
+    zero3_gather_views_per_rank: int = 0
+    zero3_reduce_views_per_rank: int = 0
+    #: with pipeline parallelism, FSDP keeps each stage's parameters gathered for the whole step and
+    #: accumulates unsharded gradients (in the reduce dtype) over the micro-batches, reducing them
+    #: once at the last: one gather and one reduce-scatter per step instead of per micro-batch
+    fsdp_pp_unsharded: bool = False
+    #: ZeRO-3 / FSDP frees each layer's gathered parameters after its forward and gathers them again
+    #: for its backward (FSDP2 reshard_after_forward=True, the default); False keeps them gathered from
+    #: the forward to the backward: one gather per layer and micro-batch, the stage's weights whole
+    zero3_reshard_after_forward: bool = True
+    #: where a run does not state its micro-batch size, the framework splits each DP rank's batch into
+    #: this many micro-batches per pipeline stage it runs (pp x vpp in all); 0 = micro-batch 1
+    pp_microbatches_per_stage: int = 0
+    #: optimizer-state bytes per parameter in 16-bit training: an fp32 master copy and Adam's fp32 m and
+    #: v (12, the mixed-precision default); 4 where the 16-bit parameters are the master and Adam keeps
+    #: its states in their dtype (torch.optim.Adam: zeros_like(param))
+    optimizer_bytes_per_param: float = 12.0
+    #: peak bytes per logit the loss holds (default: fp32 logits and their fp32 gradient)
+    loss_bytes_per_logit: float = 8.0
+    #: the same where the framework compiles its loss under torch.compile (the "+compile" option);
+    #: 0 = compiling leaves the loss as it is
+    compiled_loss_bytes_per_logit: float = 0.0
+
+    @property
+    def family(self) -> str:
+        """The framework this profile describes, whatever its era or options
+        (``torchtitan-2024+compile`` -> ``torchtitan``)."""
+        return self.era_of or _split_suffixes(self.key)[0]
+
+    @property
+    def extra_pp_layers(self) -> int:
+        """Pipeline slots the framework fills with the embedding and the loss (0 or 2)."""
+        return 2 if self.pp_split_counts_head else 0
+
+    def check_parallelism(self, tp: int, pp: int, cp: int, vpp: int = 1) -> None:
+        """Refuse a parallel degree above 1 that the framework does not have, naming the field."""
+        for field, degree, has, what in (("tp", tp, self.tensor_parallel, "tensor parallelism"),
+                                         ("pp", pp, self.pipeline_parallel, "pipeline parallelism"),
+                                         ("cp", cp, self.context_parallel, "context parallelism"),
+                                         ("vpp", vpp, self.interleaved_pipeline, "interleaved pipeline schedule")):
+            if degree > 1 and not has:
+                raise InputError(field, f"framework {self.key} has no {what}; {field} must be 1, got {degree}")
+
+    def check_schedule(self, pp: int, microbatches: int, vpp: int = 1) -> None:
+        """Refuse a pipeline the framework's schedule cannot run, naming the field (DualPipe: an even pp,
+        and an even number of micro-batches of at least 2 pp; interleaving: :attr:`interleave_microbatches`)."""
+        if pp > 1 and vpp > 1 and not bool(self.interleave_ok(np.int64(pp), np.int64(microbatches))):
+            rule = (f"a multiple of the {max(1, microbatches // pp)} rounds of {pp}"
+                    if self.interleave_microbatches == "rounds" else f"a multiple of pp = {pp}")
+            raise InputError("global_batch", f"framework {self.key}'s interleaved schedule (vpp = {vpp}) needs the "
+                             f"micro-batches per data-parallel rank to be {rule}; got {microbatches} (global "
+                             "batch / (dp x micro-batch x grad-accum)); give vpp 1, or change the global batch, "
+                             "dp or the micro-batch")
+        if self.pipeline_schedule != "dualpipe" or pp <= 1:
+            return
+        require(pp % 2 == 0, "pp", f"framework {self.key} runs DualPipe, which needs an even pipeline degree; "
+                                   f"got {pp}")
+        require(microbatches % 2 == 0 and microbatches >= 2 * pp, "global_batch",
+                f"framework {self.key} runs DualPipe, which needs an even number of micro-batches per "
+                f"data-parallel rank, at least 2 x pp = {2 * pp}; got {microbatches} (global batch / (dp x "
+                "micro-batch))")
+
+    def runnable(self, layout: Layout, moe: bool) -> Layout:
+        """``layout`` as this framework runs it, or an error naming the field it cannot run: its parallel
+        degrees, its pipeline schedule's micro-batches, and sequence parallelism set where required."""
+        self.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
+        self.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
+        sp = self.sequence_parallel_for(moe, layout.tp, layout.sequence_parallel)
+        return replace(layout, sequence_parallel=sp) if layout.sequence_parallel is None and \
+            sp != self.sequence_parallel else layout
+
+    def sequence_parallel_for(self, moe: bool, tp: int, sequence_parallel: bool | None) -> bool:
+        """Sequence parallelism as the run has it: the layout's, else the framework's default, and on where
+        the framework requires it (:attr:`moe_tp_needs_sp`); refuses turning it off there."""
+        needed = self.moe_tp_needs_sp and moe and tp > 1
+        if sequence_parallel is False and needed:
+            raise InputError("sequence_parallel", f"framework {self.key} needs sequence parallelism for an MoE "
+                             f"model with tp > 1 (tp = {tp}), as Megatron-LM refuses MoE with tensor parallelism "
+                             "without --sequence-parallel; turn it on or use tp 1")
+        return bool(self.sequence_parallel or needed) if sequence_parallel is None else sequence_parallel
+
+    def sequence_parallel_ok(self, moe: bool, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+        """Which rows keep sequence parallelism where the framework requires it (the vectorised
+        :meth:`sequence_parallel_for`, for the planner)."""
+        return (sp > 0) | (tp <= 1) | (not (self.moe_tp_needs_sp and moe))
+
+    def interleave_ok(self, pp: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
+        """Whether an interleaved schedule over ``pp`` stages runs ``microbatches`` (see
+        :attr:`interleave_microbatches`)."""
+        if self.interleave_microbatches == "rounds":
+            return microbatches % np.maximum(1, microbatches // pp) == 0
+        return microbatches % pp == 0
+
+    def schedule_ok(self, pp: np.ndarray, microbatches: np.ndarray, vpp: np.ndarray | None = None) -> np.ndarray:
+        """Which rows the schedule can run (the vectorised :meth:`check_schedule`, for the planner)."""
+        ok = np.ones(np.shape(pp), dtype=bool)
+        if vpp is not None:
+            ok &= (vpp <= 1) | (pp <= 1) | self.interleave_ok(pp, microbatches)
+        if self.pipeline_schedule != "dualpipe":
+            return ok
+        return ok & ((pp <= 1) | ((pp % 2 == 0) & (microbatches % 2 == 0) & (microbatches >= 2 * pp)))
+
+    def default_vpp(self, pp: int) -> int:
+        """Interleaved chunks per stage when a user gives none: 4 where the pipeline interleaves."""
+        return 4 if pp > 1 and self.interleaved_pipeline else 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionEfficiency:
+    fwd_frac: float
+    bwd_frac: float
+    source: str
+
+
+_FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
+            "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
+            "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
+_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
+                "until_year", "pp_split_counts_head", "pp_split",
+                "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "moe_router", "cp_rotate", "cp_kv_repeated",
+                "pipeline_schedule",
+                "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "zero3_list_collectives", "fsdp_pp_unsharded",
+                "zero3_reshard_after_forward",
+                "zero3_gather_views_per_rank", "zero3_reduce_views_per_rank",
+                "tensor_parallel", "pipeline_parallel", "interleaved_pipeline", "interleave_microbatches",
+                "moe_tp_needs_sp",
+                "pp_microbatches_per_stage", "loss_bytes_per_logit", "optimizer_bytes_per_param",
+                "compiled_loss_bytes_per_logit"}
+
+
+@cache
+def framework_catalog() -> dict[str, Framework]:
+    out = {}
+    for key, t in load_package_toml("frameworks.toml").items():
+        check_keys(f"framework {key}", t, _FW_KEYS, _FW_OPTIONAL)
+        if t.get("selective_recompute", "attention") not in ("attention", "op"):
+            raise InputError(f"framework {key}.selective_recompute", "must be 'attention' or 'op'")
+        if t.get("elementwise", "fused") not in ("fused", "eager"):
+            raise InputError(f"framework {key}.elementwise", "must be 'fused' or 'eager'")
+        if t.get("cp_rotate", "p2p") not in ("p2p", "allgather"):
+            raise InputError(f"framework {key}.cp_rotate", "must be 'p2p' or 'allgather'")
+        if t.get("moe_router", "random") not in ROUTERS:
+            raise InputError(f"framework {key}.moe_router", f"must be one of {', '.join(ROUTERS)}")
+        if t.get("pipeline_schedule", "1f1b") not in ("1f1b", "dualpipe"):
+            raise InputError(f"framework {key}.pipeline_schedule", "must be '1f1b' or 'dualpipe'")
+        if t.get("pipeline_schedule") == "dualpipe" and t.get("interleaved_pipeline", True):
+            raise InputError(f"framework {key}.interleaved_pipeline", "DualPipe has no interleaving: set false")
+        if t.get("interleave_microbatches", "pp_multiple") not in ("pp_multiple", "rounds"):
+            raise InputError(f"framework {key}.interleave_microbatches", "must be 'pp_multiple' or 'rounds'")
+        if t.get("pp_split", "even") not in ("even", "middle"):
+            raise InputError(f"framework {key}.pp_split", "must be 'even' or 'middle'")
+        if t.get("pp_split", "even") == "middle" and t.get("pp_split_counts_head", False):
+            raise InputError(f"framework {key}.pp_split", "'middle' does not combine with pp_split_counts_head")
+        out[key] = Framework(key=key, **t)
+    return out
+
+
+COMPILE_SUFFIX = "+compile"
+#: Megatron-Core --overlap-moe-expert-parallel-comm (Megatron-Bridge moe_a2a_overlap; Megatron-Core
+#: MoE README, v0.14: "batch-level overlapping to hide EP-A2A communication"): the EP all-to-all of
+#: one micro-batch runs under the compute of another.
+EP_OVERLAP_SUFFIX = "+ep-overlap"
+#: the pipeline split counts the embedding and the output head (with the loss) as one layer each, so
+#: the first and last stages hold one layer fewer: Megatron-Core --account-for-embedding-in-pipeline-split
+#: and --account-for-loss-in-pipeline-split, Megatron-DeepSpeed --pp-partition-method
+#: 'type:transformer|embedding' (BigScience tr11 README: "pp rank 0: [embed | 5 transformer blocks]")
+EMBED_SPLIT_SUFFIX = "+embedding-split"
+#: DeepEP's dispatcher (see :attr:`Framework.ep_node_dedup`)
+DEEPEP_SUFFIX = "+deepep"
+#: the run routes with a fixed round-robin gate instead of its learned router: token i of a micro-batch
+#: to experts i k ... i k + k - 1 (mod E). NeMo AutoModel's FakeBalancedGate (nemo_automodel
+#: components/moe/layers.py; every benchmark config sets fake_balanced_gate: true, and its performance
+#: summary notes "Fake balanced gate is enabled to simulate ideal expert routing").
+ROUND_ROBIN_SUFFIX = "+round-robin-gate"
+SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX, ROUND_ROBIN_SUFFIX)
+
+
+def _split_suffixes(name: str) -> tuple[str, list[str]]:
+    """``"torchtitan+compile+ep-overlap"`` -> ``("torchtitan", [suffixes])``, in any order."""
+    base, mods = name.strip().lower(), []
+    while found := next((x for x in SUFFIXES if base.endswith(x)), None):
+        mods.append(found)
+        base = base.removesuffix(found)
+    return base, mods
+
+
+def get_framework(name: str) -> Framework:
+    """A framework profile by name or alias; :class:`InputError` lists the known ones.
+
+    A ``+compile`` suffix (e.g. ``torchtitan+compile``) is the profile run under torch.compile:
+    Inductor fuses the elementwise ops, so they are priced as fused kernels; ``+ep-overlap`` and
+    ``+embedding-split`` switch on those options (see :data:`EP_OVERLAP_SUFFIX`, :data:`EMBED_SPLIT_SUFFIX`).
+    """
+    cat = framework_catalog()
+    base, mods = _split_suffixes(name)
+    key = ALIASES.get(base, base)
+    if key not in cat:
+        raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))} "
+                                      f"(each also as <name>{', <name>'.join(SUFFIXES)})")
+    return _with_suffixes(cat[key], mods)
+
+
+def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
+    if COMPILE_SUFFIX in mods:
+        fw = replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused",
+                     loss_bytes_per_logit=fw.compiled_loss_bytes_per_logit or fw.loss_bytes_per_logit)
+    if EP_OVERLAP_SUFFIX in mods:
+        fw = replace(fw, key=fw.key + EP_OVERLAP_SUFFIX, ep_overlap=True, ep_overlap_bounded=True)
+    if DEEPEP_SUFFIX in mods:
+        fw = replace(fw, key=fw.key + DEEPEP_SUFFIX, ep_node_dedup=True)
+    if ROUND_ROBIN_SUFFIX in mods:
+        fw = replace(fw, key=fw.key + ROUND_ROBIN_SUFFIX, moe_router="round-robin")
+    if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
+        fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True, pp_split="even")
+    return fw
+
+
+#: First year in which training frameworks ran FlashAttention (Dao et al., May 2022; Megatron-LM
+#: --use-flash-attn, NeMo, DeepSpeed and PyTorch 2.0 SDPA all in 2023).
+FLASH_ATTENTION_YEAR = 2023
+
+
+def framework_of_year(fw: Framework, year: int | None) -> Framework:
+    """The profile of ``fw`` as it was in ``year``: a catalog entry with ``era_of = fw.key`` and
+    ``until_year >= year`` (the earliest such) describes the framework's behaviour back then; a
+    framework without one keeps its profile, but before :data:`FLASH_ATTENTION_YEAR` with the
+    unfused core attention every framework then ran."""
+    if year is None:
+        return fw
+    base, mods = _split_suffixes(fw.key)
+    # (an era profile with flash attention does not describe a run from before FlashAttention)
+    eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year
+                   and (year >= FLASH_ATTENTION_YEAR or f.attention == "unfused")), key=lambda f: f.until_year)
+    if eras:
+        return _with_suffixes(eras[0], mods)  # the options named on the framework still apply
+    if year < FLASH_ATTENTION_YEAR and fw.attention != "unfused":
+        return replace(fw, key=f"{fw.key}@{year}", attention="unfused")
+    return fw
+
+
+def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, str | None]:
+    """Like :func:`get_framework`, but an unknown name falls back to the default with a note; a
+    publication ``year`` selects the profile of that era (see :func:`framework_of_year`)."""
+    try:
+        fw, note = get_framework(name), None
+    except InputError:
+        # A run's framework column as published ("NeMo 2.0", "PyTorch FSDP", ...): the first profile
+        # whose name it mentions, else the default; the note says which was read.
+        low, mods = _split_suffixes(name)
+        key = next((k for words, k in _MENTIONS if any(w in low for w in words)), None)
+        fw = framework_of_year(get_framework((key or DEFAULT_FRAMEWORK) + "".join(mods)), year)
+        shown = name.strip()[:len(low)]  # as published, without the options appended to it
+        note = (f"framework {shown!r} read as {fw.key}" if key is not None
+                else f"framework {shown!r} unknown: {fw.key} assumed")
+        return fw, note
+    return framework_of_year(fw, year), note
+
+
+#: Words in a published framework name and the profile they select, most specific first.
+#: GPT-NeoX runs Megatron's model code on DeepSpeed (its README); MosaicML llm-foundry / Composer
+#: have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP runs read as torchtitan.
+_MENTIONS = ((("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
+             (("foundry", "composer", "mosaic"), "composer"), (("titan", "fsdp"), "torchtitan"),
+             (("hai-llm", "dualpipe"), "hai-llm"), (("megatron",), "megatron"))
+
+
+@cache
+def _kernels() -> dict[str, object]:
+    return load_package_toml("kernels.toml")
+
+
+def attention_efficiency(family: str, arch: str) -> AttentionEfficiency:
+    table = _kernels().get(family)
+    if not isinstance(table, dict) or arch not in table:
+        raise InputError("attention", f"no efficiency for kernel {family!r} on {arch!r}")
+    t = table[arch]
+    return AttentionEfficiency(fwd_frac=float(t["fwd_frac"]), bwd_frac=float(t["bwd_frac"]), source=t["source"])
+
+
+def attention_length_factor(tokens: np.ndarray | float) -> np.ndarray:
+    """A fused attention kernel's rate at ``tokens`` of sequence per rank relative to its long-sequence
+    rate (kernels.toml [attention_length]): interpolated in log2 of the length, held at the ends."""
+    t = _kernels()["attention_length"]  # type: ignore[index]
+    xs = np.log2(np.asarray(t["tokens"], dtype=float))  # type: ignore[index]
+    ys = np.asarray(t["fa3_tflops"], dtype=float)  # type: ignore[index]
+    return np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1.0)), xs, ys / ys[-1])
+
+
+def quantize_bytes_per_element(arch: str, precision: str) -> float:
+    """HBM bytes Transformer Engine's autocast moves per element it quantises to ``precision`` (fp8 /
+    fp4) for a GEMM (kernels.toml [quantize]); 0 for 16-bit GEMMs or where no figure applies."""
+    table = _kernels()["quantize"]  # type: ignore[index]
+    row = table.get(arch, {})  # type: ignore[union-attr]
+    return float(row.get(f"{precision}_bytes_per_element", 0.0)) if precision in ("fp8", "fp4") else 0.0
+
+
+def host_op_launch_s() -> float:
+    """Host seconds PyTorch takes to launch one small GPU op (kernels.toml [host])."""
+    return float(_kernels()["host"]["op_launch_s"])  # type: ignore[index]
+
+
+def host_view_op_s() -> float:
+    """Host seconds one tensor op called from Python takes when it launches no kernel (a view):
+    kernels.toml [host] view_op_s."""
+    return float(_kernels()["host"]["view_op_s"])  # type: ignore[index]
+
+
+def hbm_frac() -> float:
+    """Achievable fraction of HBM bandwidth for memory-bound kernels."""
+    return float(_kernels()["memory"]["hbm_frac"])  # type: ignore[index]
+
+
+def straggler_waste_frac() -> float:
+    """Fraction of GPU time lost waiting for the slowest rank at synchronisations."""
+    return float(_kernels()["synchronization"]["straggler_waste_frac"])  # type: ignore[index]

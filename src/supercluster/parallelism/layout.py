@@ -1,0 +1,222 @@
+"""The parallel layout and batch of a training job, validated in one place.
+
+Rank order (innermost first): TP, CP, EP-within-DP, DP, PP - Megatron-Core's default
+``tp-cp-ep-dp-pp``. EP is carved out of DP x CP: it must divide ``dp * cp``; with a smaller expert
+tensor parallelism (``expert_tp``, Megatron-Core's MoE parallel folding) the expert layers re-grid
+TP x CP x DP as ETP x EP x EDP, so EP must divide ``tp * cp * dp / expert_tp``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import InputError, require
+from ..models.spec import ModelSpec
+from . import pplayout
+
+RECOMPUTE = ("none", "selective", "full")
+#: Megatron-Core ``--recompute-modules`` (selective granularity) the cost model prices; an empty
+#: tuple is the framework's own selective policy (Megatron: core_attn).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "mla_up_proj")
+#: Megatron-Core modules it does not price (their saved tensors are not in the activation census).
+UNPRICED_MODULES = ("shared_experts",)
+PRECISION = ("bf16", "fp16", "fp8", "fp4", "fp32")  # fp32: CPU runs with a calibrated profile
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """Parallel degrees, batch and training options of one job."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    seq_len: int = 2048
+    precision: str = "bf16"
+    recompute: str = "none"
+    zero_stage: int = 1
+    sequence_parallel: bool | None = None  # None = the framework's default
+    #: with recompute "full": recompute only the first N layers of each pipeline chunk (Megatron
+    #: --recompute-method block --recompute-num-layers N); 0 = every layer
+    recompute_layers: int = 0
+    #: expert tensor parallelism (Megatron --expert-tensor-parallel-size); None = tp
+    expert_tp: int | None = None
+    #: with recompute "selective": Megatron-Core --recompute-modules (see RECOMPUTE_MODULES);
+    #: () = the framework's selective policy
+    recompute_modules: tuple[str, ...] = ()
+    #: an explicit pipeline layout, Megatron-Core --pipeline-model-parallel-layout notation
+    #: (:mod:`supercluster.parallelism.pplayout`); None = the framework's own split
+    pp_layout: str | None = None
+    #: gradient-accumulation steps, each its own pipeline schedule with its own fill and drain
+    #: (torchtitan and NeMo AutoModel run global batch / (dp x local batch) of them, each a
+    #: schedule.step over local batch / micro-batch micro-batches); 1 = every micro-batch of the step
+    #: in one schedule (Megatron-LM, DeepSpeed's PipelineEngine)
+    grad_accum: int = 1
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len", "grad_accum"):
+            v = getattr(self, f)
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f,
+                    f"must be a positive integer, got {v!r}")
+        require(self.precision in PRECISION, "precision",
+                f"unknown {self.precision!r}; allowed: {', '.join(PRECISION)}")
+        require(self.recompute in RECOMPUTE, "recompute",
+                f"unknown {self.recompute!r}; allowed: {', '.join(RECOMPUTE)}")
+        require(isinstance(self.recompute_layers, int) and self.recompute_layers >= 0, "recompute_layers",
+                f"must be a non-negative integer (0 = every layer), got {self.recompute_layers!r}")
+        require(self.recompute_layers == 0 or self.recompute == "full", "recompute_layers",
+                f"{self.recompute_layers} layers needs --recompute full, got {self.recompute!r}")
+        mods = self.recompute_modules
+        require(isinstance(mods, (tuple, list)) and all(isinstance(x, str) for x in mods), "recompute_modules",
+                f"must be a list of module names, got {mods!r}")
+        for x in mods:
+            require(x not in UNPRICED_MODULES, "recompute_modules",
+                    f"{x!r} is not priced (its saved tensors are not in the model); allowed: "
+                    f"{', '.join(RECOMPUTE_MODULES)}")
+            require(x in RECOMPUTE_MODULES, "recompute_modules",
+                    f"unknown {x!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
+        require(not mods or self.recompute == "selective", "recompute_modules",
+                f"{', '.join(mods)} needs --recompute selective, got {self.recompute!r}")
+        # one canonical order, no repeats (a frozen dataclass: set through object.__setattr__)
+        object.__setattr__(self, "recompute_modules", tuple(x for x in RECOMPUTE_MODULES if x in mods))
+        require(self.zero_stage in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero_stage!r}")
+        per_step = self.dp * self.micro_batch
+        require(self.global_batch % per_step == 0, "global_batch",
+                f"{self.global_batch} must be a multiple of dp x micro_batch = {self.dp} x {self.micro_batch}"
+                f" = {per_step}")
+        require(self.num_microbatches % self.grad_accum == 0, "grad_accum",
+                f"{self.grad_accum} must divide the {self.num_microbatches} micro-batches per data-parallel rank "
+                f"(global_batch / (dp x micro_batch) = {self.global_batch} / ({self.dp} x {self.micro_batch}))")
+        etp = self.etp
+        require(isinstance(etp, int) and not isinstance(etp, bool) and etp >= 1 and self.tp % etp == 0,
+                "expert_tp", f"must divide tp = {self.tp}, got {self.expert_tp!r}")
+        if etp == self.tp:
+            require((self.dp * self.cp) % self.ep == 0, "ep",
+                    f"{self.ep} must divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}"
+                    + (" (or set expert_tp < tp to fold EP over TP)" if self.tp > 1 else ""))
+        else:
+            grid = self.tp * self.cp * self.dp // etp
+            require(grid % self.ep == 0, "ep",
+                    f"{self.ep} must divide tp x cp x dp / expert_tp = {self.tp} x {self.cp} x {self.dp} / {etp}"
+                    f" = {grid}")
+        require(self.vpp == 1 or self.pp > 1, "vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+        if self.pp_layout is not None:
+            n = len(pplayout.parse(self.pp_layout))
+            require(n == self.pp * self.vpp, "pp_layout",
+                    f"has {n} stages; pp x vpp = {self.pp} x {self.vpp} = {self.pp * self.vpp}"
+                    + (f" (give --vpp {n // self.pp})" if n % self.pp == 0 else f" ({n} is not a multiple of pp)"))
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor parallelism in effect (tp unless set)."""
+        return self.tp if self.expert_tp is None else self.expert_tp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def schedule_microbatches(self) -> int:
+        """Micro-batches in each pipeline schedule (the step runs ``grad_accum`` of them)."""
+        return self.num_microbatches // self.grad_accum
+
+    def check_model(self, model: ModelSpec, extra_pp_layers: int = 0) -> None:
+        """Divisibility rules that depend on the model; errors name every number. ``extra_pp_layers``:
+        pipeline slots a framework fills with the embedding and the loss (2 in Megatron-Core's
+        account_for_*_in_pipeline_split)."""
+        require(model.num_heads % self.tp == 0, "tp",
+                f"{self.tp} must divide the {model.num_heads} attention heads of {model.name}")
+        require(model.num_kv_heads % self.tp == 0, "tp",
+                f"{self.tp} must divide the {model.num_kv_heads} KV heads (query groups) of {model.name}: each TP "
+                "rank holds whole KV heads (Megatron-Core: num_query_groups a multiple of the TP size)")
+        if model.recurrent_layers:
+            for what, n, has in (("Mamba heads", model.ssm_heads, model.ssm_layers),
+                                 ("Mamba groups", model.ssm_groups, model.ssm_layers),
+                                 ("Gated DeltaNet key heads", model.gdn_k_heads, model.gdn_layers),
+                                 ("Gated DeltaNet value heads", model.gdn_v_heads, model.gdn_layers)):
+                require(not has or n % self.tp == 0, "tp", f"{self.tp} must divide the {n} {what} of {model.name}")
+        layers = "Mamba / Gated DeltaNet layers" if model.recurrent_layers else \
+            "sparse attention (its indexer scores the whole sequence)"
+        require(self.cp == 1 or model.context_parallel_ok, "cp",
+                f"context parallelism of {layers} is not modelled ({model.name}); use cp 1")
+        if self.pp_layout is not None:  # the layout says where every layer goes
+            pplayout.check(pplayout.parse(self.pp_layout), pp=self.pp, vpp=self.vpp, num_layers=model.num_layers,
+                           mtp_layers=model.mtp_layers, name=model.name)
+        else:
+            slots = model.num_layers + (extra_pp_layers if self.pp > 1 else 0)
+            require(self.pp * self.vpp <= slots, "pp",
+                    f"pp x vpp = {self.pp} x {self.vpp} exceeds the {model.num_layers} layers of {model.name}"
+                    + (f" + {extra_pp_layers} (embedding and loss)" if slots > model.num_layers else ""))
+        require(self.seq_len % (2 * self.cp) == 0 or self.cp == 1, "cp",
+                f"seq_len {self.seq_len} must be divisible by 2 x cp = {2 * self.cp} (load-balanced CP)")
+        if model.is_moe:
+            require(model.num_experts % self.ep == 0, "ep",
+                    f"{self.ep} must divide the {model.num_experts} experts of {model.name}")
+        else:
+            require(self.ep == 1, "ep", f"{model.name} is dense: ep must be 1, got {self.ep}")
+
+    def check_gpus(self, num_gpus: int) -> None:
+        require(self.num_gpus == num_gpus, "gpus",
+                f"tp x pp x dp x cp = {self.tp} x {self.pp} x {self.dp} x {self.cp} = {self.num_gpus}, "
+                f"not the {num_gpus} GPUs asked for")
+
+    @classmethod
+    def from_string(cls, text: str, **kwargs: object) -> Layout:
+        """``Layout.from_string("tp8-pp16-dp128", global_batch=2048)``; also reads what :meth:`label`
+        writes: ``mbN``, ``zN`` (ZeRO stage), ``none`` / ``full`` / ``selective`` or
+        ``selective(mod,...)`` (recompute and its modules), ``sp`` / ``nosp``."""
+        fields: dict[str, object] = dict(kwargs)
+        low = text.lower()
+        sel = re.search(r"selective\(([^)]*)\)", low)
+        if sel:  # module names hold underscores: read them before the parts are split
+            fields["recompute"] = "selective"
+            fields["recompute_modules"] = tuple(x.strip() for x in sel.group(1).split(",") if x.strip())
+            low = low[:sel.start()] + low[sel.end():]
+        for part in low.replace("_", "-").split("-"):
+            if not part:
+                continue
+            if part in ("none", "selective", "full"):
+                fields["recompute"] = part
+                continue
+            if part in ("sp", "nosp"):
+                fields["sequence_parallel"] = part == "sp"
+                continue
+            m = re.fullmatch(r"(tp|pp|dp|cp|ep|etp|vpp|mb|ga|z)(\d+)", part)
+            if not m:
+                raise InputError("layout", f"cannot read {part!r} in {text!r}; use e.g. tp8-pp16-dp128-cp1-ep1-vpp1 "
+                                           "(also etp, mb, ga; a plan's label: -mb1-z1-full-sp)")
+            name = {"mb": "micro_batch", "etp": "expert_tp", "ga": "grad_accum", "z": "zero_stage"}.get(
+                m.group(1), m.group(1))
+            fields[name] = int(m.group(2))
+        return cls(**fields)  # type: ignore[arg-type]
+
+    @property
+    def recompute_label(self) -> str:
+        """'none', 'selective', 'selective(layernorm,moe_act)', 'full'."""
+        mods = ",".join(self.recompute_modules)
+        return f"{self.recompute}({mods})" if mods else self.recompute
+
+    def label(self) -> str:
+        """:meth:`short` plus what else the planner varies: micro-batch, ZeRO stage, recompute, SP."""
+        sp = "-sp" if self.sequence_parallel else "-nosp" if self.sequence_parallel is False and self.tp > 1 else ""
+        return f"{self.short()}-mb{self.micro_batch}-z{self.zero_stage}-{self.recompute_label}{sp}"
+
+    def short(self) -> str:
+        s = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
+        for name in ("cp", "ep", "vpp"):
+            if getattr(self, name) > 1:
+                s += f"-{name}{getattr(self, name)}"
+        if self.etp != self.tp:
+            s += f"-etp{self.etp}"
+        if self.grad_accum > 1:
+            s += f"-ga{self.grad_accum}"
+        return s

@@ -1,0 +1,1 @@
+"""The fastest layout that fits: search, sweeps, sensitivity."""

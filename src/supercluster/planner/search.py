@@ -1,0 +1,439 @@
+"""The planner: every legal layout of a job priced in one vectorized pass, the fastest that fits on top.
+
+The search space is the cross product of TP, PP, CP, EP, interleaving (vpp), micro-batch, ZeRO
+stage, recompute policy, sequence parallelism and (optionally) precision, filtered by the same
+divisibility rules :class:`~supercluster.parallelism.layout.Layout` enforces, then priced by
+:func:`~supercluster.perf.step.step_columns` — the cost model the estimate uses. Only the winners
+become :class:`Layout` objects.
+
+Objectives: ``time`` (step time, hence also time to train a token budget), ``cost`` (dollars per
+token: GPU-hours at a price) and ``energy`` (joules per token). With a fixed GPU count the three
+rank alike, so for ``cost`` and ``energy`` the planner may also use fewer GPUs of the cluster
+(N, N/2, N/4, N/8): a smaller job is often cheaper per token though slower.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError, require
+from ..hardware.specs import GpuSpec, get_system
+from ..job import default_network
+from ..models.spec import ModelSpec
+from ..network import costs
+from ..network.twolevel import Network
+from ..parallelism.framework import Framework
+from ..parallelism.layout import Layout
+from ..perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
+from ..perf.step import LEDGER, step_breakdown, step_columns
+
+OBJECTIVES = ("time", "cost", "energy")
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+VPP = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
+ZERO = (0, 1, 2, 3)
+MAX_CP = 32
+#: settings a search can be told to keep (``plan(fixed=...)``): column -> the field users know
+FIXABLE = {"mb": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "rcm": "recompute_modules",
+           "sp": "sequence_parallel"}
+#: Selective recompute modules searched for MoE models under Megatron-style frameworks: the default
+#: (core_attn) and the cheap pair the Megatron-Bridge MoE recipes use (layernorm, moe_act).
+MOE_MODULE_SETS = ((), ("layernorm", "moe_act"))
+
+
+#: scores this close count as a tie in ``PlanResult.rank_of``
+TIE_RTOL = 1e-12
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One priced layout: enough to print, export or re-estimate it."""
+
+    layout: Layout
+    num_gpus: int
+    step_time_s: float
+    mfu: float
+    memory_per_gpu_bytes: float
+    cost_usd_per_mtok: float
+    energy_j_per_token: float
+    ledger: dict[str, float]
+    rank: int
+    #: False where rows the planner left at a lower bound could place this one (a Pareto entry far
+    #: behind the best): ``rank`` is then an upper bound of the rank (``PlanResult.rank_of`` is exact)
+    rank_exact: bool = True
+
+    def budget(self, tokens: float) -> dict[str, float]:
+        """Failure-free days, dollars and MWh to train ``tokens`` with this layout."""
+        steps = tokens / (self.layout.global_batch * self.layout.seq_len)
+        return {"tokens": tokens, "days_to_train": steps * self.step_time_s / 86400.0,
+                "cost_usd": self.cost_usd_per_mtok * tokens / 1e6,
+                "energy_mwh": self.energy_j_per_token * tokens / 3.6e9}
+
+    def to_json(self) -> dict[str, object]:
+        lay = self.layout
+        return {
+            "layout": lay.short(), "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
+            "micro_batch": lay.micro_batch, "global_batch": lay.global_batch, "seq_len": lay.seq_len,
+            "precision": lay.precision, "recompute": lay.recompute,
+            "recompute_modules": list(lay.recompute_modules), "zero_stage": lay.zero_stage,
+            "sequence_parallel": bool(lay.sequence_parallel), "num_gpus": self.num_gpus,
+            "step_time_s": self.step_time_s, "mfu": self.mfu, "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
+            "cost_usd_per_mtok": self.cost_usd_per_mtok, "energy_j_per_token": self.energy_j_per_token,
+            "ledger": self.ledger, "rank": self.rank, "rank_exact": self.rank_exact,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanResult:
+    best: Candidate
+    top: list[Candidate]
+    pareto: list[Candidate]
+    why: list[tuple[str, float]]  # ledger lines (winner - runner-up), most decisive first
+    evaluated: int
+    feasible: int
+    seconds: float
+    objective: str
+    #: every layout searched; ``step_time_s``-derived ``score`` is a lower bound on rows still marked
+    #: ``schedule_bound`` (uneven interleavings no better than the top and off the Pareto front)
+    columns: dict[str, np.ndarray] = field(repr=False)
+    #: prices given rows by their schedule where they still hold a bound, updating score and rank
+    refine: Callable[[np.ndarray], bool] | None = field(default=None, repr=False, compare=False)
+    #: a layout's score by the objective, priced by the cost model as the search prices it, or None
+    #: where it does not fit
+    score_of: Callable[[Layout], float | None] | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        """What ``supercluster plan --json`` prints (besides a budget and the evidence)."""
+        return {"best": self.best.to_json(), "top": [c.to_json() for c in self.top],
+                "pareto": [c.to_json() for c in self.pareto], "why": dict(self.why), "evaluated": self.evaluated,
+                "feasible": self.feasible, "seconds": self.seconds, "objective": self.objective}
+
+    def rank_of(self, layout: Layout) -> int | None:
+        """1-based rank of ``layout`` among the feasible layouts by the objective: one more than the
+        searched layouts that score strictly better; None where it does not fit or cannot run. The layout is priced
+        whole, as estimate prices it (its recompute layers, gradient accumulation and pipeline layout
+        too, which the search does not vary); rows whose bound could place them ahead are priced
+        exactly first."""
+        assert self.score_of is not None, "a PlanResult from plan() prices layouts"
+        score = self.score_of(layout)
+        if score is None:
+            return None
+        c = self.columns
+        ahead = score * (1.0 - TIE_RTOL)  # (the same layout priced alone or among others: equal to rounding)
+        if self.refine is not None:
+            self.refine(np.flatnonzero(c["feasible"] & (c["score"] < ahead)))
+        return 1 + int(np.count_nonzero(c["feasible"] & (c["score"] < ahead)))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _cross(base: dict[str, np.ndarray], name: str, values: list[int]) -> dict[str, np.ndarray]:
+    n, k = len(next(iter(base.values()))), len(values)
+    out = {key: np.repeat(col, k) for key, col in base.items()}
+    out[name] = np.tile(np.asarray(values, dtype=np.int64), n)
+    return out
+
+
+def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
+def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
+                      precisions: tuple[str, ...] = ("bf16",), gpu_counts: tuple[int, ...] | None = None,
+                      max_tp: int | None = None, max_cp: int = MAX_CP, max_pp: int | None = None,
+                      max_vpp: int | None = None, extra_pp_layers: int = 0,
+                      module_sets: tuple[tuple[str, ...], ...] = ((),)) -> dict[str, np.ndarray]:
+    """Every legal layout as integer columns (the :data:`~supercluster.perf.columns.COLUMNS` plus ``gpus``);
+    ``extra_pp_layers``: pipeline slots the framework fills with the embedding and the loss;
+    ``module_sets``: the selective recompute module sets to try (``()`` = the framework's policy)."""
+    counts = gpu_counts or (num_gpus,)
+    tp_cap = max_tp or max(gpu.scaleup_domain, 8)
+    rows: list[tuple[int, int, int, int]] = []
+    for n in counts:
+        for tp in _pow2_upto(min(tp_cap, model.num_heads)):
+            if n % tp or not model.splits_over_tp(tp):
+                continue
+            for pp in _divisors(n // tp):
+                if pp > model.num_layers or (max_pp is not None and pp > max_pp):
+                    break
+                for cp in _pow2_upto(min(max_cp if model.context_parallel_ok else 1, n // (tp * pp))):
+                    if (n // tp // pp) % cp or (cp > 1 and seq_len % (2 * cp)):
+                        continue
+                    rows.append((n, tp, pp, cp))
+    require(bool(rows), "gpus", f"no tp x pp x cp divides {counts} for {model.name}")
+    arr = np.asarray(rows, dtype=np.int64)
+    cols = {"gpus": arr[:, 0], "tp": arr[:, 1], "pp": arr[:, 2], "cp": arr[:, 3]}
+    cols["dp"] = cols["gpus"] // (cols["tp"] * cols["pp"] * cols["cp"])
+    eps = [e for e in _divisors(model.num_experts)] if model.is_moe else [1]
+    cols = _cross(cols, "ep", eps)
+    # expert TP = tp (EP within dp x cp) or, for MoE with tp > 1, 1 (MoE parallel folding: EP over TP too)
+    cols = _cross(cols, "efold", [0, 1] if model.is_moe else [0])
+    # (folding with tp = 1 is the unfolded layout again: kept once)
+    cols = _keep(cols, (cols["efold"] == 0) | (cols["tp"] > 1))
+    cols["etp"] = np.where(cols.pop("efold") > 0, 1, cols["tp"])
+    cols = _keep(cols, ((cols["tp"] * cols["dp"] * cols["cp"] // cols["etp"]) % cols["ep"] == 0)
+                 & ((cols["etp"] < cols["tp"]) | ((cols["dp"] * cols["cp"]) % cols["ep"] == 0)))
+    cols = _cross(cols, "vpp", [v for v in VPP if max_vpp is None or v <= max_vpp])
+    slots = model.num_layers + np.where(cols["pp"] > 1, extra_pp_layers, 0)
+    cols = _keep(cols, ((cols["vpp"] == 1) | (cols["pp"] > 1)) & (cols["pp"] * cols["vpp"] <= slots))
+    cols = _cross(cols, "mb", list(MICRO_BATCHES))
+    cols = _keep(cols, global_batch % (cols["dp"] * cols["mb"]) == 0)
+    require(len(cols["tp"]) > 0, "global_batch",
+            f"{global_batch} is not a multiple of dp x micro_batch for any layout on {counts} GPUs")
+    cols = _cross(cols, "zero", list(ZERO))
+    cols = _cross(cols, "recompute", [0, 1, 2])
+    if len(module_sets) > 1:
+        cols = _cross(cols, "rcm", sorted({module_bits(m) for m in module_sets}))
+        cols = _keep(cols, (cols["rcm"] == 0) | (cols["recompute"] == RECOMPUTE_CODE["selective"]))
+    cols = _cross(cols, "sp", [0, 1])
+    cols = _keep(cols, (cols["sp"] == 0) | (cols["tp"] > 1))
+    cols = _cross(cols, "lowp", sorted({LOWP_CODE.get(p, 0) for p in precisions}))
+    n = len(cols["tp"])
+    cols["gbs"] = np.full(n, global_batch, dtype=np.int64)
+    cols["seq"] = np.full(n, seq_len, dtype=np.int64)
+    return cols
+
+
+def _undominated(by: np.ndarray, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The ``rows`` that no row of ``by`` beats in both ``a`` and ``b`` (ties kept)."""
+    if by.size == 0:
+        return rows
+    o = by[np.argsort(b[by], kind="stable")]
+    best_a = np.minimum.accumulate(a[o])
+    pos = np.searchsorted(b[o], b[rows], side="right") - 1
+    limit = np.where(pos >= 0, best_a[np.maximum(pos, 0)], np.inf)
+    return rows[a[rows] <= limit]
+
+
+def pareto_mask(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Rows not dominated when minimising both ``a`` and ``b``."""
+    order = np.lexsort((b, a))
+    b_sorted = np.asarray(b, dtype=float)[order]
+    # kept: strictly below every b of the rows sorted before it (smaller a, or equal a and smaller b)
+    before = np.concatenate(([np.inf], np.minimum.accumulate(b_sorted)[:-1]))
+    keep = np.zeros(len(a), dtype=bool)
+    keep[order[b_sorted < before]] = True
+    return keep
+
+
+#: Layouts priced per call of the cost model: small enough to stay in cache (a 2.8M-layout MoE search
+#: runs 2.3x faster in chunks than in one call, benchmarks/bench_layouts.py) and to report progress.
+CHUNK_ROWS = 131072
+#: The cost model's output columns the planner keeps (the ledger parts explain the winners).
+PLAN_COLUMNS = ("step_time_s", "tokens_per_step", "memory_per_gpu_bytes", "model_flops", "num_gpus",
+                "peak_flops_per_s", "mfu", *LEDGER)
+
+
+def _price_in_chunks(model: ModelSpec, gpu: GpuSpec, net: Network, framework: Framework,
+                     cols: dict[str, np.ndarray], progress: Callable[[int, int], None] | None,
+                     schedule_bound: bool = False) -> dict[str, np.ndarray]:
+    n = len(cols["tp"])
+    keep = (*PLAN_COLUMNS, "pipeline_by_chunks")
+    parts = []
+    for i in range(0, n, CHUNK_ROWS):
+        out = step_columns(model, gpu, net, framework, {k: v[i:i + CHUNK_ROWS] for k, v in cols.items()},
+                           schedule_bound=schedule_bound)
+        parts.append({k: np.broadcast_to(out[k], out["step_time_s"].shape) for k in keep})
+        if progress is not None:
+            progress(min(i + CHUNK_ROWS, n), n)
+    return {k: np.concatenate([p[k] for p in parts]) for k in keep}
+
+
+#: Rows priced exactly per refinement pass of the planner, at least (besides its top and Pareto rows).
+REFINE_ROWS = 512
+
+
+def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
+         framework: Framework, objective: str = "time", precisions: tuple[str, ...] = ("bf16",),
+         headroom: float = 0.0, top: int = 10, network: Network | None = None,
+         gpu_hour_usd: float | None = None, pue: float = costs.DEFAULT_PUE,
+         progress: Callable[[int, int], None] | None = None,
+         fixed: dict[str, int] | None = None) -> PlanResult:
+    """Search every legal layout; the best by ``objective`` that fits within ``1 - headroom`` of HBM.
+
+    ``progress(done, total)`` is called as the layouts are priced (in chunks of :data:`CHUNK_ROWS`).
+    ``fixed`` holds settings the search must keep, by column: ``mb``, ``zero``, ``recompute``
+    (:data:`~supercluster.perf.columns.RECOMPUTE_CODE`), ``rcm`` (:func:`~supercluster.perf.columns.module_bits` of
+    the selective recompute modules) and ``sp`` (which binds only where tp > 1)."""
+    t0 = time.perf_counter()
+    require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
+    require(top >= 1, "top", f"must be >= 1, got {top}")
+    require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
+    require(global_batch >= 1 and seq_len >= 1, "global_batch", "global batch and seq_len must be positive")
+    for p in precisions:
+        gpu.peak(p)
+    counts = (num_gpus,)
+    if objective != "time":
+        counts = tuple(c for c in (num_gpus, num_gpus // 2, num_gpus // 4, num_gpus // 8)
+                       if c >= 1 and (c == num_gpus or num_gpus % c == 0))
+    cols = candidate_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
+                             precisions=precisions, gpu_counts=counts,
+                             max_cp=MAX_CP if framework.context_parallel else 1,
+                             max_tp=None if framework.tensor_parallel else 1,
+                             max_pp=None if framework.pipeline_parallel else 1,
+                             max_vpp=None if framework.interleaved_pipeline else 1,
+                             extra_pp_layers=framework.extra_pp_layers,
+                             module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
+                             == "attention" else ((),))
+    cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"]), cols["vpp"]))
+    cols = _keep(cols, framework.sequence_parallel_ok(model.is_moe, cols["tp"], cols["sp"]))
+    require(len(cols["tp"]) > 0, "global_batch", f"no layout gives {framework.key}'s {framework.pipeline_schedule} "
+            "schedule the micro-batches it needs (DualPipe: an even number, at least 2 x pp)")
+    for name, value in (fixed or {}).items():
+        require(name in FIXABLE, "fixed", f"unknown setting {name!r}; allowed: {', '.join(FIXABLE)}")
+        if name == "rcm" and name not in cols:  # (searched for MoE only: the modules given, on selective rows)
+            cols["rcm"] = np.where(cols["recompute"] == RECOMPUTE_CODE["selective"], value, 0)
+        hit = cols[name] == value
+        cols = _keep(cols, hit | (cols["tp"] == 1) if name == "sp" else hit)
+        require(len(cols["tp"]) > 0, FIXABLE[name], f"no legal layout of {model.name} on {num_gpus} GPUs keeps "
+                f"{FIXABLE[name]} " + (RECOMPUTE_NAME[value] if name == "recompute" else ",".join(module_names(value))
+                                       if name == "rcm" else str(value)))
+    net = network or default_network(gpu, num_gpus=num_gpus)
+    # First pass: uneven interleavings get a lower bound of their schedule (no walk); the rows that
+    # can still be among the best or on the Pareto front are then priced exactly (refine).
+    out = _price_in_chunks(model, gpu, net, framework, cols, progress, schedule_bound=True)
+    bound = out.pop("pipeline_by_chunks") > 0
+    system = get_system(gpu.system)
+    price = gpu_hour_usd if gpu_hour_usd is not None else costs.gpu_hour_usd(gpu, system)
+    watts = costs.facility_power_w_per_gpu(gpu, system, pue=pue, num_gpus=num_gpus)
+    tokens = out["tokens_per_step"]
+    feasible = out["memory_per_gpu_bytes"] <= gpu.hbm_bytes * (1.0 - headroom)
+    n_feasible = int(feasible.sum())
+    if n_feasible == 0:
+        i = int(np.argmin(out["memory_per_gpu_bytes"]))
+        raise InputError("gpus", f"no layout of {model.name} fits on {num_gpus} x {gpu.key}: the leanest needs "
+                         f"{out['memory_per_gpu_bytes'][i] / 2**30:.1f} GiB per GPU of "
+                         f"{gpu.hbm_bytes * (1 - headroom) / 2**30:.1f} GiB usable; add GPUs or shorten seq_len")
+    base, cols = cols, dict(cols, feasible=feasible, schedule_bound=bound)
+
+    def rescore(ranks: bool = True) -> None:
+        """Scores (and ranks) from the current step times: a score's lower bound where bound."""
+        step = out["step_time_s"]
+        out["usd_per_mtok"] = step * cols["gpus"] * price / 3600.0 / tokens * 1e6
+        out["j_per_tok"] = step * cols["gpus"] * watts / tokens
+        cols["score"] = {"time": step, "cost": out["usd_per_mtok"], "energy": out["j_per_tok"]}[objective]
+        if ranks:
+            order = np.argsort(np.where(feasible, cols["score"], np.inf), kind="stable")
+            cols["rank"] = np.empty(len(order), dtype=np.int64)
+            cols["rank"][order] = np.arange(1, len(order) + 1)
+            out["order"] = order
+
+    def score_of(layout: Layout) -> float | None:
+        """``layout`` priced whole by the cost model, scored as the search scores its rows (None where
+        the framework cannot run it on this model, or it does not fit)."""
+        try:
+            layout.check_gpus(num_gpus)
+            b = step_breakdown(model, layout=framework.runnable(layout, model.is_moe), gpu=gpu, net=net, fw=framework)
+        except InputError:
+            return None
+        if b.memory_per_gpu_bytes > gpu.hbm_bytes * (1.0 - headroom):
+            return None
+        step, n, tok = b.step_time_s, b.num_gpus, b.tokens_per_step
+        scores = {"time": step, "cost": step * n * price / 3600.0 / tok * 1e6, "energy": step * n * watts / tok}
+        return scores[objective]
+
+    def refine(idx: np.ndarray, ranks: bool = True) -> bool:
+        """Price rows ``idx`` by their schedule where they hold a bound; False if none did."""
+        idx = np.unique(idx[bound[idx]])
+        if idx.size == 0:
+            return False
+        exact = _price_in_chunks(model, gpu, net, framework, {k: v[idx] for k, v in base.items()}, None)
+        for k in PLAN_COLUMNS:
+            out[k][idx] = exact[k]
+        bound[idx] = False
+        rescore(ranks)
+        return True
+
+    second = "memory" if objective == "time" else "time"
+
+    def other() -> np.ndarray:
+        return {"memory": out["memory_per_gpu_bytes"], "time": out["step_time_s"]}[second]
+
+    rescore(ranks=False)
+    feas_idx = np.flatnonzero(feasible)
+    # A row dominated by an exactly priced one stays dominated once priced itself (pricing only
+    # raises a bound): the Pareto front is sought among the others, the live rows, alone.
+    live = _undominated(feas_idx[~bound[feas_idx]], feas_idx, cols["score"], other()) if bound.any() else feas_idx
+    k = max(top, REFINE_ROWS)
+    while True:
+        # a bound below the k-th best score could still win, a live bound on the front could stay there
+        masked = np.where(feasible, cols["score"], np.inf)
+        best = np.argpartition(masked, k)[:k] if len(masked) > k else np.arange(len(masked))
+        front = live[pareto_mask(cols["score"][live], other()[live])]
+        if not refine(np.concatenate([best[feasible[best]], front]), ranks=False):
+            break
+    rescore()
+    step, usd_per_mtok, j_per_tok, order = out["step_time_s"], out["usd_per_mtok"], out["j_per_tok"], out["order"]
+    score, rank = cols["score"], cols["rank"]
+    mfu = out["mfu"]
+    # ranks below the lowest bound left are exact (every row that could be ahead was priced)
+    lowest_bound = float(np.min(score[bound & feasible], initial=np.inf))
+
+    def cand(i: int) -> Candidate:
+        return Candidate(layout=row_layout(cols, i, precisions), num_gpus=int(cols["gpus"][i]),
+                         step_time_s=float(step[i]), mfu=float(mfu[i]),
+                         memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
+                         cost_usd_per_mtok=float(usd_per_mtok[i]), energy_j_per_token=float(j_per_tok[i]),
+                         ledger={k: float(out[k][i]) for k in LEDGER}, rank=int(rank[i]),
+                         rank_exact=bool(score[i] < lowest_bound))
+
+    top_c = [cand(int(i)) for i in order[:min(top, n_feasible)]]
+    pareto = sorted((cand(int(i)) for i in front), key=lambda c: c.rank)[:50]
+    why: list[tuple[str, float]] = []
+    if len(top_c) > 1:
+        a, b = top_c[0].ledger, top_c[1].ledger
+        why = sorted(((k, a[k] - b[k]) for k in LEDGER if abs(a[k] - b[k]) > 1e-12), key=lambda kv: kv[1])
+    return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=why, evaluated=len(order), feasible=n_feasible,
+                      seconds=time.perf_counter() - t0, objective=objective, columns=cols, refine=refine,
+                      score_of=score_of)
+
+
+def compare_gpus(model: ModelSpec, gpus: list[GpuSpec], num_gpus: int, *, global_batch: int, seq_len: int,
+                 framework: Framework, objective: str = "time", precisions: tuple[str, ...] = ("bf16",),
+                 tokens: float | None = None, headroom: float = 0.0,
+                 fixed: dict[str, int] | None = None) -> list[dict[str, object]]:
+    """The same question asked of several GPU types: each one's best layout by ``objective`` (the
+    planner's whole search, on its own default fabric and price, keeping the ``fixed`` settings),
+    with the failure-free days, dollars and MWh to train ``tokens`` (default: 20 per parameter). A
+    GPU type on which no layout fits, or which lacks a precision asked for, is a row saying why
+    rather than an error."""
+    require(bool(gpus), "gpu_types", "needs at least one GPU type")
+    # the question's own mistakes are one error, not a row per GPU type
+    require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
+    require(global_batch >= 1, "global_batch", f"must be a positive integer, got {global_batch}")
+    require(seq_len >= 1, "seq_len", f"must be a positive integer, got {seq_len}")
+    require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
+    tok = tokens if tokens is not None else 20.0 * model.num_params
+    require(tok > 0, "tokens", f"must be > 0, got {tok}")
+    rows: list[dict[str, object]] = []
+    for g in gpus:
+        usable = tuple(p for p in precisions if g.peak_flops_per_s.get(p, 0.0) > 0)
+        if not usable:
+            rows.append({"gpu": g.key, "fits": False, "reason": f"no {' or '.join(precisions)} tensor cores"})
+            continue
+        try:
+            res = plan(model, g, num_gpus, global_batch=global_batch, seq_len=seq_len, framework=framework,
+                       objective=objective, precisions=usable, headroom=headroom, top=1, fixed=fixed)
+        except InputError as exc:
+            rows.append({"gpu": g.key, "fits": False, "reason": str(exc)})
+            continue
+        best = res.best
+        rows.append({"gpu": g.key, "fits": True, "reason": "", "best": best.to_json(),
+                     "tokens_per_s_per_gpu": best.layout.global_batch * best.layout.seq_len
+                     / (best.step_time_s * best.num_gpus), **best.budget(tok)})
+    return rows

@@ -1,0 +1,1 @@
+"""From step time to time-to-train: failures, checkpoints, goodput, the run ledger."""

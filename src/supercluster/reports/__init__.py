@@ -1,0 +1,1 @@
+"""What a person reads: rich tables, figures, the one-page report."""

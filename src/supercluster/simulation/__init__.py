@@ -1,0 +1,1 @@
+"""One step laid out on the pipeline schedule: a timeline, its trace."""

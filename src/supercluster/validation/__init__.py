@@ -1,0 +1,1 @@
+"""The cost model against published runs: per-row error, evidence lines."""
