@@ -13,11 +13,11 @@ from supercluster.formats.hf import from_hf_config
 from supercluster.formats.launchers import to_megatron_args
 from supercluster.formats.load import load_model
 from supercluster.hardware.specs import get_gpu
-from supercluster.job import default_network
+from supercluster.job import estimate
 from supercluster.models.spec import ModelSpec, hybrid_counts
 from supercluster.parallelism.framework import get_framework
 from supercluster.parallelism.layout import Layout
-from supercluster.perf.step import LEDGER, step_breakdown
+from supercluster.perf.step import LEDGER
 
 NH56 = load_model("nemotronh-56b")
 H100 = get_gpu("h100-sxm")
@@ -173,8 +173,8 @@ def _layout(**kw) -> Layout:
 
 
 def _price(model: ModelSpec, layout: Layout, fw: str = "nemo-megatron"):
-    return step_breakdown(model, layout=layout, gpu=H100, net=default_network(H100, num_gpus=layout.num_gpus),
-                          fw=get_framework(fw))
+    """The job checked (supercluster.job.check_job) and priced."""
+    return estimate(model, gpu=H100, num_gpus=layout.num_gpus, layout=layout, framework=get_framework(fw))
 
 
 def test_tp_must_divide_the_mamba_heads_and_groups_and_cp_is_refused():

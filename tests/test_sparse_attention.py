@@ -13,7 +13,7 @@ from supercluster.formats.hf import from_hf_config
 from supercluster.formats.launchers import export
 from supercluster.formats.load import load_model
 from supercluster.hardware.specs import get_gpu
-from supercluster.job import default_network
+from supercluster.job import default_network, estimate
 from supercluster.models.catalog import model_catalog
 from supercluster.models.spec import ModelSpec
 from supercluster.parallelism.framework import get_framework
@@ -126,8 +126,7 @@ def test_refusals_name_the_field():
     gpu = get_gpu("a100-80gb")
     lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, seq_len=8192)
     with pytest.raises(InputError, match="sparse attention"):
-        step_breakdown(from_hf_config(V32), layout=lay, gpu=gpu, net=default_network(gpu, num_gpus=8),
-                       fw=get_framework("deepspeed-legacy"))
+        estimate(from_hf_config(V32), gpu=gpu, num_gpus=8, layout=lay, framework=get_framework("deepspeed-legacy"))
 
 
 def test_megatron_export_names_the_variant():

@@ -1,7 +1,25 @@
-"""The public one-layout API: resolve names, validate, and price through the cost model."""
+"""A training job, checked once, and priced: :class:`Job`, :func:`check_job`, :func:`estimate`.
+
+A job is what runs (the model), on what (``num_gpus`` of a GPU, over a network), and how (the
+framework that runs it and the layout: parallel degrees, batch, recompute, precision). Every view -
+estimate, plan, simulate, validate, sweep, train - builds one of these and hands it to
+:func:`check_job`, the one place a job is refused, before it is priced.
+
+>>> job = Job.from_label("tp8-pp1-dp8", model="llama3-70b", gpu="h100-sxm", global_batch=64, seq_len=8192)
+>>> job.num_gpus, job.framework.key
+(64, 'nemo-megatron')
+>>> round(estimate(job).step_time_s, 2)
+1.75
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import require
 from .formats.load import load_model
 from .hardware.specs import GpuSpec, SystemSpec, get_gpu, get_system
 from .models.spec import ModelSpec
@@ -9,6 +27,7 @@ from .network.twolevel import Network, TwoLevelNetwork
 from .parallelism.framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from .parallelism.layout import Layout
 from .perf.columns import DEFAULT_RANK_ORDER
+from .perf.compute import check_kernels
 from .perf.step import StepBreakdown, step_breakdown
 
 
@@ -30,25 +49,111 @@ def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: in
     return FabricNetwork.for_fabric(fab, gpu, sys_, sharp=sharp)
 
 
-def estimate(model: ModelSpec | str, *, gpu: GpuSpec | str, num_gpus: int, layout: Layout,
-             framework: Framework | str = DEFAULT_FRAMEWORK, network: Network | None = None,
-             rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
-    """Predict one training step of ``model`` on ``num_gpus`` GPUs with ``layout``.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """One training job. ``network`` None: the GPU's system with a fabric sized for ``num_gpus``
+    (:func:`default_network`); ``rank_order``: innermost parallel dimension first (Megatron-Core's)."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    num_gpus: int
+    layout: Layout
+    framework: Framework
+    network: Network | None = None
+    rank_order: str = DEFAULT_RANK_ORDER
+
+    @classmethod
+    def of(cls, model: ModelSpec | str, *, gpu: GpuSpec | str, layout: Layout, num_gpus: int | None = None,
+           framework: Framework | str = DEFAULT_FRAMEWORK, network: Network | None = None,
+           rank_order: str = DEFAULT_RANK_ORDER) -> Job:
+        """A job from names or specs (``num_gpus``: the layout's, where not given)."""
+        return cls(model=load_model(model) if isinstance(model, str) else model,
+                   gpu=get_gpu(gpu) if isinstance(gpu, str) else gpu,
+                   num_gpus=layout.num_gpus if num_gpus is None else num_gpus, layout=layout,
+                   framework=get_framework(framework) if isinstance(framework, str) else framework,
+                   network=network, rank_order=rank_order)
+
+    @classmethod
+    def from_label(cls, label: str, *, model: ModelSpec | str, gpu: GpuSpec | str, num_gpus: int | None = None,
+                   global_batch: int, seq_len: int, framework: Framework | str = DEFAULT_FRAMEWORK,
+                   network: Network | None = None, **layout_fields: Any) -> Job:
+        """A job from a layout label as ``plan`` prints it (``tp8-pp16-dp128-vpp4-mb1-z1-full-sp``); a
+        label without dp takes ``num_gpus`` / (tp pp cp). What the label leaves out is the layout's
+        default (recompute none, ZeRO 1, the framework's sequence parallelism) in every command."""
+        if num_gpus is not None and not re.search(r"(?:^|-)dp\d", label.lower()):
+            layout_fields.setdefault("dp", derived_dp(label, num_gpus))
+        layout = Layout.from_string(label, global_batch=global_batch, seq_len=seq_len, **layout_fields)
+        return cls.of(model, gpu=gpu, layout=layout, num_gpus=num_gpus, framework=framework, network=network)
+
+    @property
+    def net(self) -> Network:
+        """The network the job's collectives run on."""
+        return self.network or default_network(self.gpu, num_gpus=self.num_gpus)
+
+
+def derived_dp(label: str, num_gpus: int) -> int:
+    """dp for a layout label that leaves it out: the GPUs over tp x pp x cp."""
+    degrees = {m.group(1): int(m.group(2)) for m in re.finditer(r"(?:^|-)(tp|pp|cp)(\d+)", label.lower())}
+    tp, pp, cp = degrees.get("tp", 1), degrees.get("pp", 1), degrees.get("cp", 1)
+    if min(tp, pp, cp) < 1:
+        return 1  # (the layout names the bad degree)
+    require(num_gpus % (tp * pp * cp) == 0, "layout",
+            f"gpus {num_gpus} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} of {label!r}; give dp in it "
+            "or another --gpus")
+    return num_gpus // (tp * pp * cp)
+
+
+def check_job(job: Job) -> Job:
+    """The one place a job is refused: an :class:`~supercluster.errors.InputError` naming the field
+    and every number involved, else the job as its framework runs it (an MoE model under Megatron
+    with tp > 1 gets sequence parallelism, :meth:`Framework.runnable`).
+
+    In order: the GPU count against the degrees; the layout against the model (heads, KV heads,
+    recurrent heads, layers per pipeline slot, experts, CP and the sequence); recompute modules the
+    model has; the framework's own rules (degrees it runs, its pipeline schedule's micro-batches,
+    sequence parallelism); the GPU's precisions; kernels the framework has for the model's layers.
+    """
+    m, fw, lay = job.model, job.framework, job.layout
+    require(isinstance(job.num_gpus, int) and job.num_gpus >= 1, "gpus",
+            f"must be a positive integer, got {job.num_gpus!r}")
+    lay.check_gpus(job.num_gpus)
+    lay.check_model(m, extra_pp_layers=fw.extra_pp_layers)
+    require("mla_up_proj" not in lay.recompute_modules or m.kv_lora_rank > 0, "recompute_modules",
+            f"mla_up_proj recomputes MLA's up-projections; {m.name} has no MLA (kv_lora_rank 0)")
+    moe_mods = [x for x in lay.recompute_modules if x in ("moe", "moe_act")]
+    require(not moe_mods or m.is_moe, "recompute_modules",
+            f"{', '.join(moe_mods)} recompute MoE layers; {m.name} is dense (use mlp, core_attn or layernorm)")
+    require(not lay.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
+            f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
+            f"({fw.selective_recompute}); leave them out")
+    lay = fw.runnable(lay, m.is_moe)
+    job.gpu.peak(lay.precision)
+    check_kernels(m, fw, job.gpu)
+    return job if lay == job.layout else dataclasses.replace(job, layout=lay)
+
+
+def price(job: Job) -> StepBreakdown:
+    """The step of a job :func:`check_job` passed."""
+    return step_breakdown(job.model, layout=job.layout, gpu=job.gpu, net=job.net, fw=job.framework,
+                          rank_order=job.rank_order)
+
+
+def estimate(model: Job | ModelSpec | str, *, gpu: GpuSpec | str | None = None, num_gpus: int | None = None,
+             layout: Layout | None = None, framework: Framework | str = DEFAULT_FRAMEWORK,
+             network: Network | None = None, rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
+    """Predict one training step: of a :class:`Job`, or of ``model`` on ``num_gpus`` GPUs with ``layout``.
 
     >>> b = estimate("llama3-8b", gpu="h100-sxm", num_gpus=8,
     ...              layout=Layout(dp=8, global_batch=64, seq_len=8192))
     >>> 0.2 < b.mfu < 0.8
     True
     """
-    m = load_model(model) if isinstance(model, str) else model
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    fw = get_framework(framework) if isinstance(framework, str) else framework
-    layout.check_gpus(num_gpus)
-    layout.check_model(m, extra_pp_layers=fw.extra_pp_layers)
-    layout = fw.runnable(layout, m.is_moe)
-    g.peak(layout.precision)
-    return step_breakdown(m, layout=layout, gpu=g, net=network or default_network(g, num_gpus=num_gpus), fw=fw,
-                          rank_order=rank_order)
+    if isinstance(model, Job):
+        return price(check_job(model))
+    require(gpu is not None and layout is not None, "estimate", "give a Job, or a model with gpu= and layout=")
+    assert gpu is not None and layout is not None
+    return price(check_job(Job.of(model, gpu=gpu, layout=layout, num_gpus=num_gpus, framework=framework,
+                                  network=network, rank_order=rank_order)))
 
 
 def placement(model: ModelSpec, layout: Layout, network: Network,

@@ -70,8 +70,8 @@ def layout_for(cfg: VerifyConfig) -> Any:
 
 def predict(cfg: VerifyConfig, profile: Any) -> Any:
     """The cost model's step for this run, priced with the calibrated profile."""
+    from ..job import Job, estimate
     from ..parallelism.framework import get_framework
-    from ..perf.step import step_breakdown
 
     gpu = profile.gpu_spec()
     net = profile.network()
@@ -82,7 +82,9 @@ def predict(cfg: VerifyConfig, profile: Any) -> Any:
         # gloo moves and reduces data with the same CPU cores that compute (PyTorch distributed docs:
         # gloo is the CPU backend), so nothing overlaps on a CPU run.
         fw = dataclasses.replace(fw, dp_overlap=False, tp_comm_overlap=False, zero3_prefetch=False)
-    return step_breakdown(model_spec(cfg), layout=layout_for(cfg), gpu=gpu, net=net, fw=fw)
+    layout = layout_for(cfg)
+    return estimate(Job(model=model_spec(cfg), gpu=gpu, num_gpus=layout.num_gpus, layout=layout, framework=fw,
+                        network=net))
 
 
 def _build(cfg: VerifyConfig) -> Any:

@@ -156,8 +156,8 @@ def check_kernels(model: ModelSpec, fw: Framework, gpu: GpuSpec) -> None:
 
 
 def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rates) -> LayerWork:
-    """Count one layer's work per micro-batch and price it with ``r`` (see the module's physics)."""
-    check_kernels(model, fw, gpu)
+    """Count one layer's work per micro-batch and price it with ``r`` (see the module's physics);
+    :func:`check_kernels` has passed."""
     tp, ep, etp, seq, T, tok_sp, kv_local = rows.tp, rows.ep, rows.etp, rows.seq, rows.T, rows.tok_sp, rows.kv_local
     el, low_el, mem_bw = rows.el, rows.low_el, r.mem_bw
     L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import require
 from ..hardware.specs import GpuSpec
 from ..models.spec import ModelSpec
 from ..network.twolevel import Network
@@ -185,16 +184,7 @@ class StepBreakdown:
 
 def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
                    rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
-    """Price one layout (already validated against model and GPU count)."""
-    layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
-    require("mla_up_proj" not in layout.recompute_modules or model.kv_lora_rank > 0, "recompute_modules",
-            f"mla_up_proj recomputes MLA's up-projections; {model.name} has no MLA (kv_lora_rank 0)")
-    moe_mods = [x for x in layout.recompute_modules if x in ("moe", "moe_act")]
-    require(not moe_mods or model.is_moe, "recompute_modules",
-            f"{', '.join(moe_mods)} recompute MoE layers; {model.name} is dense (use mlp, core_attn or layernorm)")
-    require(not layout.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
-            f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
-            f"({fw.selective_recompute}); leave them out")
+    """Price one layout of a job :func:`supercluster.job.check_job` passed."""
     stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
     out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order, stages=stages)
     first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}

@@ -22,14 +22,16 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..hardware.specs import GpuSpec, get_system
-from ..job import default_network
+from ..job import Job, check_job, default_network
+from ..job import price as price_job
 from ..models.spec import ModelSpec
 from ..network import costs
 from ..network.twolevel import Network
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from ..perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
-from ..perf.step import LEDGER, step_breakdown, step_columns
+from ..perf.compute import check_kernels
+from ..perf.step import LEDGER, step_columns
 
 OBJECTIVES = ("time", "cost", "energy")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -276,6 +278,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     require(global_batch >= 1 and seq_len >= 1, "global_batch", "global batch and seq_len must be positive")
     for p in precisions:
         gpu.peak(p)
+    check_kernels(model, framework, gpu)
     counts = (num_gpus,)
     if objective != "time":
         counts = tuple(c for c in (num_gpus, num_gpus // 2, num_gpus // 4, num_gpus // 8)
@@ -336,8 +339,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         """``layout`` priced whole by the cost model, scored as the search scores its rows (None where
         the framework cannot run it on this model, or it does not fit)."""
         try:
-            layout.check_gpus(num_gpus)
-            b = step_breakdown(model, layout=framework.runnable(layout, model.is_moe), gpu=gpu, net=net, fw=framework)
+            b = price_job(check_job(Job(model=model, gpu=gpu, num_gpus=num_gpus, layout=layout, framework=framework,
+                                        network=net)))
         except InputError:
             return None
         if b.memory_per_gpu_bytes > gpu.hbm_bytes * (1.0 - headroom):

@@ -72,7 +72,7 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
     """Price scenarios ``ids`` of a grid; one row per id (invalid ones with ``ok = False`` and the reason)."""
     from ..formats.load import load_model
     from ..hardware.specs import get_gpu
-    from ..job import default_network
+    from ..job import Job, check_job, default_network
     from ..parallelism.framework import get_framework
     from ..parallelism.layout import Layout
     from ..perf.columns import layout_columns
@@ -90,10 +90,9 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
             require(s["gpus"] % mp == 0, "gpus", f"{s['gpus']} not divisible by tp x pp x cp = {mp}")
             lay = Layout(tp=s["tp"], pp=s["pp"], cp=s["cp"], dp=s["gpus"] // mp, micro_batch=s["micro_batch"],
                          global_batch=s["global_batch"], seq_len=s["seq_len"], precision=s["precision"],
-                         recompute=s["recompute"], zero_stage=s["zero"], sequence_parallel=s["tp"] > 1)
-            lay.check_model(m)
-            lay = fw.runnable(lay, m.is_moe)
-            g.peak(lay.precision)
+                         recompute=s["recompute"], zero_stage=s["zero"])
+            # (the network is sized per cluster below)
+            lay = check_job(Job(model=m, gpu=g, num_gpus=s["gpus"], layout=lay, framework=fw)).layout
             groups.setdefault((s["model"], s["gpu"]), []).append((i, s, lay))
         except InputError as exc:
             rows[i] = (i, *[s[a] for a in AXES], False, str(exc), None, None, None, None, None)

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import require
 from ..hardware.specs import GpuSpec
+from ..job import Job, check_job
 from ..models.spec import ModelSpec
 from ..network.twolevel import Network
 from ..parallelism import pplayout
@@ -159,8 +160,8 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     """Lay one training step of ``layout`` out on its pipeline schedule (see the module docstring)."""
     # (a larger sigma makes the mean-1 factor a handful of rare huge values among many tiny ones)
     require(0.0 <= jitter <= 1.0, "jitter", f"must be a log-normal sigma in [0, 1], got {jitter}")
-    layout.check_model(model, extra_pp_layers=fw.extra_pp_layers)
-    layout = fw.runnable(layout, model.is_moe)
+    layout = check_job(Job(model=model, gpu=gpu, num_gpus=layout.num_gpus, layout=layout, framework=fw,
+                           network=net)).layout
     require(fw.pipeline_schedule == "1f1b" or layout.pp == 1, "framework",
             f"{fw.key} runs {fw.pipeline_schedule}, which the timeline does not lay out (it walks 1F1B and "
             "interleaved 1F1B); estimate prices its bubble by the DeepSeek-V3 report's formula")

@@ -21,12 +21,11 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..hardware.specs import get_gpu
-from ..job import default_network
+from ..job import Job, estimate
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
 from ..parallelism.framework import EMBED_SPLIT_SUFFIX, Framework, resolve_framework
 from ..parallelism.layout import UNPRICED_MODULES, Layout
-from ..perf.step import step_breakdown
 
 REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
                     "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",
@@ -311,9 +310,7 @@ def predict_row(row: dict[str, str]) -> RowResult:
     gpu_key = (row.get("gpu") or "").strip()
     try:
         model, layout, fw, note = row_setup(row)
-        gpu = get_gpu(gpu_key)
-        gpu.peak(layout.precision)
-        b = step_breakdown(model, layout=layout, gpu=gpu, net=default_network(gpu, num_gpus=layout.num_gpus), fw=fw)
+        b = estimate(Job(model=model, gpu=get_gpu(gpu_key), num_gpus=layout.num_gpus, layout=layout, framework=fw))
     except InputError as exc:
         return RowResult(rid, None, measured, None, False, str(exc), group, gpu=gpu_key,
                          framework=(row.get("framework") or "").strip())
