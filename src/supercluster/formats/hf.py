@@ -95,39 +95,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     if head_dim is None:
         require(h % heads == 0, "config.json hidden_size", f"{h} is not divisible by num_attention_heads {heads}")
         head_dim = h // heads
-    window = int(get("sliding_window", default=0) or 0)
-    if window:
-        # which layers are local: an explicit layer_types list (GPT-OSS, Gemma 3), Qwen2-style
-        # use_sliding_window from max_window_layers on, Gemma's pattern, else every layer (Mistral)
-        types = get("layer_types", default=None)
-        if isinstance(types, list) and types:
-            n_local = sum(1 for t in types if "sliding" in str(t))
-            if len(types) < int(layers):  # a repeating pattern
-                n_local = n_local * int(layers) // len(types)
-        elif get("use_sliding_window", default=None) is False:
-            n_local = 0
-        elif get("use_sliding_window", default=None) is True:
-            n_local = max(0, int(layers) - int(get("max_window_layers", default=0) or 0))
-        elif get("sliding_window_pattern", default=None):
-            pat = int(get("sliding_window_pattern"))
-            n_local = int(layers) - int(layers) // pat  # one global layer in every `pat`
-        elif "gemma2" in arch:
-            n_local = int(layers) // 2
-        else:
-            n_local = int(layers)
-        if n_local:
-            fields.update(sliding_window=window, window_layers=min(n_local, int(layers)))
-    chunk = int(get("attention_chunk_size", default=0) or 0)
-    if chunk and not window:
-        # Llama 4: the RoPE layers (no_rope_layers[i] = 1) attend within chunks, every
-        # no_rope_layer_interval-th layer (NoPE) globally
-        nope = get("no_rope_layers", default=None)
-        if isinstance(nope, list) and len(nope) == int(layers):
-            n_chunked = sum(1 for x in nope if x)
-        else:
-            n_chunked = int(layers) - int(layers) // int(get("no_rope_layer_interval", default=4) or 4)
-        if n_chunked:
-            fields.update(attention_chunk=chunk, window_layers=n_chunked)
+    fields.update(_hf_local_attention(get, arch, int(layers)))
     experts = int(get("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0) or 0)
     n_moe = hybrid["moe_layers"] if "moe_layers" in hybrid else _hf_moe_layers(get, int(layers))
     mlp_layers = int(layers) - hybrid.get("mixer_only_layers", 0)
@@ -177,6 +145,45 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if isinstance(exc, InputError):
             raise
         raise InputError("config.json", f"malformed field: {exc}") from exc
+
+
+def _hf_local_attention(get: Any, arch: str, layers: int) -> dict[str, int]:
+    """Sliding-window or chunked attention and on how many of the ``layers`` (none: {})."""
+    fields: dict[str, int] = {}
+    window = int(get("sliding_window", default=0) or 0)
+    if window:
+        # which layers are local: an explicit layer_types list (GPT-OSS, Gemma 3), Qwen2-style
+        # use_sliding_window from max_window_layers on, Gemma's pattern, else every layer (Mistral)
+        types = get("layer_types", default=None)
+        if isinstance(types, list) and types:
+            n_local = sum(1 for t in types if "sliding" in str(t))
+            if len(types) < layers:  # a repeating pattern
+                n_local = n_local * layers // len(types)
+        elif get("use_sliding_window", default=None) is False:
+            n_local = 0
+        elif get("use_sliding_window", default=None) is True:
+            n_local = max(0, layers - int(get("max_window_layers", default=0) or 0))
+        elif get("sliding_window_pattern", default=None):
+            pat = int(get("sliding_window_pattern"))
+            n_local = layers - layers // pat  # one global layer in every `pat`
+        elif "gemma2" in arch:
+            n_local = layers // 2
+        else:
+            n_local = layers
+        if n_local:
+            fields.update(sliding_window=window, window_layers=min(n_local, layers))
+    chunk = int(get("attention_chunk_size", default=0) or 0)
+    if chunk and not window:
+        # Llama 4: the RoPE layers (no_rope_layers[i] = 1) attend within chunks, every
+        # no_rope_layer_interval-th layer (NoPE) globally
+        nope = get("no_rope_layers", default=None)
+        if isinstance(nope, list) and len(nope) == layers:
+            n_chunked = sum(1 for x in nope if x)
+        else:
+            n_chunked = layers - layers // int(get("no_rope_layer_interval", default=4) or 4)
+        if n_chunked:
+            fields.update(attention_chunk=chunk, window_layers=n_chunked)
+    return fields
 
 
 #: config.json fields read as counts: a fraction, a boolean or a string there is a malformed config

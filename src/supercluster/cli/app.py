@@ -1,0 +1,160 @@
+"""The typer app, the options several commands share, and the helpers every command uses."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ..errors import InputError
+from ..parallelism.framework import DEFAULT_FRAMEWORK
+
+OBJECTIVE_HELP = "time | cost | energy (cost and energy may use fewer GPUs of the cluster)"
+
+
+def _finite(text: str) -> float:
+    """A number option that must be finite: ``nan`` or ``inf`` would price nonsense."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{text!r} is not a finite number")
+    return value
+
+
+def _num(help: str) -> Any:
+    """A typer option for a finite number."""
+    return typer.Option(parser=_finite, help=help)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Treat a GPU cluster as one machine: step time, memory, MFU and where every FLOP goes.")
+
+
+# Options several commands share (each command sets its own default).
+ModelOpt = Annotated[str, typer.Option(help="preset key, or path to a Hugging Face config.json or a Megatron-LM "
+                                             "launch script (its architecture arguments); a +mtp / +mtpN suffix "
+                                             "adds N multi-token-prediction modules (deepseek-v3+mtp)")]
+GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")]
+PrecisionAnyOpt = Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8, where the GPU has them)")]
+GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
+GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
+# settings a plan keeps while it searches the rest (plan, compare: planner.plan(fixed=...))
+KeepMbOpt = Annotated[int | None, typer.Option(help="keep this micro-batch size", show_default="searched")]
+KeepZeroOpt = Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3", show_default="searched")]
+KeepRecomputeOpt = Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full",
+                                                      show_default="searched")]
+SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
+FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
+                                                  "hai-llm | megatron-legacy | deepspeed-legacy | torchtitan-2024 | "
+                                                  "automodel (supercluster catalog frameworks); +compile for "
+                                                  "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
+                                                  "+embedding-split (embedding and head take a layer's place in "
+                                                  "the pipeline split), +round-robin-gate (a benchmark's fixed "
+                                                  "gate: token i to experts ik ... ik + k - 1)")]
+
+
+def _plot_path(path: str | None) -> str | None:
+    """--plot's check at parse time, before any pricing: the suffix must name a format."""
+    if path is not None:
+        from ..reports import plots
+
+        plots.check_path(path)
+    return path
+
+
+PlotOpt = Annotated[str | None, typer.Option(callback=_plot_path, help="also draw it to this file, the suffix its "
+                                             "format: .png, .svg or .pdf (needs matplotlib: pip install "
+                                             "'supercluster\\[plot]')")]  # \\[: rich markup would eat [plot]
+CLI_FRAMEWORK = DEFAULT_FRAMEWORK  # (framework.DEFAULT_FRAMEWORK: one default for the API and every command)
+
+
+class CatalogKind(StrEnum):
+    gpus = "gpus"
+    systems = "systems"
+    models = "models"
+    network = "network"
+    frameworks = "frameworks"
+
+
+def _out() -> Console:
+    return Console(width=160)
+
+
+def _emit_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=lambda o: dataclasses.asdict(o) if dataclasses.is_dataclass(o)
+                          else str(o)))
+
+
+def _plot(path: str | None, draw: Any) -> None:
+    """Draw a figure (``draw()``) to ``--plot``'s file, when one was given; say so on stderr, so
+    that --json on stdout stays one object."""
+    if path is not None:
+        from ..reports import plots
+
+        typer.echo(f"wrote {plots.save(draw(), path)}", err=True)
+
+
+def _given_options(ctx: typer.Context) -> set[str]:
+    """The command's options the user set (not left at their defaults)."""
+    return {name for name in ctx.params
+            if (src := ctx.get_parameter_source(name)) is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")}
+
+
+@contextlib.contextmanager
+def _pricing_bar() -> Iterator[Callable[[int, int], None]]:
+    """A bar while a plan prices its layouts (MoE searches run to millions of layouts, several
+    seconds); transient and on stderr, so --json and --export stay clean. Yields the planner's
+    ``progress`` callback."""
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("pricing layouts", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _run_options(rates: str, trials: int, seed: int, asynchronous: bool, hot_spares: bool, elastic: bool,
+                 storage_bw: float | None, interval_min: float | None, pue: float,
+                 gpu_hour_usd: float | None) -> Any:
+    from ..reliability.run import RunOptions
+
+    return RunOptions(rates=rates, trials=trials, seed=seed, asynchronous=asynchronous, hot_spares=hot_spares,
+                      elastic=elastic, storage_bytes_per_s=None if storage_bw is None else storage_bw * 1e9,
+                      interval_s=None if interval_min is None else interval_min * 60.0, pue=pue,
+                      gpu_hour_usd=gpu_hour_usd)
+
+
+RatesOpt = Annotated[str, typer.Option(help="interruption rates: llama3 | rsc1 | rsc2 | path to a TOML file")]
+TrialsOpt = Annotated[int, typer.Option(help="Monte Carlo trials")]
+SeedOpt = Annotated[int, typer.Option(help="random seed")]
+AsyncOpt = Annotated[bool, typer.Option("--async-checkpoint/--sync-checkpoint", help="checkpoint mode")]
+SparesOpt = Annotated[bool, typer.Option("--hot-spares", help="warm standby nodes take over at once")]
+ElasticOpt = Annotated[bool, typer.Option("--elastic", help="continue with fewer DP replicas while one is repaired")]
+StorageOpt = Annotated[float | None, _num(help="checkpoint storage GB/s (default 2000, Llama 3's Tectonic)")]
+IntervalOpt = Annotated[float | None, _num(help="checkpoint interval in minutes (default: best in simulation)")]
+PueOpt = Annotated[float, _num(help="facility PUE")]
+PriceOpt = Annotated[float | None, _num(help="price of a GPU-hour in USD (default: ownership cost)")]
+LayoutOpt = Annotated[str | None, typer.Option(help="layout like tp8-pp16-dp128-vpp4, -ga4 for four pipeline "
+                                                   "schedules a step, or a plan's label (...-mb1-z1-full-sp) "
+                                                   "(default: the planner's best)")]
+RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full, for a --layout that does not name "
+                                                 "it (as estimate --layout reads it)")]
+
+
+def _over(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError("oversubscription", f"cannot read {text!r}; use e.g. 1,2 (down:up of each tier below "
+                         "the top, leaf first)") from None

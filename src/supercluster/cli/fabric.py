@@ -1,0 +1,90 @@
+"""supercluster fabric: the scale-out network for N GPUs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..errors import InputError
+from ..hardware.specs import get_gpu
+from ..reports import plots
+from .app import (
+    GpusOpt,
+    PlotOpt,
+    _emit_json,
+    _num,
+    _out,
+    _over,
+    _plot,
+    app,
+)
+
+
+@app.command()
+def fabric(
+    gpus: GpusOpt = 16384,
+    gpu: Annotated[str, typer.Option(help="GPU key (its default system sets node, NIC and host power)")] = "h100-sxm",
+    switch: Annotated[str | None, typer.Option(help="scale-out switch (default by NIC speed)")] = None,
+    tiers: Annotated[int | None, typer.Option(help="tiers (default: the fewest that reach --gpus)")] = None,
+    oversubscription: Annotated[str | None, typer.Option(
+        help="down:up of each tier below the top, leaf first, e.g. 1,2 (the top tier has no uplinks)")] = None,
+    planes: Annotated[int | None, typer.Option(help="independent network planes",
+                                               show_default="the system's NIC ports per GPU")] = None,
+    sharp: Annotated[bool, typer.Option("--sharp", help="in-network all-reduce (switches that support it)")] = False,
+    pue: Annotated[float, _num(help="facility PUE")] = 1.1,
+    compare: Annotated[bool, typer.Option("--compare", help="every catalog switch x 1/2/4/8 planes side by side")]
+    = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Size the scale-out fabric for N GPUs: tiers, switches, optics, bisection, power and cost."""
+    if plot is not None and not compare:
+        raise InputError("plot", "draws the options side by side: use it with --compare")
+    from rich.table import Table
+
+    from ..hardware.specs import get_system
+    from ..network.fabric import build_fabric, compare_options, fabric_summary
+
+    g = get_gpu(gpu)
+    system = get_system(g.system)
+    over = _over(oversubscription)
+    if compare:
+        rows = compare_options(gpus, g, system, pue=pue, oversubscription=over)
+        _plot(plot, lambda: plots.fabric_options(rows, title=f"{gpus:,} x {gpu}: fabric options (rail-optimized "
+                                                              f"Clos, PUE {pue:g})"))
+        if as_json:
+            _emit_json(rows)
+            return
+        t = Table(title=f"{gpus:,} x {gpu}: fabric options (rail-optimized Clos, PUE {pue:g})")
+        for col in ("switch", "planes", "link", "tiers", "switches", "optics", "MW", "network MW", "capex $B",
+                    "network $B", "bisection PB/s", "1 TB all-reduce"):
+            t.add_column(col, justify="left" if col == "switch" else "right")
+        for r in rows:
+            t.add_row(str(r["switch"]), str(r["planes"]), f"{r['link_gbit']:g}G", str(len(r["tiers"])),  # type: ignore[arg-type]
+                      f"{r['total_switches']:,}", f"{r['transceivers']:,}", f"{r['power_w'] / 1e6:,.0f}",
+                      f"{r['network_power_w'] / 1e6:,.1f}", f"{r['capex_usd'] / 1e9:,.1f}",
+                      f"{r['network_capex_usd'] / 1e9:,.2f}", f"{r['bisection_bytes_per_s'] / 1e15:,.1f}",
+                      f"{r['allreduce_time_s']:.2f} s")
+        _out().print(t)
+        return
+    fab = build_fabric(gpus, g, system, switch=switch, tiers=tiers, oversubscription=over, planes=planes)
+    s = fabric_summary(fab, g, system, pue=pue, sharp=sharp)
+    if as_json:
+        _emit_json(s)
+        return
+    t = Table(title=f"{gpus:,} x {gpu} on {fab.switch.name}, {fab.planes} plane(s) of {fab.link_gbit:g} Gb/s links")
+    for col in ("tier", "switches", "radix", "down", "up", "down:up", "links up", "GPUs below", "latency"):
+        t.add_column(col, justify="right")
+    for tr in s["tiers"]:  # type: ignore[attr-defined]
+        t.add_row(str(tr["level"]), f"{tr['switches']:,}", str(tr["radix"]), str(tr["down_ports"]),
+                  str(tr["up_ports"]), f"{tr['oversubscription']:g}", f"{tr['links']:,}", f"{tr['gpus_below']:,}",
+                  f"{tr['latency_s'] * 1e6:.2f} us")
+    con = _out()
+    con.print(t)
+    con.print(f"switches {s['total_switches']:,} | transceivers {s['transceivers']:,} | bisection "
+              f"{s['bisection_bytes_per_s'] / 1e12:,.1f} TB/s | max {s['max_hops']} switch hops")
+    con.print(f"power {s['power_w'] / 1e6:,.1f} MW at PUE {pue:g} (GPUs {s['gpu_power_w'] / 1e6:,.1f}, hosts "
+              f"{s['host_power_w'] / 1e6:,.1f}, network {s['network_power_w'] / 1e6:,.2f} MW) | capex "
+              f"${s['capex_usd'] / 1e9:,.2f} B (network ${s['network_capex_usd'] / 1e9:,.3f} B; hosts not priced)")
+    con.print(f"all-reduce of {s['allreduce_bytes'] / 1e12:g} TB over all GPUs: {s['allreduce_time_s']:.3f} s")

@@ -1,0 +1,212 @@
+"""supercluster plan, compare, report: the fastest layout, on each GPU type, on one page."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ..errors import InputError
+from ..formats.load import load_model
+from ..hardware.specs import get_gpu
+from ..parallelism.layout import Layout
+from ..planner.fallback import fixed_settings
+from ..reports import plots
+from ..reports import tables as reports
+from ..validation import evidence as evidence_lines
+from .app import (
+    CLI_FRAMEWORK,
+    OBJECTIVE_HELP,
+    FrameworkOpt,
+    GbsOpt,
+    GpuOpt,
+    GpusOpt,
+    KeepMbOpt,
+    KeepRecomputeOpt,
+    KeepZeroOpt,
+    ModelOpt,
+    PlotOpt,
+    PrecisionAnyOpt,
+    RatesOpt,
+    SeedOpt,
+    SeqOpt,
+    TrialsOpt,
+    _emit_json,
+    _num,
+    _out,
+    _plot,
+    _pricing_bar,
+    app,
+)
+
+
+@app.command()
+def plan(
+    model: ModelOpt = "llama3-405b",
+    gpu: GpuOpt = "h100-sxm",
+    gpus: GpusOpt = 16384,
+    global_batch: GbsOpt = 2048,
+    seq_len: SeqOpt = 8192,
+    precision: PrecisionAnyOpt = "bf16",
+    objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
+    framework: Annotated[str | None, typer.Option(help="as estimate --framework",
+                                                  show_default=f"{CLI_FRAMEWORK}; with --export, the framework "
+                                                  "that runs it: torchtitan, deepspeed, or "
+                                                  f"{CLI_FRAMEWORK} for megatron")] = None,
+    headroom: Annotated[float, _num(help="fraction of HBM kept free (0-1)")] = 0.0,
+    top: Annotated[int, typer.Option(help="rows in the table")] = 10,
+    micro_batch: KeepMbOpt = None,
+    zero: KeepZeroOpt = None,
+    recompute: KeepRecomputeOpt = None,
+    gpu_hour_usd: Annotated[float | None, _num(help="price of a GPU-hour (default: ownership cost)")] = None,
+    export: Annotated[str | None, typer.Option(help="print the winner as megatron | torchtitan | deepspeed")] = None,
+    tokens: Annotated[float | None, _num(help="token budget: also days, dollars and MWh to train it "
+                                                 "(failure-free; supercluster train adds failures)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    evidence: Annotated[bool, typer.Option(help="also report the model's error on the published runs closest "
+                                           "to the best layout's kind")] = True,
+    plot: PlotOpt = None,
+) -> None:
+    """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
+
+    from ..formats.launchers import export as export_layout
+    from ..formats.launchers import export_framework
+    from ..parallelism.framework import get_framework
+    from ..planner.search import plan as run_plan
+
+    framework = export_framework(export, framework) if export else framework or CLI_FRAMEWORK
+    m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
+    precs = ("bf16", "fp8") if precision == "any" else (precision,)
+    fixed = fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
+    with _pricing_bar() as progress:
+        res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
+                       objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,
+                       progress=progress, fixed=fixed)
+    if export:
+        typer.echo(export_layout(res.best.layout, export, m, fw), nl=False)
+        return
+    if tokens is not None and tokens <= 0:
+        raise InputError("tokens", f"must be > 0, got {tokens}")
+    found = res.to_json()
+    _plot(plot, lambda: plots.plan(found, title=f"{m.name} on {gpus:,} x {gpu}, global batch {global_batch:,} x "
+                                               f"{seq_len:,}, {framework}", hbm_bytes=g.hbm_bytes))
+    ev = (evidence_lines.evidence_for(m, g, framework, res.best.layout.precision, res.best.layout.num_gpus, seq_len)
+          if evidence else None)
+    if as_json:
+        extra = {"budget": res.best.budget(tokens)} if tokens else {}
+        if evidence:
+            extra["evidence"] = ev.as_json() if ev else None
+        _emit_json(extra | found)
+        return
+    reports.print_plan(_out(), res, f"{m.name} on {gpus:,} x {gpu}: best layouts by {objective}")
+    if tokens:
+        b = res.best.budget(tokens)
+        _out().print(f"{tokens:.3g} tokens with #1: {b['days_to_train']:,.1f} days (failure-free), "
+                     f"${b['cost_usd'] / 1e6:,.2f} M, {b['energy_mwh']:,.0f} MWh")
+    if ev is not None:
+        _out().print(ev.line(), style="dim", markup=False)
+    elif evidence:
+        _out().print(evidence_lines.no_runs_line(m), style="dim", markup=False)
+
+
+@app.command()
+def compare(
+    model: ModelOpt = "llama3-70b",
+    gpu_types: Annotated[str, typer.Option("--gpu-types", help="comma-separated GPU keys (supercluster catalog "
+                                           "gpus)")] = "a100-80gb,h100-sxm,h200,b200,gb200,mi300x",
+    gpus: GpusOpt = 1024,
+    global_batch: GbsOpt = 1024,
+    seq_len: SeqOpt = 8192,
+    precision: PrecisionAnyOpt = "bf16",
+    objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
+    framework: FrameworkOpt = CLI_FRAMEWORK,
+    tokens: Annotated[float | None, _num(help="token budget for days, dollars and MWh (default: 20 per "
+                                                 "parameter)")] = None,
+    micro_batch: KeepMbOpt = None,
+    zero: KeepZeroOpt = None,
+    recompute: KeepRecomputeOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Which GPU? Plan the same job on each GPU type: best layout, throughput, days, dollars, MWh."""
+    from rich.progress import track
+    from rich.table import Table
+
+    from ..parallelism.framework import get_framework
+    from ..planner.search import compare_gpus
+    from ..planner.sweep import parse_axis
+
+    m, fw = load_model(model), get_framework(framework)
+    kinds = [get_gpu(k) for k in parse_axis(gpu_types, str, "gpu_types")]
+    precs = ("bf16", "fp8") if precision == "any" else (precision,)
+    for p in precs:  # an unknown precision is one error, not a row per GPU
+        Layout(precision=p)
+    fixed = fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
+    rows = []
+    for g in track(kinds, description="planning", disable=as_json or len(kinds) < 2, transient=True,
+                   console=Console(stderr=True)):
+        rows += compare_gpus(m, [g], gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
+                             objective=objective, precisions=precs, tokens=tokens, fixed=fixed)
+    tok = tokens if tokens is not None else 20.0 * m.num_params
+    title = f"{m.name} on {gpus:,} GPUs, global batch {global_batch:,} x {seq_len:,}, {tok:.3g} tokens, {framework}"
+    _plot(plot, lambda: plots.compare(rows, title=title))
+    if as_json:
+        _emit_json(rows)
+        return
+    t = Table(title=title + f": best layout by {objective} per GPU type")
+    for col in ("GPU", "layout", "prec", "step s", "MFU", "tok/s/GPU", "mem GiB", "days", "cost", "MWh"):
+        t.add_column(col, justify="left" if col in ("GPU", "layout", "prec") else "right")
+    for r in rows:
+        if not r["fits"]:
+            t.add_row(str(r["gpu"]), str(r["reason"])[:70], *["-"] * 8)
+            continue
+        b = r["best"]
+        t.add_row(str(r["gpu"]), f"{b['layout']} mb{b['micro_batch']} z{b['zero_stage']} {b['recompute']}",
+                  str(b["precision"]), f"{b['step_time_s']:.3f}",
+                  f"{100 * b['mfu']:.1f}%", f"{r['tokens_per_s_per_gpu']:,.0f}",
+                  f"{b['memory_per_gpu_bytes'] / 2**30:.1f}", f"{r['days_to_train']:,.1f}",
+                  f"${r['cost_usd'] / 1e6:,.2f} M" if r["cost_usd"] >= 1e6 else f"${r['cost_usd'] / 1e3:,.1f} k",
+                  f"{r['energy_mwh']:,.1f}")
+    _out().print(t)
+    _out().print("days are failure-free: supercluster train --gpu ... adds interruptions and checkpoints",
+                 style="dim")
+
+
+@app.command()
+def report(
+    model: ModelOpt = "llama3-70b",
+    gpu: GpuOpt = "h100-sxm",
+    gpus: GpusOpt = 1024,
+    global_batch: GbsOpt = 1024,
+    seq_len: SeqOpt = 8192,
+    precision: PrecisionAnyOpt = "bf16",
+    framework: FrameworkOpt = CLI_FRAMEWORK,
+    tokens: Annotated[float | None, _num(help="token budget (default: 20 per parameter)")] = None,
+    gpu_types: Annotated[str, typer.Option("--gpu-types", help="also plan the job on these GPU types, "
+                                           "comma-separated (empty: none)")] = "",
+    rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
+    out: Annotated[str, typer.Option(help="directory for report.md, report.json and the figures")] = "report",
+) -> None:
+    """One job, one shareable report: plan, step, run with failures, network, other GPUs, figures."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from ..parallelism.framework import get_framework
+    from ..planner.sweep import parse_axis
+    from ..reliability.run import RunOptions
+    from ..reports import page as _report
+
+    _report.check_out(out)
+    m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
+    kinds = parse_axis(gpu_types, str, "gpu_types") if gpu_types.strip() else ()
+    for k in kinds:
+        get_gpu(k)
+    precs = ("bf16", "fp8") if precision == "any" else (precision,)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
+                  disable=not sys.stderr.isatty()) as bar:
+        bar.add_task("planning, pricing and simulating the run", total=None)
+        r = _report.build(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=precs,
+                          tokens=tokens, gpu_types=kinds, options=RunOptions(rates=rates, trials=trials, seed=seed))
+        md = _report.write(r, out)
+    typer.echo(f"wrote {md} (and report.json, {len(list(md.parent.glob('*.png')))} figures)")

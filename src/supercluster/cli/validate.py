@@ -1,0 +1,79 @@
+"""supercluster validate: the cost model against published runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import typer
+
+from ..errors import InputError
+from ..reports import plots
+from ..reports import tables as reports
+from ..validation import validate as validation
+from .app import (
+    PlotOpt,
+    _emit_json,
+    _out,
+    _plot,
+    app,
+)
+
+
+@app.command()
+def validate(
+    runs: Annotated[str | None, typer.Option(help="runs CSV, or a shipped set: public (default) | heldout "
+                                                      "(other published runs, a check only)")] = None,
+    ranks: Annotated[bool, typer.Option("--ranks", help="instead: where each published layout ranks among the "
+                                                        "planner's feasible layouts")] = False,
+    by: Annotated[str | None, typer.Option(help="also summarise the rows by gpu | framework | kind (dense / moe): "
+                                                "count, MAPE, error range")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Predict every scored published run and report per-row error, MAPE and the worst row."""
+    if by is not None:
+        validation.check_group_key(by)  # before the (slower) predictions, and in --ranks mode too
+    if plot is not None and ranks:
+        raise InputError("plot", "draws the per-row errors; it does not go with --ranks")
+    if ranks:
+        from rich.table import Table
+
+        rk = validation.published_ranks(runs)
+        if as_json:
+            _emit_json(rk)
+            return
+        t = Table(title="published layouts ranked by the planner (1 = the planner's best)")
+        for col in ("row", "rank", "of feasible", "planner's best", "note"):
+            t.add_column(col)
+        for r in rk["rows"]:
+            t.add_row(str(r["id"]), str(r["rank"] or "-"), f"{r['feasible']:,}", str(r.get("best", "")),
+                      str(r.get("reason", ""))[:60])
+        con = _out()
+        con.print(t)
+        sm = rk["summary"]
+        con.print(f"ranked {sm['ranked']} of {sm['rows']} rows: #1 {sm['top1']}, top 10 {sm['top10']}, top 100 "
+                  f"{sm['top100']}; median percentile {sm['median_percentile']}, p90 {sm['p90_percentile']}")
+        return
+    res = validation.validate(runs)
+    groups = validation.by_group(res["rows"], by) if by else None  # type: ignore[arg-type]
+    _plot(plot, lambda: plots.validation(
+        [dataclasses.asdict(r) for r in res["rows"]], group=by or "kind",  # type: ignore[attr-defined]
+        title=f"{runs or 'public'} runs: MAPE {100 * res['mape']:.1f} %, worst {100 * res['worst_abs_error']:.1f} % "
+              f"({res['worst_row']})"))
+    if as_json:
+        out = dict(res)
+        out["rows"] = [dataclasses.asdict(r) for r in res["rows"]]  # type: ignore[attr-defined]
+        if groups is not None:
+            out["groups"] = groups
+        _emit_json(out)
+        return
+    con = _out()
+    con.print(reports.validation_table(res))
+    if groups is not None:
+        con.print(reports.groups_table(groups, f"by {by}"))
+    con.print(f"MAPE {100 * res['mape']:.1f}% | worst {100 * res['worst_abs_error']:.1f}% ({res['worst_row']}) | "
+              f"supported {100 * res['supported_fraction']:.0f}%")
+    for g in res["ranking"]:  # type: ignore[attr-defined]
+        con.print(f"ranking {g['group']}: {'matches' if g['match'] else 'DIFFERS'} "
+                  f"(measured {g['measured_order']}, predicted {g['predicted_order']})")
