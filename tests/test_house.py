@@ -12,7 +12,7 @@ import pathlib
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 #: bottom to top: a package may import from its own layer's package and from any layer below
 LAYERS = (
-    ("units", "errors"),
+    ("units", "errors", "_version"),
     ("_toml",),
     ("hardware", "models"),
     ("parallelism",),
@@ -24,7 +24,7 @@ LAYERS = (
     ("validation", "calibration"),
     ("reports",),
     ("cli",),
-    ("__main__",),
+    ("__main__", "api"),
     ("__init__",),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -37,7 +37,23 @@ def _num(help: str) -> Any:
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Treat a GPU cluster as one machine: step time, memory, MFU and where every FLOP goes.")
+                  help="Treat a GPU cluster as one machine: step time, memory, MFU and where every FLOP goes. "
+                       f"Every command prices under the {DEFAULT_FRAMEWORK} framework profile unless --framework "
+                       "(or a launcher config) says otherwise.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .._version import __version__
+
+        typer.echo(f"supercluster {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="print the version and exit")] = False) -> None:
+    """Treat a GPU cluster as one machine: step time, memory, MFU and where every FLOP goes."""
 
 
 # Options several commands share (each command sets its own default).
