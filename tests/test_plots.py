@@ -165,17 +165,6 @@ def test_the_run_waterfall_steps_down_from_peak_to_the_useful_flops():
     assert useful.get_width() == pytest.approx(100.0 * s["useful_flops"] / s["peak_flops_total"])
 
 
-def test_every_figure_the_readme_shows_is_in_the_repository():
-    import re
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    shown = re.findall(r"!\[[^\]]*\]\((docs/img/[^)]+)\)", (root / "README.md").read_text(encoding="utf-8"))
-    assert len(shown) >= 6
-    for path in shown:
-        assert (root / path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
-
-
 def test_the_goodput_figure_draws_the_ettr_curve_whose_peak_is_the_interval_chosen():
     s = _json(["goodput", "--model", "llama3-70b", "--gpus", "4096", "--days", "10", "--trials", "200", "--json"])
     curve = s["ettr_by_interval"]

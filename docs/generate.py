@@ -1,0 +1,200 @@
+"""Regenerate every generated block of README.md and docs/*.md (and, on request, the figures).
+
+A block is the text between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; NAME is a
+key of :data:`BLOCKS`, whose function runs the tool (in process, through the same CLI a user runs)
+and returns the block's markdown. Nothing in a block is written by hand, so no number in it can go
+stale: ``tests/test_docs.py`` fails when a page differs from what this script writes.
+
+    python docs/generate.py             # rewrite every block
+    python docs/generate.py --check     # name each stale block, exit 1 if any
+    python docs/generate.py --figures   # also redraw docs/img/*.png (needs matplotlib)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+#: wall-clock figures a command prints beside its answer: shown as measured once, not compared
+VOLATILE = (re.compile(r"(layouts, [\d,]+ fit, in )\d+\.\d+ s"),)
+
+
+def run(*argv: str) -> str:
+    """What ``supercluster ARGV`` prints on stdout (it must succeed)."""
+    from typer.testing import CliRunner
+
+    from supercluster.cli import app
+
+    r = CliRunner().invoke(app, list(argv), catch_exceptions=False)
+    if r.exit_code != 0:
+        raise RuntimeError(f"supercluster {' '.join(argv)} exited {r.exit_code}: {r.output}")
+    out = r.stdout
+    for pat in VOLATILE:
+        out = pat.sub(r"\g<1>(seconds) s", out)
+    return "\n".join(line.rstrip() for line in out.splitlines())
+
+
+def shown(*argv: str) -> str:
+    """A command and its output, as a terminal shows them."""
+    return f"```text\n$ supercluster {' '.join(argv)}\n{run(*argv).strip()}\n```\n"
+
+
+def _json(*argv: str) -> object:
+    return json.loads(run(*argv, "--json"))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def accuracy() -> str:
+    """The short accuracy table of the README: each shipped file, and the held-out file by kind."""
+    pub, held = _json("validate"), _json("validate", "--runs", "heldout", "--by", "kind")
+    lines = ["| published runs | rows priced | MAPE | worst row |", "|---|---|---|---|"]
+    for name, d in (("shared public file (`supercluster validate`)", pub),
+                    ("held-out file (`supercluster validate --runs heldout`)", held)):
+        n = sum(1 for r in d["rows"] if r["supported"])
+        lines.append(f"| {name} | {n} of {len(d['rows'])} | {_pct(d['mape'])} | {_pct(d['worst_abs_error'])} "
+                     f"(`{d['worst_row']}`) |")
+    for g in held["groups"]:
+        lines.append(f"| held-out, {g['group']} | {g['rows']} | {_pct(g['mape'])} | "
+                     f"{_pct(max(abs(g['min_error']), abs(g['max_error'])))} |")
+    groups = pub["ranking"] + held["ranking"]
+    lines += ["", f"Where one job was measured at several layouts ({len(groups)} such groups in the two files), "
+              f"the predicted order of its layouts matches the measured order in "
+              f"{sum(bool(g['match']) for g in groups)} of them."]
+    return "\n".join(lines) + "\n"
+
+
+def api_sizes() -> str:
+    """How big the house is: modules, the longest function, the README."""
+    import ast
+
+    mods = sorted((ROOT / "src" / "supercluster").rglob("*.py"))
+    longest = max((n.end_lineno - n.lineno + 1, f"{p.relative_to(ROOT / 'src')}:{n.name}") for p in mods
+                  for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    biggest = max((p.read_text(encoding="utf-8").count("\n"), str(p.relative_to(ROOT / "src"))) for p in mods)
+    return (f"{len(mods)} modules; the largest is `{biggest[1]}` ({biggest[0]} lines), the longest function "
+            f"`{longest[1]}` ({longest[0]} lines).\n")
+
+
+def cli_reference() -> str:
+    """Every command's --help."""
+    from typer.main import get_command
+
+    from supercluster.cli import app
+
+    names = sorted(get_command(app).commands)  # type: ignore[attr-defined]
+    return "".join(f"### `supercluster {n}`\n\n```text\n{run(n, '--help').strip()}\n```\n\n" for n in names)
+
+
+def stage_docs() -> str:
+    """The cost model's stages, each with its docstring (its physics and sources)."""
+    import importlib
+
+    out = []
+    for mod in ("columns", "compute", "comm", "pipeline", "sync", "memory", "step"):
+        m = importlib.import_module(f"supercluster.perf.{mod}")
+        out.append(f"### `supercluster.perf.{mod}`\n\n{(m.__doc__ or '').strip()}\n")
+    return "\n".join(out)
+
+
+#: the step the timeline page lays out: Llama 3 70B pipelined over 4 stages, 5 chunks each
+TIMELINE = ["simulate", "--layout", "tp4-pp4-dp4-vpp5", "--global-batch", "64"]
+
+BLOCKS: dict[str, Callable[[], str]] = {
+    "quickstart": lambda: shown("estimate"),
+    "accuracy": accuracy,
+    "sizes": api_sizes,
+    "stages": stage_docs,
+    "estimate-70b": lambda: shown("estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4",
+                                  "--cp", "2", "--vpp", "5", "--global-batch", "128", "--no-evidence"),
+    "sensitivity": lambda: shown("estimate", "--sensitivity", "--no-evidence"),
+    "placement": lambda: shown("estimate", "--placement", "--oversubscription", "4", "--no-evidence"),
+    "validate-public": lambda: shown("validate", "--by", "kind"),
+    "validate-heldout": lambda: shown("validate", "--runs", "heldout", "--by", "kind"),
+    "plan-405b": lambda: shown("plan", "--top", "5", "--no-evidence"),
+    "export-megatron": lambda: shown("plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
+                                     "--export", "megatron"),
+    "export-torchtitan": lambda: shown("plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
+                                       "--export", "torchtitan"),
+    "export-deepspeed": lambda: shown("plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
+                                      "--export", "deepspeed"),
+    "compare": lambda: shown("compare", "--gpus", "1024", "--gpu-types", "h100-sxm,h200,b200,gb200"),
+    "simulate": lambda: shown(*TIMELINE),
+    "fabric-1m": lambda: shown("fabric", "--gpus", "1048576", "--gpu", "gb200"),
+    "fabric-compare": lambda: shown("fabric", "--gpus", "16384", "--compare"),
+    "goodput": lambda: shown("goodput", "--trials", "2000"),
+    "train": lambda: shown("train", "--trials", "2000"),
+    "scale": lambda: shown("scale", "--max-gpus", "65536", "--trials", "500"),
+    "cli": cli_reference,
+}
+
+#: figure -> the command that draws it (``--plot``); shown by the pages, redrawn by --figures
+FIGURES: dict[str, list[str]] = {
+    "ledger-llama3-405b.png": ["estimate"],
+    "plan-llama3-405b.png": ["plan"],
+    "validation-public.png": ["validate"],
+    "validation-heldout.png": ["validate", "--runs", "heldout"],
+    "timeline-llama3-70b.png": TIMELINE,
+    "goodput-llama3-405b.png": ["goodput"],
+    "run-ledger-llama3-405b.png": ["train"],
+    "compare-llama3-70b.png": ["compare"],
+    "scale-llama3-8b-gb200.png": ["scale"],
+    "fabric-1m-gb300.png": ["fabric", "--gpus", "1048576", "--gpu", "gb300", "--compare"],
+}
+
+
+def render(text: str, cache: dict[str, str]) -> str:
+    """``text`` with every generated block regenerated (``cache``: blocks already made)."""
+    def body(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in BLOCKS:
+            raise KeyError(f"unknown generated block {name!r}; known: {', '.join(sorted(BLOCKS))}")
+        if name not in cache:
+            cache[name] = BLOCKS[name]().rstrip("\n") + "\n"
+        return m.group(1) + cache[name] + m.group(4)
+    return BLOCK.sub(body, text)
+
+
+def stale_blocks() -> list[str]:
+    """``page: block`` for every block that differs from what :func:`render` writes."""
+    cache: dict[str, str] = {}
+    out = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        fresh = render(text, cache)
+        old = {m.group("name"): m.group("body") for m in BLOCK.finditer(text)}
+        new = {m.group("name"): m.group("body") for m in BLOCK.finditer(fresh)}
+        out += [f"{page.relative_to(ROOT)}: {n}" for n in old if old[n] != new[n]]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        stale = stale_blocks()
+        print("\n".join(f"stale: {s}" for s in stale) or "every generated block is fresh")
+        return 1 if stale else 0
+    cache: dict[str, str] = {}
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        fresh = render(text, cache)
+        if fresh != text:
+            page.write_text(fresh, encoding="utf-8")
+            print("wrote", page.relative_to(ROOT))
+    if "--figures" in argv:
+        for name, argv_ in FIGURES.items():
+            run(*argv_, "--plot", str(ROOT / "docs" / "img" / name), *(["--json"] if argv_[0] != "fabric" else []))
+            print("drew", name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
