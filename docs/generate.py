@@ -72,19 +72,6 @@ def accuracy() -> str:
     return "\n".join(lines) + "\n"
 
 
-def api_sizes() -> str:
-    """How big the house is: modules, the longest function, the README."""
-    import ast
-
-    mods = sorted((ROOT / "src" / "supercluster").rglob("*.py"))
-    longest = max((n.end_lineno - n.lineno + 1, f"{p.relative_to(ROOT / 'src')}:{n.name}") for p in mods
-                  for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-    biggest = max((p.read_text(encoding="utf-8").count("\n"), str(p.relative_to(ROOT / "src"))) for p in mods)
-    return (f"{len(mods)} modules; the largest is `{biggest[1]}` ({biggest[0]} lines), the longest function "
-            f"`{longest[1]}` ({longest[0]} lines).\n")
-
-
 def cli_reference() -> str:
     """Every command's --help."""
     from typer.main import get_command
@@ -112,7 +99,6 @@ TIMELINE = ["simulate", "--layout", "tp4-pp4-dp4-vpp5", "--global-batch", "64"]
 BLOCKS: dict[str, Callable[[], str]] = {
     "quickstart": lambda: shown("estimate"),
     "accuracy": accuracy,
-    "sizes": api_sizes,
     "stages": stage_docs,
     "estimate-70b": lambda: shown("estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4",
                                   "--cp", "2", "--vpp", "5", "--global-batch", "128", "--no-evidence"),

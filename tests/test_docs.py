@@ -25,7 +25,7 @@ def test_every_generated_block_is_fresh():
 
 def test_a_stale_block_is_seen():
     gen = _generator()
-    text = "a\n<!-- generated: sizes -->\nold figures\n<!-- end generated -->\n"
+    text = "a\n<!-- generated: accuracy -->\nold figures\n<!-- end generated -->\n"
     assert gen.render(text, {}) != text
     assert "old figures" not in gen.render(text, {})
 

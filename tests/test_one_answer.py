@@ -94,3 +94,20 @@ def test_rank_of_ranks_the_layout_it_is_given():
     assert res.rank_of(part) < res.rank_of(plain)
     times = res.columns["score"][res.columns["feasible"]]
     assert res.rank_of(part) == 1 + int((times < t_part * (1 - 1e-12)).sum())
+
+
+def test_a_job_from_a_runs_row_or_a_launcher_config_prices_as_validate_and_estimate_do(tmp_path):
+    from supercluster.job import Job
+    from supercluster.validation.validate import load_rows, predict_row
+
+    row = next(r for r in load_rows("public") if r["id"] == "DGXC-L31-405B-bf16-2304")
+    job, _ = Job.from_row(row)
+    assert estimate(job).step_time_s == predict_row(row).predicted_step_time_s
+    r = CliRunner().invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--export",
+                                 "torchtitan"], catch_exceptions=False)
+    (tmp_path / "job.toml").write_text(r.stdout, encoding="utf-8")
+    cfg = Job.from_config(str(tmp_path / "job.toml"), model="llama3-8b", gpu="h100-sxm", num_gpus=64)
+    assert cfg.framework.key == "torchtitan"
+    back = _json(["estimate", "--model", "llama3-8b", "--gpus", "64", "--config", str(tmp_path / "job.toml"),
+                  "--no-evidence"])
+    assert estimate(cfg).step_time_s == pytest.approx(back["step_time_s"], rel=1e-12)

@@ -85,6 +85,28 @@ class Job:
         layout = Layout.from_string(label, global_batch=global_batch, seq_len=seq_len, **layout_fields)
         return cls.of(model, gpu=gpu, layout=layout, num_gpus=num_gpus, framework=framework, network=network)
 
+    @classmethod
+    def from_config(cls, path: str, *, gpu: GpuSpec | str, num_gpus: int | None = None, model: str | None = None,
+                    framework: Framework | str | None = None, network: Network | None = None) -> Job:
+        """A job from a launcher config: a Megatron-LM launch script (its model and the behaviours its
+        flags switch), a torchtitan job TOML or a DeepSpeed JSON
+        (:func:`supercluster.formats.launchers.read_config`)."""
+        from .formats.launchers import read_config
+
+        m, fw, layout = read_config(path, model=model, framework=framework if isinstance(framework, str) else None,
+                                    num_gpus=num_gpus)
+        return cls.of(m, gpu=gpu, layout=layout, framework=framework if isinstance(framework, Framework) else fw,
+                      network=network)
+
+    @classmethod
+    def from_row(cls, row: dict[str, str]) -> tuple[Job, str | None]:
+        """A job from a row of a runs CSV (the shared validation format), and the note of what the
+        row's columns left to defaults (:func:`supercluster.formats.runs.row_setup`)."""
+        from .formats.runs import row_setup
+
+        model, layout, fw, note = row_setup(row)
+        return cls.of(model, gpu=(row.get("gpu") or "").strip(), layout=layout, framework=fw), note
+
     @property
     def net(self) -> Network:
         """The network the job's collectives run on."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -34,36 +33,6 @@ from .app import (
     _pricing_bar,
     app,
 )
-
-
-def _megatron_script(config: str) -> dict[str, Any] | None:
-    """The flags of ``config`` when it is a Megatron-LM arguments file (None otherwise, or when it
-    cannot be read: load_layout then names the problem)."""
-    from ..formats import megatron_args
-    from ..formats.launchers import detect_format
-
-    path = Path(config)
-    if not path.is_file() or detect_format(path) != "megatron":
-        return None
-    try:
-        return megatron_args.parse_args(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, InputError):
-        return None
-
-
-def _config_framework(config: str, script: dict[str, Any] | None) -> Any:
-    """The framework a launcher config describes: Megatron-LM as a script's flags set it, torchtitan
-    (compiled where the job config says so) for a job TOML, DeepSpeed for a DeepSpeed JSON."""
-    from ..formats import megatron_args
-    from ..formats.launchers import detect_format, torchtitan_compiles
-
-    path = Path(config)
-    if script is not None:
-        return megatron_args.framework_from_args(script, name=f"megatron-lm ({path.name})")
-    kind = detect_format(path) if path.is_file() else "megatron"
-    if kind == "torchtitan":
-        return "torchtitan+compile" if torchtitan_compiles(path.read_text(encoding="utf-8")) else "torchtitan"
-    return "deepspeed" if kind == "deepspeed" else CLI_FRAMEWORK
 
 
 @app.command()
@@ -151,7 +120,9 @@ def estimate(
     show = dict(as_json=as_json, profile=profile, fabric_options=fab, rank_order=rank_order, evidence=evidence,
                 plot=plot, sensitivity=sensitivity, show_placement=placement)
     if config is not None:
-        model, fw, lay = _from_config(config, model, framework, gpus)
+        from ..formats.launchers import read_config
+
+        model, fw, lay = read_config(config, model=model, framework=framework, num_gpus=gpus)
         _estimate_and_print(model, gpu, lay.num_gpus, lay, fw, **show)
         return
     model, framework = model or "llama3-405b", framework or CLI_FRAMEWORK
@@ -183,17 +154,6 @@ def estimate(
     _estimate_and_print(model, gpu, gpus, lay, framework, planned=planned, **show)
 
 
-def _from_config(config: str, model: str | None, framework: str | None, gpus: int) -> tuple[str, Any, Layout]:
-    """Model, framework and layout of a launcher config (a Megatron-LM script names its model and the
-    behaviours its flags switch; a torchtitan TOML or DeepSpeed JSON its framework)."""
-    from ..formats import megatron_args
-    from ..formats.launchers import load_layout
-
-    script = _megatron_script(config)
-    if model is None:
-        model = config if script is not None and megatron_args.has_model(script) else "llama3-405b"
-    fw: str | Any = framework or _config_framework(config, script)
-    return model, fw, load_layout(config, num_gpus=gpus, num_layers=load_model(model).num_layers)
 
 
 def _layout_from_options(model: str, gpu: str, gpus: int, framework: str, opts: dict[str, Any], given: set[str],

@@ -9,6 +9,7 @@ import typer
 from ..errors import InputError
 from ..hardware.specs import get_gpu
 from ..reports import plots
+from ..reports import tables as reports
 from .app import (
     GpusOpt,
     PlotOpt,
@@ -41,7 +42,6 @@ def fabric(
     """Size the scale-out fabric for N GPUs: tiers, switches, optics, bisection, power and cost."""
     if plot is not None and not compare:
         raise InputError("plot", "draws the options side by side: use it with --compare")
-    from rich.table import Table
 
     from ..hardware.specs import get_system
     from ..network.fabric import build_fabric, compare_options, fabric_summary
@@ -56,16 +56,7 @@ def fabric(
         if as_json:
             _emit_json(rows)
             return
-        t = Table(title=f"{gpus:,} x {gpu}: fabric options (rail-optimized Clos, PUE {pue:g})")
-        for col in ("switch", "planes", "link", "tiers", "switches", "optics", "MW", "network MW", "capex $B",
-                    "network $B", "bisection PB/s", "1 TB all-reduce"):
-            t.add_column(col, justify="left" if col == "switch" else "right")
-        for r in rows:
-            t.add_row(str(r["switch"]), str(r["planes"]), f"{r['link_gbit']:g}G", str(len(r["tiers"])),  # type: ignore[arg-type]
-                      f"{r['total_switches']:,}", f"{r['transceivers']:,}", f"{r['power_w'] / 1e6:,.0f}",
-                      f"{r['network_power_w'] / 1e6:,.1f}", f"{r['capex_usd'] / 1e9:,.1f}",
-                      f"{r['network_capex_usd'] / 1e9:,.2f}", f"{r['bisection_bytes_per_s'] / 1e15:,.1f}",
-                      f"{r['allreduce_time_s']:.2f} s")
+        t = reports.fabric_options_table(rows, f"{gpus:,} x {gpu}: fabric options (rail-optimized Clos, PUE {pue:g})")
         _out().print(t)
         return
     fab = build_fabric(gpus, g, system, switch=switch, tiers=tiers, oversubscription=over, planes=planes)
@@ -73,13 +64,8 @@ def fabric(
     if as_json:
         _emit_json(s)
         return
-    t = Table(title=f"{gpus:,} x {gpu} on {fab.switch.name}, {fab.planes} plane(s) of {fab.link_gbit:g} Gb/s links")
-    for col in ("tier", "switches", "radix", "down", "up", "down:up", "links up", "GPUs below", "latency"):
-        t.add_column(col, justify="right")
-    for tr in s["tiers"]:  # type: ignore[attr-defined]
-        t.add_row(str(tr["level"]), f"{tr['switches']:,}", str(tr["radix"]), str(tr["down_ports"]),
-                  str(tr["up_ports"]), f"{tr['oversubscription']:g}", f"{tr['links']:,}", f"{tr['gpus_below']:,}",
-                  f"{tr['latency_s'] * 1e6:.2f} us")
+    t = reports.fabric_tiers_table(s, f"{gpus:,} x {gpu} on {fab.switch.name}, {fab.planes} plane(s) of "
+                                   f"{fab.link_gbit:g} Gb/s links")
     con = _out()
     con.print(t)
     con.print(f"switches {s['total_switches']:,} | transceivers {s['transceivers']:,} | bisection "

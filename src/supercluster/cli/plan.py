@@ -132,7 +132,6 @@ def compare(
 ) -> None:
     """Which GPU? Plan the same job on each GPU type: best layout, throughput, days, dollars, MWh."""
     from rich.progress import track
-    from rich.table import Table
 
     from ..parallelism.framework import get_framework
     from ..planner.search import compare_gpus
@@ -155,20 +154,7 @@ def compare(
     if as_json:
         _emit_json(rows)
         return
-    t = Table(title=title + f": best layout by {objective} per GPU type")
-    for col in ("GPU", "layout", "prec", "step s", "MFU", "tok/s/GPU", "mem GiB", "days", "cost", "MWh"):
-        t.add_column(col, justify="left" if col in ("GPU", "layout", "prec") else "right")
-    for r in rows:
-        if not r["fits"]:
-            t.add_row(str(r["gpu"]), str(r["reason"])[:70], *["-"] * 8)
-            continue
-        b = r["best"]
-        t.add_row(str(r["gpu"]), f"{b['layout']} mb{b['micro_batch']} z{b['zero_stage']} {b['recompute']}",
-                  str(b["precision"]), f"{b['step_time_s']:.3f}",
-                  f"{100 * b['mfu']:.1f}%", f"{r['tokens_per_s_per_gpu']:,.0f}",
-                  f"{b['memory_per_gpu_bytes'] / 2**30:.1f}", f"{r['days_to_train']:,.1f}",
-                  f"${r['cost_usd'] / 1e6:,.2f} M" if r["cost_usd"] >= 1e6 else f"${r['cost_usd'] / 1e3:,.1f} k",
-                  f"{r['energy_mwh']:,.1f}")
+    t = reports.compare_table(rows, title, objective)
     _out().print(t)
     _out().print("days are failure-free: supercluster train --gpu ... adds interruptions and checkpoints",
                  style="dim")

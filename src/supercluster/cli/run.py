@@ -143,7 +143,6 @@ def scale(
 ) -> None:
     """From one GPU to a million: step time, job MTBF, checkpoint interval, ETTR and days to train."""
     from rich.progress import track
-    from rich.table import Table
 
     from ..parallelism.framework import get_framework
     from ..reliability.run import RunOptions, scale_table
@@ -164,16 +163,5 @@ def scale(
     if as_json:
         _emit_json(rows)
         return
-    t = Table(title=f"{m.name} on {gpu}, {tokens or 20 * m.num_params:.3g} tokens, rates {rates}")
-    for col in ("GPUs", "batch", "layout", "step s", "MFU", "job MTBF", "ckpt every", "ETTR", "days"):
-        t.add_column(col, justify="left" if col == "layout" else "right")
-    for r in rows:
-        if not r["fits"]:
-            why = "no legal layout" if str(r["reason"]).startswith("global_batch") else "no layout fits"
-            t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", why, *["-"] * 6)
-            continue
-        t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", str(r["layout"]), f"{r['step_time_s']:.2f}",
-                  f"{100 * r['mfu']:.1f}%", f"{r['job_mtbf_h']:,.1f} h" if r["job_mtbf_h"] >= 1 else
-                  f"{60 * r['job_mtbf_h']:.1f} min", f"{r['checkpoint_interval_s'] / 60:,.1f} min",
-                  f"{100 * r['ettr_p50']:.1f}%", f"{r['days_p50']:,.1f}")
+    t = reports.scale_table(rows, f"{m.name} on {gpu}, {tokens or 20 * m.num_params:.3g} tokens, rates {rates}")
     _out().print(t)

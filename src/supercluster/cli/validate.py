@@ -37,18 +37,12 @@ def validate(
     if plot is not None and ranks:
         raise InputError("plot", "draws the per-row errors; it does not go with --ranks")
     if ranks:
-        from rich.table import Table
 
         rk = validation.published_ranks(runs)
         if as_json:
             _emit_json(rk)
             return
-        t = Table(title="published layouts ranked by the planner (1 = the planner's best)")
-        for col in ("row", "rank", "of feasible", "planner's best", "note"):
-            t.add_column(col)
-        for r in rk["rows"]:
-            t.add_row(str(r["id"]), str(r["rank"] or "-"), f"{r['feasible']:,}", str(r.get("best", "")),
-                      str(r.get("reason", ""))[:60])
+        t = reports.ranks_table(rk)
         con = _out()
         con.print(t)
         sm = rk["summary"]

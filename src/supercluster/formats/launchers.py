@@ -472,3 +472,40 @@ def load_layout(path: str | Path, num_gpus: int | None = None, fmt: str | None =
     if kind == "torchtitan":
         return from_torchtitan_toml(text, num_gpus, num_layers)
     return {"megatron": from_megatron_args, "deepspeed": from_deepspeed_json}[kind](text, num_gpus)
+
+
+def _megatron_script(path: Path) -> dict[str, Any] | None:
+    """The flags of ``path`` when it is a Megatron-LM arguments file (None otherwise, or when it
+    cannot be read: load_layout then names the problem)."""
+    if not path.is_file() or detect_format(path) != "megatron":
+        return None
+    try:
+        return megatron_args.parse_args(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, InputError):
+        return None
+
+
+def read_config(config: str | Path, *, model: str | None = None, framework: str | None = None,
+                num_gpus: int | None = None) -> tuple[str, str | Framework, Layout]:
+    """The model, framework and layout a launcher config describes: a Megatron-LM script its model
+    (unless ``model``) and the behaviours its flags switch; a torchtitan job TOML torchtitan (compiled
+    where it says so); a DeepSpeed JSON DeepSpeed. ``model`` defaults to Llama 3 405B where the
+    config names none; ``framework`` overrides what the config describes."""
+    path = Path(config)
+    script = _megatron_script(path)
+    if model is None:
+        model = str(config) if script is not None and megatron_args.has_model(script) else "llama3-405b"
+    fw: str | Framework
+    if framework is not None:
+        fw = framework
+    elif script is not None:
+        fw = megatron_args.framework_from_args(script, name=f"megatron-lm ({path.name})")
+    else:
+        kind = detect_format(path) if path.is_file() else "megatron"
+        if kind == "torchtitan":
+            fw = "torchtitan+compile" if torchtitan_compiles(path.read_text(encoding="utf-8")) else "torchtitan"
+        else:
+            fw = "deepspeed" if kind == "deepspeed" else DEFAULT_FRAMEWORK
+    from .load import load_model
+
+    return model, fw, load_layout(path, num_gpus=num_gpus, num_layers=load_model(model).num_layers)

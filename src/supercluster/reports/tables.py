@@ -349,3 +349,77 @@ def print_timeline(console: Console, s: dict[str, Any], title: str) -> None:
     console.print(f"{schedule}, {s['micro_batches']} micro-batches{runs} on {s['pp']} stage(s), {s['tasks']} tasks: "
                   f"step {step:.4f} s ({note} {s['ledger_step_time_s']:.4f} s)"
                   + (f"; trace written to {s['trace']} (open in ui.perfetto.dev)" if s.get("trace") else ""))
+
+
+def compare_table(rows: list[dict[str, Any]], title: str, objective: str) -> Table:
+    """``compare``'s rows: each GPU type's best layout, days, dollars and energy."""
+    t = Table(title=title + f": best layout by {objective} per GPU type")
+    for col in ("GPU", "layout", "prec", "step s", "MFU", "tok/s/GPU", "mem GiB", "days", "cost", "MWh"):
+        t.add_column(col, justify="left" if col in ("GPU", "layout", "prec") else "right")
+    for r in rows:
+        if not r["fits"]:
+            t.add_row(str(r["gpu"]), str(r["reason"])[:70], *["-"] * 8)
+            continue
+        b = r["best"]
+        t.add_row(str(r["gpu"]), f"{b['layout']} mb{b['micro_batch']} z{b['zero_stage']} {b['recompute']}",
+                  str(b["precision"]), f"{b['step_time_s']:.3f}",
+                  f"{100 * b['mfu']:.1f}%", f"{r['tokens_per_s_per_gpu']:,.0f}",
+                  f"{b['memory_per_gpu_bytes'] / 2**30:.1f}", f"{r['days_to_train']:,.1f}",
+                  f"${r['cost_usd'] / 1e6:,.2f} M" if r["cost_usd"] >= 1e6 else f"${r['cost_usd'] / 1e3:,.1f} k",
+                  f"{r['energy_mwh']:,.1f}")
+    return t
+
+
+def scale_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """``scale``'s rows: per cluster size the layout, step, MFU, job MTBF, checkpoint interval, ETTR, days."""
+    t = Table(title=title)
+    for col in ("GPUs", "batch", "layout", "step s", "MFU", "job MTBF", "ckpt every", "ETTR", "days"):
+        t.add_column(col, justify="left" if col == "layout" else "right")
+    for r in rows:
+        if not r["fits"]:
+            why = "no legal layout" if str(r["reason"]).startswith("global_batch") else "no layout fits"
+            t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", why, *["-"] * 6)
+            continue
+        t.add_row(f"{r['gpus']:,}", f"{r['global_batch']:,}", str(r["layout"]), f"{r['step_time_s']:.2f}",
+                  f"{100 * r['mfu']:.1f}%", f"{r['job_mtbf_h']:,.1f} h" if r["job_mtbf_h"] >= 1 else
+                  f"{60 * r['job_mtbf_h']:.1f} min", f"{r['checkpoint_interval_s'] / 60:,.1f} min",
+                  f"{100 * r['ettr_p50']:.1f}%", f"{r['days_p50']:,.1f}")
+    return t
+
+
+def fabric_options_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """``fabric --compare``: each switch and plane count side by side."""
+    t = Table(title=title)
+    for col in ("switch", "planes", "link", "tiers", "switches", "optics", "MW", "network MW", "capex $B",
+                "network $B", "bisection PB/s", "1 TB all-reduce"):
+        t.add_column(col, justify="left" if col == "switch" else "right")
+    for r in rows:
+        t.add_row(str(r["switch"]), str(r["planes"]), f"{r['link_gbit']:g}G", str(len(r["tiers"])),  # type: ignore[arg-type]
+                  f"{r['total_switches']:,}", f"{r['transceivers']:,}", f"{r['power_w'] / 1e6:,.0f}",
+                  f"{r['network_power_w'] / 1e6:,.1f}", f"{r['capex_usd'] / 1e9:,.1f}",
+                  f"{r['network_capex_usd'] / 1e9:,.2f}", f"{r['bisection_bytes_per_s'] / 1e15:,.1f}",
+                  f"{r['allreduce_time_s']:.2f} s")
+    return t
+
+
+def fabric_tiers_table(s: dict[str, Any], title: str) -> Table:
+    """``fabric``: each tier's switches, ports, oversubscription, links, reach and latency."""
+    t = Table(title=title)
+    for col in ("tier", "switches", "radix", "down", "up", "down:up", "links up", "GPUs below", "latency"):
+        t.add_column(col, justify="right")
+    for tr in s["tiers"]:  # type: ignore[attr-defined]
+        t.add_row(str(tr["level"]), f"{tr['switches']:,}", str(tr["radix"]), str(tr["down_ports"]),
+                  str(tr["up_ports"]), f"{tr['oversubscription']:g}", f"{tr['links']:,}", f"{tr['gpus_below']:,}",
+                  f"{tr['latency_s'] * 1e6:.2f} us")
+    return t
+
+
+def ranks_table(rk: dict[str, Any]) -> Table:
+    """``validate --ranks``: where each published layout ranks among the planner's."""
+    t = Table(title="published layouts ranked by the planner (1 = the planner's best)")
+    for col in ("row", "rank", "of feasible", "planner's best", "note"):
+        t.add_column(col)
+    for r in rk["rows"]:
+        t.add_row(str(r["id"]), str(r["rank"] or "-"), f"{r['feasible']:,}", str(r.get("best", "")),
+                  str(r.get("reason", ""))[:60])
+    return t

@@ -1,0 +1,272 @@
+"""Runs CSVs (the ``../shared/validation/public-runs.csv`` format) read into jobs.
+
+Each row describes one published run: architecture, GPU, GPU count, layout, batch, precision,
+recompute, ZeRO / FSDP and framework. :func:`row_setup` reads a row's own columns only; values it
+does not know fall back to documented defaults (the framework's default recompute and ZeRO stage;
+an unknown framework gets the default profile), and the fallback goes into the row's note. A file is
+read as text (its size bounded by the caller) and nothing in it is evaluated.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import re
+from importlib import resources
+from pathlib import Path
+
+from ..errors import InputError, require
+from ..models.catalog import model_catalog
+from ..models.spec import ModelSpec
+from ..parallelism.framework import EMBED_SPLIT_SUFFIX, Framework, resolve_framework
+from ..parallelism.layout import UNPRICED_MODULES, Layout
+
+REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
+                    "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",
+                    "step_time_s", "scored")
+
+#: a published framework column naming the option that counts the embedding and the head as pipeline
+#: layers (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding', Megatron-Core
+#: --account-for-embedding/loss-in-pipeline-split) selects the profile with that split
+EMBED_SPLIT_WORDS = ("transformer|embedding", "account-for-embedding", "account_for_embedding")
+
+
+def _int(row: dict[str, str], name: str, default: int | None = None) -> int:
+    raw = (row.get(name) or "").strip()
+    if not raw:
+        if default is None:
+            raise InputError(name, "is blank")
+        return default
+    try:
+        v = float(raw)
+    except ValueError as exc:
+        raise InputError(name, f"{raw!r} is not a number") from exc
+    if not math.isfinite(v) or v != int(v) or v < 0:
+        raise InputError(name, f"{raw!r} is not a non-negative integer")
+    return int(v)
+
+
+def row_model(row: dict[str, str]) -> ModelSpec:
+    """The architecture of a row; activation, head dim and embedding tying come from the preset
+    with the same (layers, hidden, heads) when there is one, else from ffn = 4h (GELU) or not (SwiGLU)."""
+    layers, hidden, heads = _int(row, "layers"), _int(row, "hidden"), _int(row, "heads")
+    for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads)):
+        require(v > 0, name, f"must be a positive integer, got {v}")
+    ffn = _int(row, "ffn_hidden", 4 * hidden)
+    # the preset with the same shape; its MLP width (dense, or expert) must match too (Nemotron 8B and
+    # Llama 2 7B share 32 x 4096 x 32 but not their MLPs), then MoE-ness and vocabulary break ties
+    is_moe, vocab = _int(row, "moe_experts", 0) > 0, _int(row, "vocab", 0)
+    # (mtp_layers: an optional column beyond the shared format, the multi-token-prediction modules a run trained)
+    mtp = _int(row, "mtp_layers", 0)
+    same = [m for m in model_catalog().values() if (m.num_layers, m.d_model, m.num_heads) == (layers, hidden, heads)
+            and ffn in (m.ffn_dim, m.moe_ffn_dim)]
+    preset = max(same, key=lambda m: (m.is_moe == is_moe, m.vocab_size == vocab), default=None)
+    if preset is not None:
+        mlp, head_dim, tied = preset.mlp, preset.head_dim, preset.tied_embeddings
+    else:
+        mlp = "gelu" if ffn == 4 * hidden else "swiglu"
+        head_dim, tied = hidden // heads, mlp == "gelu"
+    experts = _int(row, "moe_experts", 0)
+    if preset is not None and preset.hybrid_pattern and experts == preset.num_experts:
+        # nor for a hybrid's Mamba layers and layer pattern: a matching hybrid preset supplies them
+        return dataclasses.replace(preset, key=row.get("id", "row"), name=row.get("model_name", preset.name),
+                                   seq_len=_int(row, "seq_len"), mtp_layers=mtp)
+    if preset is not None and preset.is_moe and experts == preset.num_experts:
+        # The CSV has no columns for shared experts, leading dense layers, expert width or MLA: a
+        # matching MoE preset supplies them; the row's own columns must agree with it.
+        require(_int(row, "moe_topk", preset.top_k) == preset.top_k, "moe_topk",
+                f"{row.get('moe_topk')} differs from the {preset.name} preset's {preset.top_k}")
+        return dataclasses.replace(preset, key=row.get("id", "row"), name=row.get("model_name", preset.name),
+                                   seq_len=_int(row, "seq_len"), mtp_layers=mtp)
+    moe = {"num_experts": experts, "top_k": _int(row, "moe_topk", 2), "moe_ffn_dim": ffn} if experts else {}
+    return ModelSpec(key=row.get("id", "row"), name=row.get("model_name", "row"), num_layers=layers,
+                     d_model=hidden, ffn_dim=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads", heads),
+                     head_dim=head_dim, vocab_size=_int(row, "vocab", 51200), mlp=mlp, tied_embeddings=tied,
+                     seq_len=_int(row, "seq_len"), mtp_layers=mtp, **moe)
+
+
+def parse_precision(text: str) -> str:
+    t = text.lower()
+    if "fp8" in t or "float8" in t:
+        return "fp8"
+    if "fp4" in t:
+        return "fp4"
+    return "bf16"  # bf16, fp16 and "16-bit mixed" run on the same tensor cores
+
+
+def parse_recompute(text: str, fw: Framework) -> str:
+    t = text.lower()
+    if "full" in t:
+        return "full"
+    if "selective" in t:
+        return "selective"
+    if "none" in t or t.strip() in ("no", "0"):
+        return "none"
+    return fw.default_recompute
+
+
+def parse_recompute_layers(text: str) -> int:
+    """Partial full recompute, e.g. "full (5 layers)" or "recompute_num_layers=5": layers per chunk; else 0."""
+    t = text.lower()
+    m = re.search(r"recompute_num_layers\s*=\s*(\d+)", t) or re.search(r"\b(\d+)\s+layers?\b", t)
+    return int(m.group(1)) if m and "full" in t else 0
+
+
+def parse_recompute_modules(text: str) -> tuple[str, ...]:
+    """Megatron-Core selective modules, e.g. "selective (recompute_modules=layernorm,moe_act)"; else ()."""
+    m = re.search(r"recompute_modules\s*=\s*\[?([a-z_,\s'\"]+)", text.lower())
+    return tuple(x.strip(" '\"") for x in m.group(1).split(",") if x.strip(" '\"")) if m else ()
+
+
+def parse_layer_ac(text: str) -> int | None:
+    """torchtitan's selective *layer* AC ("selective (layer)"): every N-th transformer block fully
+    recomputed, N = selective_ac_option, 2 by default (torchtitan config: "2 = checkpoint every other
+    layer"); None for any other policy."""
+    t = text.lower()
+    if "selective" not in t or "layer" not in t or "recompute_modules" in t:
+        return None
+    m = re.search(r"every\s+(\d+)", t) or re.search(r"selective_ac_option\s*=\s*(\d+)", t)
+    return max(1, int(m.group(1))) if m else 2
+
+
+def parse_zero(text: str, fw: Framework) -> int:
+    t = text.lower()
+    if "zero-3" in t or "zero3" in t or "fsdp" in t or "fully sharded" in t or "hsdp" in t or "hybrid shard" in t:
+        return 3
+    if "zero-2" in t or "zero2" in t:
+        return 2
+    if "zero-1" in t or "zero1" in t or "distributed optimizer" in t:
+        return 1
+    if "none" in t or "ddp" in t:
+        return 0
+    return fw.default_zero_stage
+
+
+def publication_year(source: str) -> int | None:
+    """The first year (1990-2099) a row's source names, e.g. "Narayanan et al. 2021 (SC21)"; it picks
+    the framework profile of that era (:func:`~supercluster.parallelism.framework.framework_of_year`)."""
+    m = re.search(r"\b(19[9]\d|20\d\d)\b", source)
+    return int(m.group(1)) if m else None
+
+
+_KNOWN_WORDS = {
+    "precision": ("fp8", "float8", "fp4", "bf16", "bfloat16", "fp16", "float16", "16-bit", "mixed"),
+    "recompute": ("full", "selective", "none", "no", "0"),
+    "zero_stage_or_fsdp": ("zero", "fsdp", "fully sharded", "hsdp", "hybrid shard", "distributed optimizer", "none",
+                           "ddp"),
+}
+
+
+def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
+    """Notes for column values none of the parsers recognise (they fall back to a default)."""
+    notes = []
+    defaults = {"precision": "bf16", "recompute": fw.default_recompute,
+                "zero_stage_or_fsdp": f"zero {fw.default_zero_stage}"}
+    for col, words in _KNOWN_WORDS.items():
+        text = (row.get(col) or "").strip()
+        if text and not any(w in text.lower() for w in words):
+            notes.append(f"{col} {text!r} not known: {defaults[col]} assumed")
+    if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower():
+        notes.append("HSDP priced as fully sharded over the whole data-parallel group")
+    return notes
+
+
+def _yes_no(row: dict[str, str], name: str) -> bool | None:
+    """An optional yes / no column; None where it is blank or absent."""
+    raw = (row.get(name) or "").strip().lower()
+    require(raw in ("", "yes", "no"), name, f"{raw!r}: allowed yes, no or blank")
+    return None if not raw else raw == "yes"
+
+
+def _fold(row: dict[str, str]) -> int | None:
+    """Expert TP 1 (Megatron-Core MoE parallel folding) when the row's EP does not fit in dp x cp but
+    does in tp x dp x cp; the CSV format has no expert-TP column."""
+    tp, dp, cp, ep = (_int(row, c, 1) or 1 for c in ("tp", "dp", "cp", "ep"))
+    return 1 if tp > 1 and (dp * cp) % ep and (tp * dp * cp) % ep == 0 else None
+
+
+def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
+    """Model, layout and framework a scored row describes (InputError if it cannot be read)."""
+    name = row.get("framework") or ""
+    if "compile" in (row.get("precision") or "").lower():  # e.g. "fp8 linears (Float8) + torch.compile"
+        name += "+compile"
+    if any(w in name.lower() for w in EMBED_SPLIT_WORDS):
+        name += EMBED_SPLIT_SUFFIX
+    fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
+    model = row_model(row)
+    pp, dp, vpp = _int(row, "pp", 1) or 1, _int(row, "dp"), _int(row, "vpp", 1) or 1
+    # A blank micro-batch means the whole local batch without pipelining; under pipelining 1, or the
+    # local batch split into the framework's default number of micro-batches (torchtitan: one per stage).
+    local = max(1, _int(row, "global_batch") // max(dp, 1))
+    n_mb = fw.pp_microbatches_per_stage * pp * vpp
+    mb_default = local if pp == 1 else (local // n_mb if n_mb and local % n_mb == 0 else 1)
+    recompute, rc_layers, layer_note = parse_recompute(row.get("recompute", ""), fw), \
+        parse_recompute_layers(row.get("recompute", "")), []
+    modules = parse_recompute_modules(row.get("recompute", "")) if recompute == "selective" else ()
+    if unpriced := [x for x in modules if x in UNPRICED_MODULES]:
+        modules = tuple(x for x in modules if x not in UNPRICED_MODULES)
+        recompute = recompute if modules else "none"
+        layer_note = [f"recompute module{'s' if len(unpriced) > 1 else ''} {', '.join(unpriced)} not priced "
+                      f"(left out{'' if modules else ': no recompute priced'})"]
+    if every := parse_layer_ac(row.get("recompute", "")):
+        # the same count of fully recomputed blocks per pipeline chunk (which ones does not change the price)
+        chunk = -(-model.num_layers // (pp * vpp))
+        recompute, rc_layers = "full", (-(-chunk // every) if every > 1 else 0)
+        layer_note = [f"selective layer AC read as full recompute of one block in {every}"]
+    layout = Layout(
+        tp=_int(row, "tp", 1) or 1, pp=pp, dp=dp, cp=_int(row, "cp", 1) or 1,
+        ep=_int(row, "ep", 1) or 1, vpp=vpp, micro_batch=_int(row, "micro_batch", mb_default),
+        global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
+        precision=parse_precision(row.get("precision", "")),
+        recompute=recompute,
+        recompute_layers=rc_layers,
+        recompute_modules=modules,
+        zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
+        # (expert_tp: an optional column beyond the shared format, the run's expert tensor-parallel size;
+        # blank: MoE parallel folding where the EP does not fit in dp x cp)
+        expert_tp=_int(row, "expert_tp", 0) or _fold(row),
+        # (sequence_parallel: an optional column, yes / no; blank: the framework's default)
+        sequence_parallel=_yes_no(row, "sequence_parallel"),
+        # (pp_layout: an optional column beyond the shared format, the run's explicit pipeline layout)
+        pp_layout=(row.get("pp_layout") or "").strip() or None,
+        # (grad_accum: an optional column, gradient-accumulation steps each run as its own pipeline
+        # schedule, as torchtitan and NeMo AutoModel do; blank: one schedule a step)
+        grad_accum=_int(row, "grad_accum", 1) or 1,
+    )
+    layout.check_gpus(_int(row, "num_gpus"))
+    layout = fw.runnable(layout, model.is_moe)
+    folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
+              if layout.expert_tp == 1 and not _int(row, "expert_tp", 0) else [])
+    note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
+    return model, layout, fw, note
+
+
+#: Runs shipped in the package: ``public`` (../shared/validation/public-runs.csv, the default) and
+#: ``heldout`` (published runs outside the shared file, a source per row; a check only: no constant is
+#: taken from them).
+SHIPPED_RUNS = {"public": "public-runs.csv", "heldout": "heldout-runs.csv"}
+
+
+def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of a runs CSV: a path, or a shipped set by name (:data:`SHIPPED_RUNS`; ``public`` by default)."""
+    if path is None or str(path) in SHIPPED_RUNS:
+        name = SHIPPED_RUNS[str(path) if path is not None else "public"]
+        text = resources.files("supercluster").joinpath("data").joinpath(name).read_text("utf-8")
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError("runs", f"no such file {str(path)!r}; or a shipped set: {', '.join(SHIPPED_RUNS)}")
+        text = p.read_text(encoding="utf-8", errors="replace")
+    try:
+        reader = csv.DictReader(io.StringIO(text))
+        rows = list(reader)
+    except csv.Error as exc:
+        raise InputError("runs", f"malformed CSV: {exc}") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError("runs", f"missing columns {missing}; see ../shared/validation/README.md")
+    return rows
+
+
