@@ -45,7 +45,8 @@ def test_version_is_printed_by_the_cli():
     assert supercluster.__version__ != "0+unknown"
 
 
-@pytest.mark.parametrize("module", ["supercluster", "supercluster.api", "supercluster.job"])
+@pytest.mark.parametrize("module", ["supercluster", "supercluster.api", "supercluster.job",
+                                    "supercluster.parallelism.rules"])
 def test_docstring_examples_run(module):
     mod = importlib.import_module(module)
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)

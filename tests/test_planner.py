@@ -606,7 +606,10 @@ def test_estimate_layout_string_is_the_separate_options():
 
 def test_tp_holds_whole_kv_heads(h100, megatron):
     qwen = load_model("qwen3-30b-a3b")  # 4 KV heads
-    assert qwen.splits_over_tp(4) and not qwen.splits_over_tp(8)
+    from supercluster.parallelism import rules
+
+    one = {k: np.array([1, 1]) for k in ("pp", "vpp", "cp", "ep")}
+    assert rules.keeps(qwen, {**one, "tp": np.array([4, 8]), "seq": np.array([4096, 4096])}).tolist() == [True, False]
     with pytest.raises(InputError, match="tp: 8 must divide the 4 KV heads"):
         Layout(tp=8, pp=1, dp=8, ep=8, global_batch=64, seq_len=4096).check_model(qwen)
     res = plan(qwen, h100, 64, global_batch=64, seq_len=4096, framework=megatron, top=200)
@@ -629,3 +632,32 @@ def test_megatron_runs_an_moe_with_tp_under_sequence_parallelism(h100):
     assert dense.step_time_s > 0  # a dense model may run TP without it
     res = plan(mixtral, h100, 64, global_batch=256, seq_len=4096, framework=mg, top=300)
     assert all(c.layout.sequence_parallel or c.layout.tp == 1 for c in res.top)
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "nemotronh-8b", "deepseek-v3.2", "mixtral-8x7b", "llama3-70b"])
+def test_the_planner_and_check_model_keep_one_table_of_rules(model):
+    """The vectorised rules the planner keeps its candidates by are the ones Layout.check_model raises:
+    on a grid of degrees, a row passes the table exactly when check_model accepts it."""
+    from supercluster.parallelism import rules
+
+    m = load_model(model)
+    grid = np.array(np.meshgrid([1, 2, 3, 4, 8, 16], [1, 2, 4, 64], [1, 2, 4], [1, 2, 3], [1, 8, 9], [1, 2]),
+                    dtype=np.int64).reshape(6, -1).T
+    cols = {k: grid[:, i] for i, k in enumerate(("tp", "pp", "vpp", "cp", "ep", "ga"))}
+    cols["seq"] = np.where(cols.pop("ga") == 1, 4096, 4098)
+    mask = rules.keeps(m, cols, extra_pp_layers=2)
+    seen = 0
+    for i in range(len(grid)):
+        row = {k: int(v[i]) for k, v in cols.items()}
+        if row["vpp"] > 1 and row["pp"] == 1:
+            continue  # (not a layout: Layout refuses it before any model rule)
+        lay = Layout(tp=row["tp"], pp=row["pp"], vpp=row["vpp"], cp=row["cp"], ep=row["ep"], dp=row["ep"],
+                     global_batch=row["ep"], seq_len=row["seq"])
+        try:
+            lay.check_model(m, extra_pp_layers=2)
+            accepted = True
+        except InputError:
+            accepted = False
+        assert accepted == bool(mask[i]), row
+        seen += 1
+    assert seen > 100 and mask.any() and not mask.all()

@@ -204,15 +204,6 @@ class ModelSpec(RecurrentMixers):
         """Weight matrices per MLP: 3 for gated (SwiGLU/GeGLU), 2 otherwise."""
         return 3 if GATED[self.mlp] else 2
 
-    def splits_over_tp(self, tp: int) -> bool:
-        """Whether tensor parallelism ``tp`` divides the model's heads (attention: the query heads and the
-        KV heads, as Megatron-Core's TransformerConfig requires of its query groups and torchtitan's
-        column-parallel K/V projections need; Mamba: its heads and groups). :meth:`Layout.check_model`
-        says why not."""
-        ok = self.num_heads % tp == 0 and self.num_kv_heads % tp == 0
-        ok = ok and (not self.ssm_layers or (self.ssm_heads % tp == 0 and self.ssm_groups % tp == 0))
-        return ok and (not self.gdn_layers or (self.gdn_k_heads % tp == 0 and self.gdn_v_heads % tp == 0))
-
     @property
     def context_parallel_ok(self) -> bool:
         """Context parallelism is priced for dense attention only (not for Mamba or Gated DeltaNet layers,

@@ -130,39 +130,19 @@ class Layout:
         return self.num_microbatches // self.grad_accum
 
     def check_model(self, model: ModelSpec, extra_pp_layers: int = 0) -> None:
-        """Divisibility rules that depend on the model; errors name every number. ``extra_pp_layers``:
-        pipeline slots a framework fills with the embedding and the loss (2 in Megatron-Core's
-        account_for_*_in_pipeline_split)."""
-        require(model.num_heads % self.tp == 0, "tp",
-                f"{self.tp} must divide the {model.num_heads} attention heads of {model.name}")
-        require(model.num_kv_heads % self.tp == 0, "tp",
-                f"{self.tp} must divide the {model.num_kv_heads} KV heads (query groups) of {model.name}: each TP "
-                "rank holds whole KV heads (Megatron-Core: num_query_groups a multiple of the TP size)")
-        if model.recurrent_layers:
-            for what, n, has in (("Mamba heads", model.ssm_heads, model.ssm_layers),
-                                 ("Mamba groups", model.ssm_groups, model.ssm_layers),
-                                 ("Gated DeltaNet key heads", model.gdn_k_heads, model.gdn_layers),
-                                 ("Gated DeltaNet value heads", model.gdn_v_heads, model.gdn_layers)):
-                require(not has or n % self.tp == 0, "tp", f"{self.tp} must divide the {n} {what} of {model.name}")
-        layers = "Mamba / Gated DeltaNet layers" if model.recurrent_layers else \
-            "sparse attention (its indexer scores the whole sequence)"
-        require(self.cp == 1 or model.context_parallel_ok, "cp",
-                f"context parallelism of {layers} is not modelled ({model.name}); use cp 1")
-        if self.pp_layout is not None:  # the layout says where every layer goes
-            pplayout.check(pplayout.parse(self.pp_layout), pp=self.pp, vpp=self.vpp, num_layers=model.num_layers,
-                           mtp_layers=model.mtp_layers, name=model.name)
-        else:
-            slots = model.num_layers + (extra_pp_layers if self.pp > 1 else 0)
-            require(self.pp * self.vpp <= slots, "pp",
-                    f"pp x vpp = {self.pp} x {self.vpp} exceeds the {model.num_layers} layers of {model.name}"
-                    + (f" + {extra_pp_layers} (embedding and loss)" if slots > model.num_layers else ""))
-        require(self.seq_len % (2 * self.cp) == 0 or self.cp == 1, "cp",
-                f"seq_len {self.seq_len} must be divisible by 2 x cp = {2 * self.cp} (load-balanced CP)")
-        if model.is_moe:
-            require(model.num_experts % self.ep == 0, "ep",
-                    f"{self.ep} must divide the {model.num_experts} experts of {model.name}")
-        else:
-            require(self.ep == 1, "ep", f"{model.name} is dense: ep must be 1, got {self.ep}")
+        """The rules that depend on the model (:data:`supercluster.parallelism.rules.RULES`, the table
+        the planner keeps its candidates by); the first one broken is raised, naming every number.
+        ``extra_pp_layers``: pipeline slots a framework fills with the embedding and the loss (2 in
+        Megatron-Core's account_for_*_in_pipeline_split)."""
+        from . import rules
+
+        row = dict(tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep, seq=self.seq_len)
+        for rule in rules.RULES:
+            if rule is rules.PIPELINE_SLOTS and self.pp_layout is not None:  # the layout says where every layer goes
+                pplayout.check(pplayout.parse(self.pp_layout), pp=self.pp, vpp=self.vpp, num_layers=model.num_layers,
+                               mtp_layers=model.mtp_layers, name=model.name)
+            elif err := rules.broken(rule, model, row, extra_pp_layers):
+                raise err
 
     def check_gpus(self, num_gpus: int) -> None:
         require(self.num_gpus == num_gpus, "gpus",

@@ -27,6 +27,7 @@ from ..job import price as price_job
 from ..models.spec import ModelSpec
 from ..network import costs
 from ..network.twolevel import Network
+from ..parallelism import rules
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from ..perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
@@ -166,13 +167,13 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     rows: list[tuple[int, int, int, int]] = []
     for n in counts:
         for tp in _pow2_upto(min(tp_cap, model.num_heads)):
-            if n % tp or not model.splits_over_tp(tp):
+            if n % tp:
                 continue
             for pp in _divisors(n // tp):
                 if pp > model.num_layers or (max_pp is not None and pp > max_pp):
                     break
-                for cp in _pow2_upto(min(max_cp if model.context_parallel_ok else 1, n // (tp * pp))):
-                    if (n // tp // pp) % cp or (cp > 1 and seq_len % (2 * cp)):
+                for cp in _pow2_upto(min(max_cp, n // (tp * pp))):
+                    if (n // tp // pp) % cp:
                         continue
                     rows.append((n, tp, pp, cp))
     require(bool(rows), "gpus", f"no tp x pp x cp divides {counts} for {model.name}")
@@ -189,8 +190,10 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     cols = _keep(cols, ((cols["tp"] * cols["dp"] * cols["cp"] // cols["etp"]) % cols["ep"] == 0)
                  & ((cols["etp"] < cols["tp"]) | ((cols["dp"] * cols["cp"]) % cols["ep"] == 0)))
     cols = _cross(cols, "vpp", [v for v in VPP if max_vpp is None or v <= max_vpp])
-    slots = model.num_layers + np.where(cols["pp"] > 1, extra_pp_layers, 0)
-    cols = _keep(cols, ((cols["vpp"] == 1) | (cols["pp"] > 1)) & (cols["pp"] * cols["vpp"] <= slots))
+    cols = _keep(cols, (cols["vpp"] == 1) | (cols["pp"] > 1))
+    # the model's rules, from the table Layout.check_model raises by
+    cols = _keep(cols, rules.keeps(model, {**cols, "seq": np.full(len(cols["tp"]), seq_len)}, extra_pp_layers))
+    require(len(cols["tp"]) > 0, "gpus", f"no tp x pp x cp divides {counts} for {model.name}")
     cols = _cross(cols, "mb", list(MICRO_BATCHES))
     cols = _keep(cols, global_batch % (cols["dp"] * cols["mb"]) == 0)
     require(len(cols["tp"]) > 0, "global_batch",
