@@ -106,9 +106,22 @@ def _out() -> Console:
     return Console(width=160)
 
 
+def _finite_json(obj: Any) -> Any:
+    """``obj`` with each non-finite number as null: JSON has no Infinity or NaN (a zero failure rate's
+    MTBF is unbounded, not a number)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_json(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _finite_json(dataclasses.asdict(obj))
+    return obj
+
+
 def _emit_json(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, default=lambda o: dataclasses.asdict(o) if dataclasses.is_dataclass(o)
-                          else str(o)))
+    typer.echo(json.dumps(_finite_json(obj), indent=2, allow_nan=False, default=str))
 
 
 def _plot(path: str | None, draw: Any) -> None:

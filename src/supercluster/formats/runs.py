@@ -258,7 +258,8 @@ def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
         p = Path(path)
         if not p.is_file():
             raise InputError("runs", f"no such file {str(path)!r}; or a shipped set: {', '.join(SHIPPED_RUNS)}")
-        text = p.read_text(encoding="utf-8", errors="replace")
+        # (utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name)
+        text = p.read_text(encoding="utf-8-sig", errors="replace")
     try:
         reader = csv.DictReader(io.StringIO(text))
         rows = list(reader)

@@ -420,6 +420,7 @@ class FabricNetwork:
 def fabric_summary(fabric: Fabric, gpu: GpuSpec, system: SystemSpec, *, pue: float = 1.1,
                    sharp: bool = False, gradient_bytes: float = 1e12) -> dict[str, object]:
     """Everything ``supercluster fabric --json`` prints: tiers, totals, power, cost, a 1 TB all-reduce."""
+    require(pue >= 1.0, "pue", f"must be >= 1 (facility power over IT power), got {pue}")
     n = fabric.num_gpus
     gpu_w = n * gpu.tdp_w
     host_w = math.ceil(n / system.gpus_per_node) * system.host_power_w
@@ -447,6 +448,7 @@ def fabric_summary(fabric: Fabric, gpu: GpuSpec, system: SystemSpec, *, pue: flo
 def compare_options(num_gpus: int, gpu: GpuSpec, system: SystemSpec, *, pue: float = 1.1,
                     oversubscription: tuple[float, ...] | None = None) -> list[dict[str, object]]:
     """The feasible (switch, planes) fabrics for ``num_gpus``, fewest tiers first for each switch."""
+    require(pue >= 1.0, "pue", f"must be >= 1 (facility power over IT power), got {pue}")
     rows = []
     for key in sorted(switch_catalog()):
         for planes in sorted({1, 2, 4, 8, system.nic_ports}):

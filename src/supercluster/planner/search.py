@@ -132,7 +132,16 @@ class PlanResult:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order, found up to its square root (a GPU count of 2^31
+    has 32 of them, found in 46,341 steps, not 2^31)."""
+    small, large, d = [], [], 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -257,6 +266,8 @@ def _price_in_chunks(model: ModelSpec, gpu: GpuSpec, net: Network, framework: Fr
     return {k: np.concatenate([p[k] for p in parts]) for k in keep}
 
 
+#: The most rows a plan returns: every one is a priced candidate built as a Layout
+MAX_TOP = 10_000
 #: Rows priced exactly per refinement pass of the planner, at least (besides its top and Pareto rows).
 REFINE_ROWS = 512
 
@@ -276,7 +287,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     t0 = time.perf_counter()
     require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
     require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
-    require(top >= 1, "top", f"must be >= 1, got {top}")
+    require(1 <= top <= MAX_TOP, "top", f"must be 1-{MAX_TOP:,} (the rows of the table), got {top}")
+    require(gpu_hour_usd is None or gpu_hour_usd >= 0.0, "gpu_hour_usd", f"must be >= 0 USD, got {gpu_hour_usd}")
     require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
     require(global_batch >= 1 and seq_len >= 1, "global_batch", "global batch and seq_len must be positive")
     for p in precisions:

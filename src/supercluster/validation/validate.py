@@ -113,6 +113,7 @@ def predict_row(row: dict[str, str]) -> RowResult:
 def validate(path: str | Path | None = None) -> dict[str, object]:
     """Predict every scored row; per-row error, MAPE, worst row, ranking agreement."""
     rows = [r for r in load_rows(path) if (r.get("scored") or "").strip().lower() == "yes"]
+    require(bool(rows), "runs", f"{path or 'public'} has no scored rows (scored = yes): nothing to validate")
     results = [predict_row(r) for r in rows]
     errs = [abs(r.error) for r in results if r.supported and r.error is not None]
     n = len(results)

@@ -1,0 +1,60 @@
+"""Honest at the edges: input that would print nonsense is refused by name, work that would explode
+is bounded, and JSON stays JSON."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+from typer.testing import CliRunner
+
+from supercluster.cli import app
+from supercluster.errors import InputError
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args, field", [
+    (["fabric", "--pue", "-1"], "pue"),
+    (["fabric", "--gpus", "4096", "--compare", "--pue", "0.5"], "pue"),
+    (["plan", "--model", "llama3-8b", "--gpus", "64", "--objective", "cost", "--gpu-hour-usd", "-1"], "gpu_hour_usd"),
+    (["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "1000000"], "top"),
+])
+def test_nonsense_is_refused_naming_the_field(args, field):
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0 and isinstance(r.exception, InputError) and r.exception.field == field, r.output
+
+
+@pytest.mark.parametrize("command", ["goodput", "simulate", "plan", "estimate"])
+def test_a_gpu_count_past_any_fabric_is_an_error_in_a_second_not_a_hang(command):
+    """2^31 GPUs: the planner's divisor search is O(sqrt n) (it was O(n): minutes), and the job is
+    refused with the reason."""
+    r = runner.invoke(app, [command, "--gpus", "2147483648"])
+    assert r.exit_code != 0 and isinstance(r.exception, InputError), r.output
+
+
+def test_a_runs_file_without_scored_rows_is_an_error_not_a_perfect_score(tmp_path):
+    header = resources.files("supercluster").joinpath("data/public-runs.csv").read_text("utf-8").splitlines()[0]
+    (tmp_path / "empty.csv").write_text(header + "\n", encoding="utf-8")
+    r = runner.invoke(app, ["validate", "--runs", str(tmp_path / "empty.csv")])
+    assert isinstance(r.exception, InputError) and "no scored rows" in str(r.exception)
+
+
+def test_a_runs_file_with_a_byte_order_mark_reads_as_without(tmp_path):
+    text = resources.files("supercluster").joinpath("data/public-runs.csv").read_text("utf-8")
+    (tmp_path / "bom.csv").write_text(text, encoding="utf-8-sig")
+    with_bom = json.loads(runner.invoke(app, ["validate", "--runs", str(tmp_path / "bom.csv"), "--json"]).stdout)
+    plain = json.loads(runner.invoke(app, ["validate", "--json"]).stdout)
+    assert with_bom["mape"] == plain["mape"] and len(with_bom["rows"]) == len(plain["rows"])
+
+
+def test_json_has_no_infinity_when_nothing_fails(tmp_path):
+    rates = tmp_path / "zero.toml"
+    rates.write_text('[zero]\nname = "none"\nplanned_per_day = 0.0\nsources = "test"\n[zero.components]\n'
+                     'all = { per_node_hour = 0.0, hardware = true }\n', encoding="utf-8")
+    r = runner.invoke(app, ["goodput", "--rates", str(rates), "--trials", "50", "--json"])
+    assert r.exit_code == 0, r.output
+    assert "Infinity" not in r.stdout and "NaN" not in r.stdout
+    s = json.loads(r.stdout)
+    assert s["job_mtbf_h"] is None and s["ettr_mean"] == pytest.approx(1.0, abs=1e-3)
