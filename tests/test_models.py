@@ -404,3 +404,28 @@ def test_qwen_dense_presets_have_their_published_sizes(key, total_b):
     # Qwen's model cards: Qwen3-8B 8.2 B, Qwen3-32B 32.8 B, Qwen2.5-72B 72.7 B parameters
     m = load_model(key)
     assert m.num_params == pytest.approx(total_b * 1e9, rel=0.005) and not m.is_moe
+
+
+def test_a_hugging_face_model_folder_is_read_through_its_config_and_named_after_it(tmp_path):
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from supercluster.cli import app
+
+    folder = tmp_path / "Llama-3.1-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(_json.dumps({
+        "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "vocab_size": 128256, "architectures": ["LlamaForCausalLM"]}), encoding="utf-8")
+    by_folder, by_file = load_model(str(folder)), load_model(str(folder / "config.json"))
+    assert by_folder == by_file and by_folder.key == "Llama-3.1-8B"
+    with pytest.raises(InputError, match="folder without a config.json"):
+        load_model(str(tmp_path))
+    r = CliRunner().invoke(app, ["estimate", "--model", str(folder), "--gpus", "8", "--layout", "tp1-pp1-dp8",
+                                 "--global-batch", "32", "--json"])
+    d = _json.loads(r.stdout)
+    assert d["model_name"] == "Llama-3.1-8B" and abs(d["model_params"] / 8.03e9 - 1) < 0.01
+    text = CliRunner().invoke(app, ["estimate", "--model", str(folder), "--gpus", "8", "--layout", "tp1-pp1-dp8",
+                                    "--global-batch", "32"]).stdout
+    assert "Llama-3.1-8B (8.0 B parameters) on 8 x h100-sxm" in text

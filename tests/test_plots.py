@@ -132,7 +132,7 @@ def test_a_missing_matplotlib_is_named_with_the_extra_that_installs_it(monkeypat
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else object())
     r = runner.invoke(app, ["validate", "--plot", "v.png"])
-    assert isinstance(r.exception, InputError) and "supercluster[plot]" in str(r.exception)
+    assert isinstance(r.exception, InputError) and "supercluster-planner[plot]" in str(r.exception)
     assert "MAPE" not in r.output
 
 
@@ -205,4 +205,4 @@ def test_the_plot_option_help_names_the_extra_to_install():
     # rich markup reads "[plot]" as a style tag and drops it unless escaped
     r = runner.invoke(app, ["estimate", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0
-    assert "pip install 'supercluster[plot]'" in r.output
+    assert "pip install 'supercluster-planner[plot]'" in r.output

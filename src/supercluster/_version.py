@@ -3,6 +3,6 @@
 from importlib.metadata import PackageNotFoundError, version
 
 try:
-    __version__ = version("supercluster")
+    __version__ = version("supercluster-planner")
 except PackageNotFoundError:  # (run from a source tree that was not installed)
     __version__ = "0+unknown"

@@ -1,6 +1,6 @@
 """Calibration: measure this machine, fit the cost model's parameters, write a device profile.
 
-Measurements (PyTorch, CPU or CUDA; ``torch`` is the optional extra ``supercluster[calibrate]``):
+Measurements (PyTorch, CPU or CUDA; ``torch`` is the optional extra ``supercluster-planner[calibrate]``):
 
 * GEMMs at training shapes per dtype - for tokens x (in, out) the forward, data-gradient and
   weight-gradient products, as TransformerEngine's GEMM profiling does - fit
@@ -313,7 +313,7 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise InputError("torch", "not installed: pip install 'supercluster[calibrate]' "
+        raise InputError("torch", "not installed: pip install 'supercluster-planner[calibrate]' "
                                   "(CPU wheel: pip install torch==2.13.0)") from None
     return torch
 

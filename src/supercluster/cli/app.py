@@ -90,7 +90,7 @@ def _plot_path(path: str | None) -> str | None:
 
 PlotOpt = Annotated[str | None, typer.Option(callback=_plot_path, help="also draw it to this file, the suffix its "
                                              "format: .png, .svg or .pdf (needs matplotlib: pip install "
-                                             "'supercluster\\[plot]')")]  # \\[: rich markup would eat [plot]
+                                             "'supercluster-planner\\[plot]')")]  # \\[: rich markup would eat [plot]
 CLI_FRAMEWORK = DEFAULT_FRAMEWORK  # (framework.DEFAULT_FRAMEWORK: one default for the API and every command)
 
 

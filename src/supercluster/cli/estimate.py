@@ -248,9 +248,10 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
     # (a calibrated device profile is its own evidence: supercluster verify compares it with real steps)
     evidence = evidence and profile is None
     ev = evidence_lines.evidence_for(m, g, fw.family, layout.precision, gpus, layout.seq_len) if evidence else None
-    title = (f"{m.name} on {gpus:,} x {gpu}, {layout.short()}" + (f" ({layout.pp_layout})" if layout.pp_layout else "")
-             + f", {layout.precision}, {framework}")
-    obj = reports.breakdown_json(b, (layout, fw, m), model=m.key, gpu=gpu, gpus=gpus, layout=layout.short(),
+    title = (f"{reports.model_label(m)} on {gpus:,} x {gpu}, {layout.short()}"
+             + (f" ({layout.pp_layout})" if layout.pp_layout else "") + f", {layout.precision}, {framework}")
+    obj = reports.breakdown_json(b, (layout, fw, m), model=m.key, model_name=m.name, model_params=m.num_params,
+                                 model_active_params=m.num_active_params, gpu=gpu, gpus=gpus, layout=layout.short(),
                                  **({"pp_layout": layout.pp_layout} if layout.pp_layout else {}), framework=framework,
                                  **({"layout_from": "planner"} if planned else {}))
     sens = sensitivity_rows(m, gpu=g, num_gpus=gpus, layout=layout, framework=fw, network=net,

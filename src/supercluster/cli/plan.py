@@ -100,7 +100,7 @@ def plan(
             extra["evidence"] = ev.as_json() if ev else None
         _emit_json(extra | found)
         return
-    reports.print_plan(_out(), res, f"{m.name} on {gpus:,} x {gpu}: best layouts by {objective}")
+    reports.print_plan(_out(), res, f"{reports.model_label(m)} on {gpus:,} x {gpu}: best layouts by {objective}")
     if tokens:
         b = res.best.budget(tokens)
         _out().print(f"{tokens:.3g} tokens with #1: {b['days_to_train']:,.1f} days (failure-free), "

@@ -18,8 +18,12 @@ from .hf import from_hf_config
 MTP_SUFFIX = re.compile(r"\+mtp(\d*)$")
 
 
+#: the largest model config or launch script read (the largest real ones are a few tens of KB)
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
 def load_model(ref: str) -> ModelSpec:
-    """A preset key, a path to a Hugging Face ``config.json`` or to a Megatron-LM launch script (its
+    """A preset key, a Hugging Face model folder or its ``config.json``, or a Megatron-LM launch script (its
     architecture arguments, :mod:`supercluster.megatron_args`); a ``+mtp`` / ``+mtpN`` suffix sets
     its multi-token-prediction modules (``deepseek-v3+mtp``: the way DeepSeek-V3 trains)."""
     if m := MTP_SUFFIX.search(ref):
@@ -29,8 +33,15 @@ def load_model(ref: str) -> ModelSpec:
     if ref in cat:
         return cat[ref]
     path = Path(ref)
+    if path.is_dir():  # a Hugging Face model folder: its config.json
+        require((path / "config.json").is_file(), "model",
+                f"{ref} is a folder without a config.json (a Hugging Face model folder holds one)")
+        path = path / "config.json"
+        ref = str(path)
     if ref.endswith(".json") or path.exists():
         require(path.is_file(), "model", f"no such file {ref!r}")
+        require(path.stat().st_size <= MAX_CONFIG_BYTES, "model",
+                f"{ref} is {path.stat().st_size:,} bytes; a model config is at most {MAX_CONFIG_BYTES:,}")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -42,7 +53,9 @@ def load_model(ref: str) -> ModelSpec:
         except json.JSONDecodeError as exc:
             raise InputError("model", f"{ref} is not valid JSON ({exc})") from exc
         require(isinstance(cfg, dict), "model", f"{ref} must hold a JSON object")
-        return from_hf_config(cfg, key=path.stem)
+        # (a model's config.json is named after its folder: Llama-3.1-8B/config.json is Llama-3.1-8B)
+        key = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+        return from_hf_config(cfg, key=key)
     raise InputError("model", f"unknown model {ref!r}; presets: {', '.join(sorted(cat))}; or a config.json or "
                               "Megatron-LM arguments path "
                               "(any may end in +mtp or +mtpN: N multi-token-prediction modules)")

@@ -249,7 +249,7 @@ def _run_ray(grid_json: str, chunks: list[list[int]], commit: Callable[[list[tup
     try:
         import ray
     except ImportError:
-        raise InputError("executor", "ray is not installed: pip install 'supercluster[ray]'") from None
+        raise InputError("executor", "ray is not installed: pip install 'supercluster-planner[ray]'") from None
     started = False
     if not ray.is_initialized():
         if address:

@@ -4,7 +4,7 @@ goodput, train, scale, sweep, simulate and fabric --compare.
 Each figure is drawn from the very object the command prints with ``--json`` (or, for the
 timeline, its Perfetto trace), so a plot can never say something the numbers do not. Matplotlib
 draws them off-screen; the file's suffix picks the format (.png, .svg or .pdf). Matplotlib is an
-optional extra: ``pip install 'supercluster[plot]'`` (the test extra installs it too).
+optional extra: ``pip install 'supercluster-planner[plot]'`` (the test extra installs it too).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ TASK_COLOURS = {"F": "#43a047", "B": "#1e88e5", "send": "#fb8c00", "dp_sync": "#
                 "stragglers": "#9e9e9e"}
 TASK_LABELS = {"F": "forward", "B": "backward", "send": "p2p send", "dp_sync": "exposed data-parallel sync",
                "optimizer": "optimizer", "stragglers": "stragglers"}
-_NO_MATPLOTLIB = "needs matplotlib: pip install 'supercluster[plot]'"
+_NO_MATPLOTLIB = "needs matplotlib: pip install 'supercluster-planner[plot]'"
 
 
 def check_path(path: str) -> Path:

@@ -35,6 +35,14 @@ LEDGER_HELP = {
 Fit = tuple[Layout, Framework | None] | tuple[Layout, Framework | None, ModelSpec]
 
 
+
+def model_label(m: ModelSpec) -> str:
+    """A model's name and size, as every estimate and plan names it: ``Llama 3 405B (405.8 B
+    parameters)``, ``DeepSeek-V3 671B (671.0 B parameters, 37.6 B active)``."""
+    active = f", {m.num_active_params / 1e9:,.1f} B active" if m.num_active_params < m.num_params else ""
+    return f"{m.name} ({m.num_params / 1e9:,.1f} B parameters{active})"
+
+
 def breakdown_json(b: StepBreakdown, fit: Fit | None = None, **extra: Any) -> dict[str, Any]:
     """The JSON of a priced step; ``fit`` (the layout, its framework, the model) tailors ``fit_reason``."""
     return {
