@@ -125,7 +125,7 @@ def test_a_plot_that_cannot_be_drawn_is_one_error_line_before_any_pricing(args, 
 def test_a_missing_matplotlib_is_named_with_the_extra_that_installs_it(monkeypatch):
     d = _json(ESTIMATE)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(InputError, match=r"supercluster\[plot\]"):
+    with pytest.raises(InputError, match=r"supercluster-planner\[plot\]"):
         plots.ledger(d, title="t")
     # ... and the command says so when it parses --plot, before it prices anything
     import importlib.util
