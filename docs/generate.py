@@ -65,10 +65,15 @@ def accuracy() -> str:
     for g in held["groups"]:
         lines.append(f"| held-out, {g['group']} | {g['rows']} | {_pct(g['mape'])} | "
                      f"{_pct(max(abs(g['min_error']), abs(g['max_error'])))} |")
-    groups = pub["ranking"] + held["ranking"]
-    lines += ["", f"Where one job was measured at several layouts ({len(groups)} such groups in the two files), "
-              f"the predicted order of its layouts matches the measured order in "
-              f"{sum(bool(g['match']) for g in groups)} of them."]
+    lines += ["", "| ranking (one job measured at several layouts) | jobs | predicted fastest is measured fastest "
+              "| pairs in measured order | memory misses |", "|---|---|---|---|---|"]
+    for name, d in (("shared public file", pub), ("held-out file", held)):
+        rk = d["ranking"]
+        pairwise = "-" if rk["pairwise"] is None else _pct(rk["pairwise"])
+        lines.append(f"| {name} | {rk['groups']} | {rk['picks']} | {rk['pairs_in_order']} of {rk['pairs']} "
+                     f"({pairwise}) | {d['memory_misses']} |")
+    lines += ["", f"Measured steps within {100 * pub['ranking']['tie']:.0f} % of each other count as a tie; a memory "
+              "miss is a run that ran but is predicted not to fit."]
     return "\n".join(lines) + "\n"
 
 

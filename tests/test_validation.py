@@ -521,3 +521,35 @@ def test_the_qwen3_next_preset_is_its_config_json():
     a, b = from_hf_config(QWEN3_NEXT_HF), load_model("qwen3-next-80b-a3b")
     same = [f.name for f in dataclasses.fields(a) if f.name not in ("key", "name", "source", "shared_ffn_dim")]
     assert all(getattr(a, f) == getattr(b, f) for f in same) and a.num_params == b.num_params == 79_674_286_848
+
+
+def _row(rid, group, label, measured, predicted):
+    from supercluster.validation.validate import RowResult
+
+    return RowResult(rid, predicted, measured, predicted / measured - 1, True, "", group, layout_label=label)
+
+
+def test_ranking_counts_picks_and_pairs_and_leaves_out_ties_and_repeats():
+    from supercluster.validation.validate import ranking
+
+    rows = [_row("a", "g", "L1", 10.0, 5.0), _row("b", "g", "L2", 12.0, 6.0), _row("c", "g", "L3", 10.1, 7.0),
+            # the same layout measured again (another release): no pair with its twin
+            _row("d", "g", "L1", 14.0, 5.0),
+            # one layout alone: not a ranking group
+            _row("e", "h", "L1", 1.0, 1.0), _row("f", "h", "L1", 2.0, 1.0)]
+    r = ranking(rows)
+    assert r["groups"] == 1 and r["picks"] == 1  # L1 predicted fastest and ran fastest (a: 10.0)
+    # pairs with a measured order and different layouts: a-b, b-c, b-d, c-d (a-c: a 1 % tie; a-d: one layout)
+    # a-b in order (measured 10 < 12, predicted 5 < 6); b-c, b-d and c-d not (c measured faster than b
+    # but predicted slower; d, L1's slow run, measured slower than b and c but priced faster)
+    assert r["pairs"] == 4 and r["pairs_in_order"] == 1 and r["pairwise"] == 0.25
+    wrong = ranking([_row("a", "g", "L1", 10.0, 6.0), _row("b", "g", "L2", 12.0, 5.0)])
+    assert wrong["picks"] == 0 and wrong["pairs_in_order"] == 0
+
+
+def test_validate_reports_memory_misses_and_the_ranking_in_json():
+    res = validate("heldout")
+    assert res["memory_misses"] == sum(r.fits is False for r in res["rows"])
+    rk = res["ranking"]
+    assert rk["groups"] == len(rk["by_group"]) > 0 and 0 <= rk["picks"] <= rk["groups"]
+    assert rk["pairs_in_order"] <= rk["pairs"] and rk["tie"] == 0.02

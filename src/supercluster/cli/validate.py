@@ -68,6 +68,12 @@ def validate(
         con.print(reports.groups_table(groups, f"by {by}"))
     con.print(f"MAPE {100 * res['mape']:.1f}% | worst {100 * res['worst_abs_error']:.1f}% ({res['worst_row']}) | "
               f"supported {100 * res['supported_fraction']:.0f}%")
-    for g in res["ranking"]:  # type: ignore[attr-defined]
-        con.print(f"ranking {g['group']}: {'matches' if g['match'] else 'DIFFERS'} "
-                  f"(measured {g['measured_order']}, predicted {g['predicted_order']})")
+    rk = res["ranking"]
+    pairwise = "-" if rk["pairwise"] is None else f"{100 * rk['pairwise']:.0f} %"  # type: ignore[index]
+    con.print(f"memory: {res['memory_misses']} row(s) that ran predicted not to fit | ranking: {rk['groups']} "  # type: ignore[index]
+              f"job(s) measured at several layouts, the predicted fastest is the measured fastest (within "
+              f"{100 * rk['tie']:.0f} %) in {rk['picks']}, pairs of layouts in measured order "  # type: ignore[index]
+              f"{rk['pairs_in_order']}/{rk['pairs']} ({pairwise})")  # type: ignore[index]
+    for g in rk["by_group"]:  # type: ignore[index]
+        if not g["pick_right"] or g["pairs_in_order"] < g["pairs"]:
+            con.print(f"  {g['group']}: measured {g['measured_order']}, predicted {g['predicted_order']}")

@@ -48,6 +48,12 @@ class RowResult:
     gpu: str = ""
     framework: str = ""
     kind: str = ""  # dense | moe
+    #: memory per GPU the model predicts, and whether it fits the GPU (a run that ran and does not is a
+    #: model error: counted as a memory miss)
+    memory_per_gpu_bytes: float | None = None
+    fits: bool | None = None
+    #: the layout as priced, whole (Layout.label: degrees, micro-batch, ZeRO, recompute, SP)
+    layout_label: str = ""
 
 
 #: What ``by_group`` can summarise the rows by.
@@ -94,20 +100,24 @@ def predict_row(row: dict[str, str]) -> RowResult:
     if measured is not None and not (math.isfinite(measured) and measured > 0):
         return RowResult(rid, None, None, None, False, f"step_time_s: {raw!r} is not a positive number of seconds",
                          "", gpu=(row.get("gpu") or "").strip(), framework=(row.get("framework") or "").strip())
-    group = f"{row.get('model_name', '')}|{row.get('gpu', '')}|{row.get('num_gpus', '')}|{row.get('precision', '')}"
     gpu_key = (row.get("gpu") or "").strip()
     try:
         job, note = Job.from_row(row)
         b = estimate(job)
     except InputError as exc:
-        return RowResult(rid, None, measured, None, False, str(exc), group, gpu=gpu_key,
+        return RowResult(rid, None, measured, None, False, str(exc), "", gpu=gpu_key,
                          framework=(row.get("framework") or "").strip())
     err = b.step_time_s / measured - 1.0 if measured else None
     fw, layout = job.framework, job.layout
+    # one job measured at several layouts: the same model, GPU, GPU count, batch, sequence, GEMM precision and
+    # framework (as the model reads them: a release or an fp8 recipe of the same framework is the same job)
+    group = "|".join(str(x) for x in ((row.get("model_name") or "").strip(), gpu_key, layout.num_gpus,
+                                      layout.global_batch, layout.seq_len, layout.precision, fw.family))
     reason = "; ".join(x for x in (note, f"{fw.key}, {layout.recompute_label} recompute, zero {layout.zero_stage}")
                        if x)
     return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short(), gpu=gpu_key,
-                     framework=fw.key, kind=job.model.kind)
+                     framework=fw.key, kind=job.model.kind, memory_per_gpu_bytes=b.memory_per_gpu_bytes, fits=b.fits,
+                     layout_label=layout.label())
 
 
 def validate(path: str | Path | None = None) -> dict[str, object]:
@@ -126,6 +136,7 @@ def validate(path: str | Path | None = None) -> dict[str, object]:
         "rows": results, "mape": mape, "worst_abs_error": worst,
         "worst_row": worst_row.id if worst_row else None,
         "supported_fraction": (n - len(miss)) / n if n else 1.0, "ranking": ranking(results),
+        "memory_misses": sum(r.fits is False for r in results),
     }
 
 
@@ -150,18 +161,43 @@ def by_group(results: list[RowResult], key: str) -> list[dict[str, object]]:
     return sorted(out, key=lambda g: (-int(g["rows"]), str(g["group"])))  # type: ignore[call-overload]
 
 
-def ranking(results: list[RowResult]) -> list[dict[str, object]]:
-    """Where a model/GPU/count/precision group has several layouts: does predicted order match?"""
+#: measured steps this close (relative) are a tie: no order between them, and either is a right pick
+RANK_TIE = 0.02
+
+
+def _order(a: float, b: float) -> int:
+    return 0 if abs(a - b) < RANK_TIE * min(a, b) else (1 if a > b else -1)
+
+
+def ranking(results: list[RowResult]) -> dict[str, object]:
+    """Where one job (model, GPU, GPU count, global batch, sequence, precision, framework) was measured
+    at several layouts: is the layout predicted fastest the measured fastest (within :data:`RANK_TIE`),
+    and how many pairs of layouts does the prediction order as measured (measured ties left out)?
+    Rows of one layout (the same layout measured in two releases or fp8 recipes, say) form no pair,
+    and the pick is right if any row of the predicted fastest layout ran within the tie of the fastest."""
     groups: dict[str, list[RowResult]] = {}
     for r in results:
-        if r.supported and r.predicted_step_time_s is not None:
+        if r.supported and r.predicted_step_time_s and r.measured_step_time_s:
             groups.setdefault(r.group, []).append(r)
-    out = []
+    detail, picks, pairs, right = [], 0, 0, 0
     for g, rs in groups.items():
-        if len({r.layout for r in rs}) < 2:
+        if len({r.layout_label for r in rs}) < 2:
             continue
-        measured = [r.id for r in sorted(rs, key=lambda r: r.measured_step_time_s or 0)]
-        predicted = [r.id for r in sorted(rs, key=lambda r: r.predicted_step_time_s or 0)]
-        out.append({"group": g, "measured_order": measured, "predicted_order": predicted,
-                    "match": measured == predicted})
-    return out
+        fastest = min(r.measured_step_time_s for r in rs)  # type: ignore[type-var]
+        pick = min(rs, key=lambda r: r.predicted_step_time_s or 0.0).layout_label
+        ok = any(_order(r.measured_step_time_s, fastest) == 0 for r in rs  # type: ignore[arg-type]
+                 if r.layout_label == pick)
+        n_pairs = n_right = 0
+        for i, a in enumerate(rs):
+            for b in rs[i + 1:]:
+                measured = _order(a.measured_step_time_s, b.measured_step_time_s)  # type: ignore[arg-type]
+                if measured and a.layout_label != b.layout_label:
+                    n_pairs += 1
+                    n_right += int((a.predicted_step_time_s > b.predicted_step_time_s) == (measured > 0))  # type: ignore[operator]
+        picks, pairs, right = picks + ok, pairs + n_pairs, right + n_right
+        detail.append({"group": g, "rows": len(rs),
+                       "measured_order": [r.id for r in sorted(rs, key=lambda r: r.measured_step_time_s or 0.0)],
+                       "predicted_order": [r.id for r in sorted(rs, key=lambda r: r.predicted_step_time_s or 0.0)],
+                       "pick": pick, "pick_right": ok, "pairs": n_pairs, "pairs_in_order": n_right})
+    return {"groups": len(detail), "picks": picks, "pairs": pairs, "pairs_in_order": right,
+            "pairwise": right / pairs if pairs else None, "tie": RANK_TIE, "by_group": detail}
