@@ -182,7 +182,8 @@ def main(argv: list[str]) -> int:
             print("wrote", page.relative_to(ROOT))
     if "--figures" in argv:
         for name, argv_ in FIGURES.items():
-            run(*argv_, "--plot", str(ROOT / "docs" / "img" / name), *(["--json"] if argv_[0] != "fabric" else []))
+            extra = ["--json"] if argv_[0] != "fabric" else []
+            run(*argv_, "--plot", str(ROOT / "docs" / "img" / name), "--force", *extra)
             print("drew", name)
     return 0
 

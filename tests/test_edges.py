@@ -58,3 +58,39 @@ def test_json_has_no_infinity_when_nothing_fails(tmp_path):
     assert "Infinity" not in r.stdout and "NaN" not in r.stdout
     s = json.loads(r.stdout)
     assert s["job_mtbf_h"] is None and s["ettr_mean"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_an_output_that_exists_is_not_overwritten_unless_forced(tmp_path):
+    plot = tmp_path / "ledger.png"
+    plot.write_bytes(b"mine")
+    r = runner.invoke(app, ["estimate", "--plot", str(plot)])
+    assert isinstance(r.exception, InputError) and "exists; give --force" in str(r.exception)
+    assert plot.read_bytes() == b"mine"
+    r = runner.invoke(app, ["estimate", "--plot", str(plot), "--force"])
+    assert r.exit_code == 0 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob(".*.tmp"))  # written whole, through a temporary file renamed into place
+
+
+def test_an_output_is_checked_before_the_work_and_never_an_input_or_a_link(tmp_path):
+    prof = tmp_path / "profile.toml"
+    prof.write_text("mine", encoding="utf-8")
+    r = runner.invoke(app, ["calibrate", "--out", str(prof)])  # refused before anything is measured
+    assert r.exception.field == "out" and prof.read_text(encoding="utf-8") == "mine"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+                               "intermediate_size": 4096, "vocab_size": 1000}), encoding="utf-8")
+    r = runner.invoke(app, ["simulate", "--model", str(cfg), "--gpus", "8", "--layout", "tp1-pp1-dp8",
+                            "--global-batch", "8", "--trace", str(cfg), "--force"])
+    assert r.exception.field == "trace" and "input" in str(r.exception) and "hidden_size" in cfg.read_text()
+    link = tmp_path / "link.png"
+    link.symlink_to(tmp_path / "elsewhere.png")
+    r = runner.invoke(app, ["estimate", "--plot", str(link), "--force"])
+    assert r.exception.field == "plot" and "symbolic link" in str(r.exception)
+    r = runner.invoke(app, ["estimate", "--plot", str(tmp_path / "missing" / "a.png")])
+    assert r.exception.field == "plot" and "does not exist" in str(r.exception)
+
+
+def test_a_report_folder_holding_a_report_is_kept_unless_forced(tmp_path):
+    (tmp_path / "report.md").write_text("mine", encoding="utf-8")
+    r = runner.invoke(app, ["report", "--out", str(tmp_path)])
+    assert r.exception.field == "out" and (tmp_path / "report.md").read_text(encoding="utf-8") == "mine"

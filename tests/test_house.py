@@ -13,6 +13,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 #: bottom to top: a package may import from its own layer's package and from any layer below
 LAYERS = (
     ("units", "errors", "_version"),
+    ("files",),
     ("_toml",),
     ("hardware", "models"),
     ("parallelism",),

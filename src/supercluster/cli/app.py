@@ -79,13 +79,34 @@ FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deep
                                                   "gate: token i to experts ik ... ik + k - 1)")]
 
 
-def _plot_path(path: str | None) -> str | None:
-    """--plot's check at parse time, before any pricing: the suffix must name a format."""
+def _force(ctx: typer.Context, value: bool) -> bool:
+    """--force, read first (an eager option) so that the output options' checks know it."""
+    ctx.meta["force"] = value
+    return value
+
+
+ForceOpt = Annotated[bool, typer.Option("--force", is_eager=True, callback=_force,
+                                        help="overwrite output files that exist (never one of the command's inputs)")]
+
+
+def _output_path(ctx: typer.Context, param: Any, path: str | None) -> str | None:
+    """An output file option's check at parse time, before any work: it may not exist (unless
+    --force), be a symbolic link, or lie in a missing folder."""
+    if path is not None:
+        from ..files import check_output
+
+        check_output(path, param.name, force=bool(ctx.meta.get("force")))
+    return path
+
+
+def _plot_path(ctx: typer.Context, param: Any, path: str | None) -> str | None:
+    """--plot's check at parse time, before any pricing: the suffix must name a format, and the file
+    may be written (:func:`_output_path`)."""
     if path is not None:
         from ..reports import plots
 
         plots.check_path(path)
-    return path
+    return _output_path(ctx, param, path)
 
 
 PlotOpt = Annotated[str | None, typer.Option(callback=_plot_path, help="also draw it to this file, the suffix its "

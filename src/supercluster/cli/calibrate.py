@@ -9,16 +9,19 @@ import typer
 from ..errors import InputError
 from ..hardware.specs import get_gpu
 from .app import (
+    ForceOpt,
     _emit_json,
     _num,
     _out,
+    _output_path,
     app,
 )
 
 
 @app.command()
 def calibrate(
-    out: Annotated[str, typer.Option(help="profile TOML to write")] = "profile.toml",
+    out: Annotated[str, typer.Option(help="profile TOML to write", callback=_output_path)] = "profile.toml",
+    force: ForceOpt = False,
     nproc: Annotated[int, typer.Option(help="local processes for collectives (1 = device only)")] = 1,
     quick: Annotated[bool, typer.Option("--quick", help="a smaller grid (about 15 s on a CPU)")] = False,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
@@ -63,7 +66,9 @@ def calibrate(
         prof = dc.replace(prof, collectives=coll, backend=prof.backend or "nccl-tests")
     from pathlib import Path
 
-    Path(out).write_text(prof.to_toml())
+    from ..files import check_output, write_atomic
+
+    write_atomic(check_output(out, "out", force=force, inputs=nccl_tests or ()), prof.to_toml())
     if as_json:
         _emit_json({k: v for k, v in dc.asdict(prof).items() if k != "points"} | {"profile": out})
         return

@@ -20,6 +20,7 @@ from ..reports import tables as reports
 from ..validation import evidence as evidence_lines
 from .app import (
     CLI_FRAMEWORK,
+    ForceOpt,
     GbsOpt,
     GpuOpt,
     GpusOpt,
@@ -114,6 +115,7 @@ def estimate(
                                             "goes on the fabric: its span, the tier it climbs to, how many "
                                             "groups share it and the slowdown")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
     fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)

@@ -11,6 +11,7 @@ from ..hardware.specs import get_gpu
 from ..reports import plots
 from ..reports import tables as reports
 from .app import (
+    ForceOpt,
     GpusOpt,
     PlotOpt,
     _emit_json,
@@ -38,6 +39,7 @@ def fabric(
     = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Size the scale-out fabric for N GPUs: tiers, switches, optics, bisection, power and cost."""
     if plot is not None and not compare:

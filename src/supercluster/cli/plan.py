@@ -19,6 +19,7 @@ from ..validation import evidence as evidence_lines
 from .app import (
     CLI_FRAMEWORK,
     OBJECTIVE_HELP,
+    ForceOpt,
     FrameworkOpt,
     GbsOpt,
     GpuOpt,
@@ -68,6 +69,7 @@ def plan(
     evidence: Annotated[bool, typer.Option(help="also report the model's error on the published runs closest "
                                            "to the best layout's kind")] = True,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Search every legal layout; the fastest (or cheapest) that fits, why, and how to launch it."""
 
@@ -129,6 +131,7 @@ def compare(
     recompute: KeepRecomputeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Which GPU? Plan the same job on each GPU type: best layout, throughput, days, dollars, MWh."""
     from rich.progress import track
@@ -174,6 +177,7 @@ def report(
                                            "comma-separated (empty: none)")] = "",
     rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
     out: Annotated[str, typer.Option(help="directory for report.md, report.json and the figures")] = "report",
+    force: ForceOpt = False,
 ) -> None:
     """One job, one shareable report: plan, step, run with failures, network, other GPUs, figures."""
     from rich.progress import Progress, SpinnerColumn, TextColumn
@@ -183,7 +187,7 @@ def report(
     from ..reliability.run import RunOptions
     from ..reports import page as _report
 
-    _report.check_out(out)
+    _report.check_out(out, force)
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
     kinds = parse_axis(gpu_types, str, "gpu_types") if gpu_types.strip() else ()
     for k in kinds:

@@ -17,6 +17,7 @@ from .app import (
     CLI_FRAMEWORK,
     AsyncOpt,
     ElasticOpt,
+    ForceOpt,
     FrameworkOpt,
     GbsOpt,
     GpuOpt,
@@ -72,6 +73,7 @@ def goodput(
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Interruptions, checkpoint interval and effective training time (ETTR) of a run of --days."""
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
@@ -100,6 +102,7 @@ def train(
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Time to train a token budget: days, GPU-hours, MWh, dollars and the run's entropy ledger."""
     from ..reliability.run import compute_optimal_for_deadline
@@ -140,6 +143,7 @@ def scale(
     rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON rows")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """From one GPU to a million: step time, job MTBF, checkpoint interval, ETTR and days to train."""
     from rich.progress import track

@@ -16,6 +16,7 @@ from ..reports import plots
 from ..reports import tables as reports
 from .app import (
     CLI_FRAMEWORK,
+    ForceOpt,
     FrameworkOpt,
     GbsOpt,
     GpuOpt,
@@ -29,6 +30,7 @@ from .app import (
     _given_options,
     _num,
     _out,
+    _output_path,
     _plot,
     app,
 )
@@ -50,11 +52,13 @@ def simulate(
     seed: SeedOpt = 0,
     exact_stages: Annotated[bool, typer.Option("--exact-stages", help="each stage its own layers (and the last "
                                                "the head) instead of the ledger's heaviest stage")] = False,
-    trace: Annotated[str | None, typer.Option(help="write a Chrome / Perfetto trace JSON here")] = None,
+    trace: Annotated[str | None, typer.Option(help="write a Chrome / Perfetto trace JSON here",
+                                              callback=_output_path)] = None,
     pp_layout: Annotated[str | None, typer.Option(help="explicit pipeline layout (as estimate --pp-layout; "
                                                   "with --layout)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Lay one step out on the pipeline schedule: when each stage computes, sends and idles."""
     from ..job import default_network
@@ -81,11 +85,9 @@ def simulate(
         tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed,
                      exact_stages=exact_stages)
     if trace:
-        try:
-            with open(trace, "w", encoding="utf-8") as f:
-                json.dump(tl.to_trace(), f)
-        except OSError as exc:
-            raise InputError("trace", f"cannot write {trace}: {exc.strerror}") from None
+        from ..files import check_output, write_atomic
+
+        write_atomic(check_output(trace, "trace", force=force, inputs=(model,)), json.dumps(tl.to_trace()))
     _plot(plot, lambda: plots.timeline(tl.to_trace(), title=f"{model} on {gpus:,} x {gpu}, {lay.short()} (mb "
                                                             f"{lay.micro_batch}): one step, {tl.step_time_s:.3g} s"))
     s = {**tl.summary(), "layout": lay.short(), "micro_batch": lay.micro_batch, "trace": trace,

@@ -15,6 +15,7 @@ from ..reports import plots
 from ..reports import tables as reports
 from .app import (
     CLI_FRAMEWORK,
+    ForceOpt,
     FrameworkOpt,
     PlotOpt,
     _out,
@@ -45,6 +46,7 @@ def sweep(
     chunk: Annotated[int, typer.Option(help="scenarios per task and per transaction")] = 500,
     log: Annotated[bool, typer.Option("--log", help="print a line per committed chunk instead of a bar")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Price a grid of scenarios into DuckDB; rerun the same command to resume after a kill.
 

@@ -12,6 +12,7 @@ from ..reports import plots
 from ..reports import tables as reports
 from ..validation import validate as validation
 from .app import (
+    ForceOpt,
     PlotOpt,
     _emit_json,
     _out,
@@ -30,6 +31,7 @@ def validate(
                                                 "count, MAPE, error range")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Predict every scored published run and report per-row error, MAPE and the worst row."""
     if by is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, require
+from ..files import write_atomic
 from ..hardware.specs import GpuSpec, get_gpu, get_system
 from ..job import default_network, estimate, placement
 from ..models.spec import ModelSpec
@@ -80,9 +81,9 @@ def write(report: dict[str, Any], out_dir: str | Path) -> Path:
                                                                                  f"{job['gpus']:,} GPUs of each type")
     for name, draw in figures.items():
         plots.save(draw(), str(out / name))
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    write_atomic(out / "report.json", json.dumps(report, indent=2, default=str))
     md = out / "report.md"
-    md.write_text(_markdown(report, figures), encoding="utf-8")
+    write_atomic(md, _markdown(report, figures))
     return md
 
 
@@ -177,8 +178,19 @@ def _sensitivity_rows(rows: list[dict[str, Any]]) -> list[str]:
                                                 for f in factors) + " |" for label, fs in by.items()]
 
 
-def check_out(out_dir: str) -> None:
-    """The report's directory: refused up front if it is a file, or matplotlib is missing."""
+#: what ``write`` puts in the report's directory
+REPORT_FILES = ("report.md", "report.json", "plan.png", "step.png", "run.png", "goodput.png", "compare.png")
+
+
+def check_out(out_dir: str, force: bool = False) -> None:
+    """The report's directory: refused up front if it is a file or a symbolic link, if it holds a
+    report already (unless ``force``), or if matplotlib is missing."""
+    from ..files import check_output
+
     p = Path(out_dir)
+    require(not p.is_symlink(), "out", f"{out_dir} is a symbolic link; give the folder itself")
     require(not p.exists() or p.is_dir(), "out", f"{out_dir} exists and is not a directory")
+    if p.is_dir():
+        for name in REPORT_FILES:
+            check_output(p / name, "out", force=force)
     plots.require_matplotlib()

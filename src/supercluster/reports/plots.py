@@ -10,6 +10,7 @@ optional extra: ``pip install 'supercluster-planner[plot]'`` (the test extra ins
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,9 +71,12 @@ def save(fig: Any, path: str) -> Path:
     """Write ``fig`` to ``path`` (its suffix the format) and release it."""
     p = check_path(path)
     plt = _pyplot()
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")  # (whole or not at all: renamed into place)
     try:
-        fig.savefig(p, dpi=150, bbox_inches="tight")
+        fig.savefig(tmp, dpi=150, bbox_inches="tight", format=p.suffix.lstrip(".").lower())
+        os.replace(tmp, p)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise InputError("plot", f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
