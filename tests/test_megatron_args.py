@@ -358,3 +358,17 @@ def test_deepep_dispatch_sends_each_token_once_per_node():
     assert "--moe-token-dispatcher-type flex --moe-enable-deepep" in text
     assert framework_from_args(parse_args(text)).ep_node_dedup
     assert "--moe-token-dispatcher-type alltoall" in launchers.export(across, "megatron", m, plain)
+
+
+def test_variables_that_expand_each_other_are_refused_at_a_small_multiple_of_the_script():
+    """A 'billion laughs' script (each variable twice the one before) would fill gigabytes; it is
+    refused once the filled-in text passes 16x the script, and an ordinary script is read as before."""
+    from supercluster.formats.megatron_args import EXPANSION_FACTOR, EXPANSION_SLACK, parse_args
+
+    laughs = "A=xxxxxxxxxx\n" + "".join(f"{chr(66 + i)}=${chr(65 + i)}${chr(65 + i)}\n" for i in range(40))
+    laughs += "python pretrain_gpt.py --num-layers 4 --hidden-size $Z\n"
+    with pytest.raises(InputError, match="^config: its shell variables expand past"):
+        parse_args(laughs)
+    assert EXPANSION_FACTOR * len(laughs) + EXPANSION_SLACK < 2**20
+    ok = "L=32\nH=4096\npython pretrain_gpt.py --num-layers $L --hidden-size ${H} --seq-length $((2 * 4096))\n"
+    assert parse_args(ok) == {"num-layers": "32", "hidden-size": "4096", "seq-length": "8192"}

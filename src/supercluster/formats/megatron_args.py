@@ -99,12 +99,22 @@ def _arithmetic(m: re.Match[str]) -> str:
         return m.group(0)
 
 
+#: a launch script filled in may grow to this multiple of its own size (plus EXPANSION_SLACK bytes):
+#: variables that expand each other ("billion laughs") are refused, not expanded without bound
+EXPANSION_FACTOR = 16
+EXPANSION_SLACK = 64 * 1024
+
+
 def _expand_variables(text: str) -> str:
     """A launch script with its simple variables filled in, line by line: a reference takes the
     last literal assignment above it, else its ``:-`` default, and whole-number ``$((...))``
     arithmetic is worked out; anything else (``$(...)``, positional arguments) is left as written,
-    for the flag that reads it to refuse by name."""
+    for the flag that reads it to refuse by name. The text filled in may not grow past
+    :data:`EXPANSION_FACTOR` times the script (an InputError), so reading costs a small multiple of
+    the script's size."""
     env: dict[str, str] = {}
+    budget = EXPANSION_FACTOR * len(text) + EXPANSION_SLACK
+    grown = 0
 
     def value(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(3)
@@ -114,7 +124,12 @@ def _expand_variables(text: str) -> str:
 
     lines = []
     for line in text.splitlines():
-        line = _ARITH.sub(_arithmetic, _REF.sub(value, line))
+        line = _REF.sub(value, line)
+        grown += len(line)
+        if grown > budget:
+            raise InputError("config", f"its shell variables expand past {budget:,} bytes, {EXPANSION_FACTOR}x the "
+                             f"script's {len(text):,} (variables that expand each other); write the flags' values")
+        line = _ARITH.sub(_arithmetic, line)
         if (a := _ASSIGN.match(line)) and not a.group(2).startswith("("):
             env[a.group(1)] = a.group(2).strip("\"'")
         lines.append(line)
@@ -128,8 +143,9 @@ def parse_args(text: str) -> dict[str, Any]:
     skipped, a quoted ``"--flag value"`` item or a quoted assignment of flags (``opts="--a 1 --b"``)
     read word by word, underscores read as dashes, conditionals not followed (every flag written
     counts; the last value of a flag wins)."""
+    filled = _expand_variables(text)
     try:
-        words = shlex.split(_expand_variables(text).replace("\\\n", " "), comments=True)
+        words = shlex.split(filled.replace("\\\n", " "), comments=True)
     except ValueError as exc:
         raise InputError("config", f"cannot read Megatron arguments: {exc}") from None
     tokens = []
