@@ -39,6 +39,10 @@ from .goodput import (
     young_interval_s,
 )
 
+#: The longest run priced, in days: far past any training run (the scale study prices a frontier
+#: token budget on one GPU, thousands of days), and short of where the failure simulation, which draws
+#: each trial's interruptions at once, breaks down (numpy's negative-binomial limits)
+MAX_RUN_DAYS = 1_000_000
 #: Compute-optimal tokens per parameter (Chinchilla Approach 1/2 and the Epoch refit; scaling_laws.md 2.3-2.5).
 TOKENS_PER_PARAM = 20.0
 RUN_LOSSES = ("checkpoint_stalls", "failed_work", "restarts", "degraded_replicas")
@@ -134,7 +138,7 @@ def analyse_run(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, framework: Fra
                 global_batch: int = 2048, seq_len: int = 8192, options: RunOptions = RunOptions()) -> RunReport:
     """Price a run of ``tokens`` (default: compute-optimal 20 per parameter) or of ``days`` of wall time."""
     require(tokens is None or tokens > 0, "tokens", f"must be > 0, got {tokens}")
-    require(days is None or days > 0, "days", f"must be > 0, got {days}")
+    require(days is None or 0 < days <= MAX_RUN_DAYS, "days", f"must be in (0, {MAX_RUN_DAYS:,}] days, got {days}")
     if layout is None:
         layout = plan(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
                       framework=framework, top=1).best.layout
@@ -158,6 +162,9 @@ def analyse_run(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, framework: Fra
     daly = daly_interval_s(ck.stall_s + ck.lag_s, mtbf) if rate > 0 else math.inf
     tok = tokens if tokens is not None else TOKENS_PER_PARAM * model.num_params
     work = tok / step.tokens_per_step * step.step_time_s
+    require(days is not None or work <= MAX_RUN_DAYS * DAY_S, "tokens",
+            f"{tok:.3g} tokens take {work / DAY_S:,.0f} days failure-free on this job, past the {MAX_RUN_DAYS:,} "
+            "a run is priced for; give fewer tokens or more GPUs")
 
     def spec_for(work_s: float, interval: float) -> RunSpec:
         return RunSpec(work_s=work_s, rate_per_s=rate, planned_per_s=fm.planned_per_day / DAY_S,
