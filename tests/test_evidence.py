@@ -75,3 +75,20 @@ def test_train_reports_the_evidence_of_its_step():
     d = json.loads(runner.invoke(app, ["train", "--model", "llama3-8b", "--gpus", "64", "--trials", "200",
                                        "--json"]).output)
     assert d["evidence"]["basis"].startswith("nemo-megatron, hopper, dense, 16-bit")
+
+
+def test_the_evidence_line_says_when_the_job_lies_far_outside_its_runs():
+    """A million GB200 against published runs of at most a few hundred: the errors are shown, and the
+    line says they are extrapolated and how far; the quick start, among its runs, says nothing more."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from supercluster.cli import app
+
+    far = CliRunner().invoke(app, ["estimate", "--gpus", "1048576", "--gpu", "gb200", "--layout",
+                                   "tp8-pp16-dp8192-vpp4", "--global-batch", "131072", "--json"])
+    ev = _json.loads(far.stdout)["evidence"]
+    assert ev["extrapolated"] and ev["extrapolated"][0].startswith("1,048,576 GPUs, the runs reach")
+    near = _json.loads(CliRunner().invoke(app, ["estimate", "--json"]).stdout)["evidence"]
+    assert near["extrapolated"] == []

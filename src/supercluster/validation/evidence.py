@@ -44,6 +44,9 @@ class Evidence:
     #: the (at most :data:`NEAREST`) runs of the basis closest in active parameters, GPU count and
     #: sequence length, closest first (an ordering for display, not a weight in any number)
     nearest: tuple[str, ...] = ()
+    #: how far the configuration lies outside these runs (GPU count, sequence, model size past
+    #: :data:`EXTRAPOLATION` times theirs), said beside the errors; empty where it lies among them
+    beyond: tuple[str, ...] = ()
 
     @property
     def runs(self) -> int:
@@ -71,15 +74,17 @@ class Evidence:
     def as_json(self) -> dict[str, object]:
         return {"basis": self.basis, "runs": self.runs, "median_error": self.median_error, "mape": self.mape,
                 "min_error": self.min_error, "max_error": self.max_error, "ids": list(self.ids),
-                "nearest": [{"id": i, "error": self.error_of(i)} for i in self.nearest]}
+                "nearest": [{"id": i, "error": self.error_of(i)} for i in self.nearest],
+                "extrapolated": list(self.beyond)}
 
     def line(self) -> str:
         lo, hi, mid = 100 * self.min_error, 100 * self.max_error, 100 * self.median_error
         near = ", ".join(f"{i} {100 * self.error_of(i):+.1f} %" for i in self.nearest)
         closest = f"; closest: {near}" if near else ""
+        beyond = f". Extrapolated, so these errors may not apply: {'; '.join(self.beyond)}" if self.beyond else ""
         return (f"published runs like this one ({self.basis}: {self.runs}): predicted vs measured step "
                 f"{lo:+.1f} … {hi:+.1f} % (median {mid:+.1f} %, MAPE {100 * self.mape:.1f} %; below 0: predicted "
-                f"faster){closest}; supercluster validate [--runs heldout] lists them")
+                f"faster){closest}; supercluster validate [--runs heldout] lists them{beyond}")
 
 
 def _low(precision: str) -> bool:
@@ -169,6 +174,30 @@ def _distance(r: _Run, active: float, gpus: int | None, seq_len: int | None, gpu
     return d
 
 
+#: a configuration more than this many times past the runs of its basis (or below them) is extrapolated
+EXTRAPOLATION = 4.0
+
+
+def _beyond(runs: list[_Run], active: float, num_gpus: int | None, seq_len: int | None) -> tuple[str, ...]:
+    """What of a configuration lies past :data:`EXTRAPOLATION` times the range of ``runs``."""
+    out = []
+    for what, value, seen, unit in (("GPUs", num_gpus, [r.gpus for r in runs], ""),
+                                    ("tokens a sequence", seq_len, [r.seq_len for r in runs], ""),
+                                    ("active parameters", active / 1e9, [r.active_params / 1e9 for r in runs], " B")):
+        if value is None or not seen:
+            continue
+        lo, hi = min(seen), max(seen)
+
+        def show(x: float, unit: str = unit) -> str:
+            return f"{x:,.0f}{unit}" if x >= 10 else f"{x:.2g}{unit}"
+
+        if value > EXTRAPOLATION * hi:
+            out.append(f"{show(value)} {what}, the runs reach {show(hi)}")
+        elif value * EXTRAPOLATION < lo:
+            out.append(f"{show(value)} {what}, the runs start at {show(lo)}")
+    return tuple(out)
+
+
 def evidence_for(model: ModelSpec, gpu: GpuSpec, framework: str, precision: str, num_gpus: int | None = None,
                  seq_len: int | None = None) -> Evidence | None:
     """The model's error on the published runs closest to ``model`` on ``gpu`` under ``framework`` in
@@ -192,5 +221,5 @@ def evidence_for(model: ModelSpec, gpu: GpuSpec, framework: str, precision: str,
             near = sorted(picked, key=lambda x: (_distance(x[0], active, num_gpus, seq_len, gpu.key),
                                                  x[0].id))[:NEAREST]
             return Evidence(basis, tuple(r.id for r, _ in picked), tuple(e for _, e in picked),
-                            tuple(r.id for r, _ in near))
+                            tuple(r.id for r, _ in near), _beyond([r for r, _ in picked], active, num_gpus, seq_len))
     return None
