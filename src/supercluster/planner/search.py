@@ -338,12 +338,14 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                          f"{gpu.hbm_bytes * (1 - headroom) / 2**30:.1f} GiB usable; add GPUs or shorten seq_len")
     base, cols = cols, dict(cols, feasible=feasible, schedule_bound=bound)
 
+    def scores(step: np.ndarray | float, gpus: np.ndarray | float, tok: np.ndarray | float) -> dict[str, object]:
+        """Each objective's score of a step: seconds, dollars per million tokens, joules per token."""
+        return {"time": step, "cost": step * gpus * price / 3600.0 / tok * 1e6, "energy": step * gpus * watts / tok}
+
     def rescore(ranks: bool = True) -> None:
         """Scores (and ranks) from the current step times: a score's lower bound where bound."""
-        step = out["step_time_s"]
-        out["usd_per_mtok"] = step * cols["gpus"] * price / 3600.0 / tokens * 1e6
-        out["j_per_tok"] = step * cols["gpus"] * watts / tokens
-        cols["score"] = {"time": step, "cost": out["usd_per_mtok"], "energy": out["j_per_tok"]}[objective]
+        s = scores(out["step_time_s"], cols["gpus"], tokens)
+        out["usd_per_mtok"], out["j_per_tok"], cols["score"] = s["cost"], s["energy"], s[objective]
         if ranks:
             order = np.argsort(np.where(feasible, cols["score"], np.inf), kind="stable")
             cols["rank"] = np.empty(len(order), dtype=np.int64)
@@ -360,9 +362,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
             return None
         if b.memory_per_gpu_bytes > gpu.hbm_bytes * (1.0 - headroom):
             return None
-        step, n, tok = b.step_time_s, b.num_gpus, b.tokens_per_step
-        scores = {"time": step, "cost": step * n * price / 3600.0 / tok * 1e6, "energy": step * n * watts / tok}
-        return scores[objective]
+        return float(scores(b.step_time_s, b.num_gpus, b.tokens_per_step)[objective])  # type: ignore[arg-type]
 
     def refine(idx: np.ndarray, ranks: bool = True) -> bool:
         """Price rows ``idx`` by their schedule where they hold a bound; False if none did."""
