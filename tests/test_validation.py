@@ -26,15 +26,17 @@ KNOWN_MISSES = {"TT-H100-L31-8B-CP8-256K"}
 # False; frameworks.toml), 9.4 % then; 7.9 % once ZeRO-3's list-form collectives paid their per-rank
 # copy launches (the 175B rows from 768 GPUs up and the 530B rows moved 4-37 points); 6.8 % once
 # Hopper's FP8 GEMM fraction came from the SXM parts' own MAMF (gpus.toml header); 6.3 % once DeepSpeed
-# 0.3's per-rank view loop was priced
-MAPE_BOUND = 0.065
+# 0.3's per-rank view loop was priced; 9.8 % once the flat 10.4 % straggler charge (a fleet's share of
+# GPU-hours) gave way to the pace of the slowest GPU of each job (issue 32: every row 4-8 points faster)
+MAPE_BOUND = 0.10
 # rows outside KNOWN_MISSES (6.1 % until the ledger stopped charging the head on top of a full middle
 # stage under Megatron-Core's embedding/loss-aware pipeline split: the GB200 405B rows went -7.5 / -8.9 %
 # -> -11.0 / -12.3 %, 6.3 % since; 5.75 % once the ZeRO-3 misses left the rest; 6.8 % with bf16
 # gradients under NeMo; 7.1 % with three ZeRO-3 rows back in the rest at -17 ... -22 %; 5.9 % with
 # Hopper FP8 derived from MAMF, the ZeRO-3 530B row on 2,240 GPUs still outside; 5.9 % with it back in,
-# at -22 %, once DeepSpeed 0.3's per-rank view loop was priced)
-MAPE_BOUND_REST = 0.062
+# at -22 %, once DeepSpeed 0.3's per-rank view loop was priced; 9.3 % without the flat straggler charge,
+# the ZeRO-3 530B row on 2,240 GPUs the worst at -28.7 %)
+MAPE_BOUND_REST = 0.095
 
 
 def test_every_scored_row_is_supported_and_within_bounds():
@@ -45,7 +47,7 @@ def test_every_scored_row_is_supported_and_within_bounds():
     rest = [r for r in rows if r.id not in KNOWN_MISSES]
     assert sum(abs(r.error) for r in rest) / len(rest) <= MAPE_BOUND_REST
     worst = max(rest, key=lambda r: abs(r.error))
-    assert abs(worst.error) <= 0.25, (worst.id, worst.error)
+    assert abs(worst.error) <= 0.29, (worst.id, worst.error)
 
 
 def test_validate_json_contract_and_custom_csv(tmp_path):
@@ -141,7 +143,8 @@ def test_published_layouts_are_predicted_to_fit():
 
 def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     """Other published runs (Megatron-Bridge tables, torchtitan A100): a check, not a target
-    (regression bounds on today's figures). Dense: worst NeMo 25.09's Llama 3.1 405B in MXFP8 on 128
+    (regression bounds on today's figures; every bound moved 1-7 points when the flat straggler charge
+    went, issue 32). Dense: worst NeMo 25.09's Llama 3.1 405B in MXFP8 on 128
     GB200 (-30 %: measured slower than the same layout on 128 B200, 578 against 622 tokens/s a GPU)
     and the torchtitan CP 4 row at 128K (-27 %);
     GB300 runs +4..+13 % (GB300 GEMM fractions are B300's: no GB300 measurement). MoE: the large
@@ -166,9 +169,9 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     dense = [r for r in rows if r not in moe and r not in mpt and r not in hybrid and r not in mzoo and r not in am]
     mape = {name: sum(abs(r.error) for r in rs) / len(rs) for name, rs in (("dense", dense), ("moe", moe),
                                                                             ("mpt", mpt), ("hybrid", hybrid))}
-    assert mape["dense"] <= 0.08 and max(abs(r.error) for r in dense) <= 0.31
-    assert len(hybrid) == 9 and mape["hybrid"] <= 0.19 and max(abs(r.error) for r in hybrid) <= 0.25
-    assert mape["moe"] <= 0.27
+    assert mape["dense"] <= 0.115 and max(abs(r.error) for r in dense) <= 0.36
+    assert len(hybrid) == 9 and mape["hybrid"] <= 0.225 and max(abs(r.error) for r in hybrid) <= 0.27
+    assert mape["moe"] <= 0.285
     # Megatron-MoE-ModelZoo, H100 (code branches of mid-2025; DeepEP's dispatcher on five of six, priced
     # with each token crossing once per node): Qwen3 235B in five layouts -46 .. +83 % (EP 32 across four
     # nodes +5 %, but -33 % with the EP overlap, whose measured gain is a quarter of the priced one;
@@ -187,13 +190,13 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     assert len(am) == 7 and max(abs(r.error) for r in am) <= 0.40
     by_id = {r.id: r.error for r in am}
     assert max(abs(by_id[k]) for k in ("AM2510-DSV3-H100-bf16-256", "AM2510-QWEN3-30B-H100-bf16-8",
-                                       "AM2510-KIMIK2-H100-bf16-256")) <= 0.05
+                                       "AM2510-KIMIK2-H100-bf16-256")) <= 0.12
     assert abs(by_id["AM2602-NEMOTRON3-SUPER-H100-bf16-64"]) <= 0.15
     # MosaicML's MPT tables (2023, Composer + FSDP, 125M-70B on 8-128 A100 / H100, BF16 and the H100 FP8
     # table): today 8.2 %, 57 rows, -27 .. +15 %. Their attention is FlashAttention in Triton (the
     # benchmark script's --attn_impl default), priced from the FA2 paper's FA2-vs-Triton ratios; priced as
     # FA2 instead, the 16K-64K rows were 13-43 % too fast, growing with the share of attention.
-    assert len(mpt) == 57 and mape["mpt"] <= 0.09 and max(abs(r.error) for r in mpt) <= 0.30
+    assert len(mpt) == 57 and mape["mpt"] <= 0.10 and max(abs(r.error) for r in mpt) <= 0.32
     seq = {r["id"]: int(r["seq_len"]) for r in load_rows("heldout")}
     a100 = [r for r in mpt if r.gpu.startswith("a100") and seq[r.id] <= 8192]
     assert len(a100) == 24 and sum(abs(r.error) for r in a100) / len(a100) <= 0.08
@@ -203,9 +206,9 @@ def test_heldout_runs_are_all_supported_and_within_a_regression_bound():
     # quarter of their per-GPU rate: -68 %, reported, not bounded here)
     large_nvl72 = [r for r in moe if r.id.startswith("MB") and ("GB200" in r.id or "GB300" in r.id)
                    and ("DSV3" in r.id or "235B" in r.id)]
-    assert len(large_nvl72) >= 13 and max(abs(r.error) for r in large_nvl72) <= 0.20
+    assert len(large_nvl72) >= 13 and max(abs(r.error) for r in large_nvl72) <= 0.25
     # (NeMo 25.09's token-drop runs on 64-256 GB200 read -19 .. -15 %; 25.11 and 26.02's within 12 %)
-    assert max(abs(r.error) for r in large_nvl72 if not r.id.startswith("MB2509")) <= 0.12
+    assert max(abs(r.error) for r in large_nvl72 if not r.id.startswith("MB2509")) <= 0.16
     r = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["mape"] == res["mape"]
 
@@ -224,7 +227,7 @@ def test_deepseek_v3_report_run_is_priced_from_its_published_layout():
     res = predict_row(row)
     assert res.supported and "read as hai-llm" in res.reason
     assert float(row["step_time_s"]) == pytest.approx(15360 * 4096 / (1e12 / (180e3 * 3600) * 2048), rel=1e-4)
-    assert -0.10 <= res.error <= 0.0, res.error
+    assert -0.11 <= res.error <= 0.0, res.error
 
 
 def test_bloom_run_is_priced_with_its_documented_pipeline_split():
@@ -251,7 +254,7 @@ def test_bloom_run_is_priced_with_its_documented_pipeline_split():
     cols = step_columns(model, gpu, net, fw, layout_columns(layout, fw))
     assert float(cols["split_counts_head"][0]) == 1.0  # 70 layers + embedding + head = 12 stages x 6
     res = predict_row(row)
-    assert res.supported and -0.15 <= res.error <= -0.05, res.error
+    assert res.supported and -0.18 <= res.error <= -0.05, res.error
     plain = step_breakdown(model, layout=layout, gpu=gpu, net=net,
                            fw=dataclasses.replace(fw, pp_split_counts_head=False))
     assert plain.step_time_s > res.predicted_step_time_s  # ceil(70 / 12) = 6 blocks and the head on the last stage
@@ -274,7 +277,7 @@ def test_nemotron4_340b_report_stages_are_priced_from_the_reports_layout():
         tokens_per_s_per_gpu = layout.global_batch * 4096 / float(row["step_time_s"]) / gpus
         assert tokens_per_s_per_gpu * model.model_flops_per_token(4096) / 989e12 == pytest.approx(mfu, rel=0.01)
         res = predict_row(row)
-        assert res.supported and -0.10 <= res.error <= 0.0, (gpus, res.error)
+        assert res.supported and -0.13 <= res.error <= 0.0, (gpus, res.error)
         preds[gpus] = res.predicted_step_time_s
     assert preds[6144] < min(preds[1536], preds[3072])  # 36 micro-batches per replica instead of 48, as measured
 

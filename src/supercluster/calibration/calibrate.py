@@ -124,7 +124,7 @@ class Profile:
         return GpuSpec(key="calibrated", name=self.device, arch="calibrated", year=0, mamf_flops_per_s={},
                        hbm_bytes=self.memory_bytes, scaleup_bytes_per_s=0.0, scaleup_domain=1,
                        allreduce_busbw_bytes_per_s=0.0, tdp_w=0.0, price_usd=0.0, system="dgx-h100",
-                       sources=self.source, straggler_frac=0.0, **common)  # type: ignore[arg-type]
+                       sources=self.source, speed_sigma=0.0, **common)  # type: ignore[arg-type]
 
     def network(self, fallback: Any = None) -> MeasuredNetwork:
         return MeasuredNetwork(params=self.collectives, fallback=fallback)

@@ -41,9 +41,10 @@ class GpuSpec:
     op_overhead_s: float = 0.0
     #: Measured attention (fwd, bwd) fractions of peak from calibration; None = data/kernels.toml.
     attention_frac: tuple[float, float] | None = None
-    #: Straggler waste for this device's runs; None = the fleet figure in data/kernels.toml. A
-    #: calibrated single-host profile sets 0: its own verify runs measure any waiting directly.
-    straggler_frac: float | None = None
+    #: Relative spread (one standard deviation) of the sustained speed of GPUs of this kind; None =
+    #: the measured figure in data/kernels.toml [synchronization]. A calibrated single-host profile
+    #: sets 0: its own verify runs measure any waiting directly.
+    speed_sigma: float | None = None
     #: precision -> fraction of the dense peak the tensor cores sustain in a GEMM once its operand
     #: traffic is priced apart (:func:`tensor_frac` of ``gemm_frac``, at the catalog's HBM rate);
     #: empty for a calibrated profile, whose GEMM rate was measured in situ

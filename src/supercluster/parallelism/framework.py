@@ -58,6 +58,10 @@ class Framework:
     pp_scatter_gather: bool = False
     selective_recompute: str = "attention"
     elementwise: str = "fused"
+    #: the layers' kernels are captured in CUDA graphs and replayed by one launch (Megatron-Core
+    #: --enable-cuda-graph / --external-cuda-graph, NeMo's enable_cuda_graph): no host launch cost per
+    #: kernel (perf.compute.host_bound)
+    cuda_graphs: bool = False
     context_parallel: bool = True
     #: the framework can shard layers over GPUs (tensor parallelism) / split them into pipeline stages;
     #: the planner searches TP / PP only then, and an estimate with tp or pp > 1 is refused otherwise
@@ -240,7 +244,8 @@ class AttentionEfficiency:
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
-_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "context_parallel", "era_of",
+_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "cuda_graphs",
+                "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head", "pp_split",
                 "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "moe_router", "cp_rotate", "cp_kv_repeated",
                 "pipeline_schedule",
@@ -435,6 +440,7 @@ def hbm_frac() -> float:
     return float(_kernels()["memory"]["hbm_frac"])  # type: ignore[index]
 
 
-def straggler_waste_frac() -> float:
-    """Fraction of GPU time lost waiting for the slowest rank at synchronisations."""
-    return float(_kernels()["synchronization"]["straggler_waste_frac"])  # type: ignore[index]
+def gpu_speed_sigma() -> float:
+    """Relative standard deviation of the sustained speed of identical GPUs (kernels.toml
+    [synchronization])."""
+    return float(_kernels()["synchronization"]["gpu_speed_sigma"])  # type: ignore[index]

@@ -23,7 +23,7 @@ T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -36,15 +36,23 @@ from ..parallelism.framework import (
     attention_efficiency,
     attention_length_factor,
     hbm_frac,
+    host_op_launch_s,
     quantize_bytes_per_element,
 )
 from .columns import Rows
 
-#: Kernels per transformer layer per micro-batch (forward, backward), counted in a Megatron /
-#: nanoGPT block: 4 GEMMs + attention + 2 norms, 2 residual adds, activation, RoPE, dropout-free
-#: (12 forward); backward launches about twice as many. Only priced when a calibrated profile
-#: measured a per-kernel overhead (``GpuSpec.op_overhead_s``).
-OPS_PER_LAYER = (12.0, 24.0)
+#: Kernels a transformer layer launches per micro-batch (forward, backward), counted in the layer code.
+#: "fused" (Megatron-Core with Transformer Engine): norm + QKV GEMM (LayerNormLinear), RoPE on q and
+#: on k, fused attention, output GEMM, bias-dropout-add, norm + FC1 GEMM, activation, FC2 GEMM,
+#: bias-dropout-add = 12. "eager" (torchtitan's Llama block without torch.compile): RMSNorm in 6 ops,
+#: twice; wq, wk, wv; RoPE through complex fp32 (2 casts, 2 complex multiplies, 2 casts back);
+#: repeat_kv on k and v; SDPA; wo; residual add; w1, w3, silu, multiply, w2; residual add = 34. The
+#: backward launches about twice the forward's (each GEMM a data and a weight gradient). TP
+#: collectives are added per layer (:data:`TP_CALLS_PER_LAYER`).
+OPS_PER_LAYER = {"fused": (12.0, 24.0), "eager": (34.0, 68.0)}
+#: TP collectives per layer and pass (attention and MLP: an all-reduce each, or an all-gather and a
+#: reduce-scatter each under sequence parallelism; Megatron-Core's TE linears)
+TP_CALLS_PER_LAYER = (2.0, 4.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +143,8 @@ class LayerWork:
     t_bwd: np.ndarray
     t_rc: np.ndarray
     t_head: np.ndarray
+    t_host_f: np.ndarray
+    t_host_b: np.ndarray
     t_proj: np.ndarray
     score_tok: np.ndarray
     w_attn: float
@@ -211,7 +221,7 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     else:
         bytes_f = fused_layer_bytes(model, T, tok_sp, tp, kv_local, el, act_passes, f_act, f_moe)
     bytes_f = bytes_f + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
-    t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[0] * gpu.op_overhead_s
+    t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[fw.elementwise][0] * gpu.op_overhead_s
     t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f + t_rec_f
     t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b + t_rec_b
     w_dense = model.num_dense_layers * model.dense_mlp_params / L
@@ -228,6 +238,7 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         gemm_f=gemm_f, attn_f=attn_f, idx_f=idx_f, idx_b=idx_b, rec_f=rec_f, head_f=head_f, proj_f=proj_f,
         t_gemm_f=t_gemm_f, t_attn_f=t_attn_f, t_attn_b=t_attn_b, t_score_f=t_score_f, t_score_b=t_score_b,
         t_rec_f=t_rec_f, t_rec_b=t_rec_b, t_mem_f=t_mem_f, t_fwd=t_fwd, t_bwd=t_bwd,
+        t_host_f=np.zeros_like(tp), t_host_b=np.zeros_like(tp),
         t_rc=np.where(rows.rc == 2, rows.frc * t_fwd, np.where(rows.rc == 1, t_sel, 0.0)),
         t_head=3.0 * head_f / r.ceiling16 + 5.0 * 4.0 * T * V / tp / mem_bw,  # logits in bf16, fp32 loss
         t_proj=3.0 * proj_f / r.ceiling,
@@ -418,3 +429,23 @@ def unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop:
     return t_mm_f, t_mm_b, t_el_f, t_el_b
 
 
+
+
+def host_bound(fw: Framework, rows: Rows, work: LayerWork, tp_f: np.ndarray, tp_b: np.ndarray,
+               in_situ: bool) -> LayerWork:
+    """The layer with the seconds its GPU waits for the host to launch its kernels.
+
+    The host launches a layer pass's kernels one after another (:data:`OPS_PER_LAYER`, plus its TP
+    collectives) at the PyTorch launch cost (data/kernels.toml [host] op_launch_s) while the GPU runs
+    the ones already queued; the pass takes the longer of the two, so a layer whose kernels each take
+    less than a launch (few tokens per GPU, wide TP) is host-bound. Under CUDA graphs the captured
+    kernels are replayed by one launch (0 per kernel). A calibrated profile has measured its own
+    per-kernel cost (``op_overhead_s``) and is not host-priced again. Full recompute's forward
+    launches its kernels again."""
+    launch = 0.0 if (in_situ or fw.cuda_graphs) else host_op_launch_s()
+    ops_f, ops_b = OPS_PER_LAYER[fw.elementwise]
+    calls = np.where(rows.tp > 1, np.where(rows.sp, TP_CALLS_PER_LAYER[1], TP_CALLS_PER_LAYER[0]), 0.0)
+    host_f = np.maximum((ops_f + calls) * launch - (work.t_fwd + tp_f), 0.0)
+    host_b = np.maximum((ops_b + calls) * launch - (work.t_bwd + tp_b), 0.0)
+    return replace(work, t_fwd=work.t_fwd + host_f, t_bwd=work.t_bwd + host_b, t_host_f=host_f, t_host_b=host_b,
+                   t_rc=work.t_rc + np.where(rows.rc == 2, rows.frc * host_f, 0.0))

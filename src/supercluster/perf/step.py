@@ -11,8 +11,10 @@ Stages: read the rows (:func:`~.columns.read_rows`) -> the GPU's rates and each 
 schedule (:mod:`~.pipeline`) -> data-parallel sync and the optimizer (:mod:`~.sync`) -> the ledger
 (below) -> memory (:mod:`~.memory`).
 
-Stragglers: multi-GPU steps lose the published 10.4 % of GPU time to waiting for the slowest rank
-(STRAGGLER25); shown as its own ledger line.
+Stragglers: the ranks of a job wait for each other, so the slowest of its GPUs sets the pace of the
+compute-bound work; identical GPUs differ in sustained speed by a measured spread (data/kernels.toml
+[synchronization]), and the expected slowest of N is :func:`expected_max_normal` standard
+deviations slower than the mean: its own ledger line, growing with the GPU count.
 """
 
 from __future__ import annotations
@@ -20,23 +22,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtri
 
 from ..hardware.specs import GpuSpec
 from ..models.spec import ModelSpec
 from ..network.twolevel import Network
 from ..parallelism import pplayout
-from ..parallelism.framework import Framework, straggler_waste_frac
+from ..parallelism.framework import Framework, gpu_speed_sigma
 from ..parallelism.layout import Layout
 from .columns import DEFAULT_RANK_ORDER, Rows, layout_columns, read_rows
 from .comm import CommTimes, layer_comm
-from .compute import LayerWork, Rates, layer_work, rates
+from .compute import LayerWork, Rates, host_bound, layer_work, rates
 from .memory import memory_bytes
 from .pipeline import PipeTimes, StageTimes, pipeline_times, stage_times
 from .sync import SyncTimes, sync_times
 
 #: Ledger lines, in the order they are printed; they sum exactly to ``step_time_s``.
 LEDGER = (
-    "ideal_compute", "gemm_inefficiency", "attention_inefficiency", "memory_bound_ops", "recompute",
+    "ideal_compute", "gemm_inefficiency", "attention_inefficiency", "memory_bound_ops", "kernel_launch", "recompute",
     "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm", "pipeline_bubble",
     "exposed_dp_comm", "optimizer", "stragglers",
 )
@@ -65,6 +68,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     r = rates(gpu, fw, rows)
     work = layer_work(model, gpu, fw, rows, r)
     comm, work = layer_comm(model, fw, net, rows, work, r.mem_bw)
+    work = host_bound(fw, rows, work, comm.tp_f, comm.tp_b, r.in_situ)
     st = stage_times(model, fw, rows, work, comm, stages)
     pipe = pipeline_times(model, fw, net, rows, work, comm, st, stages, schedule_bound)
     sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw)
@@ -106,16 +110,23 @@ def step_ledger(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates, work: Laye
                    + heads * 5.0 * 4.0 * T * V / tp / r.mem_bw)
     ledger = {
         "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
-        "memory_bound_ops": mem_ops, "recompute": m * Lc * work.t_rc,
+        "memory_bound_ops": mem_ops, "kernel_launch": m * Lc * (work.t_host_f + work.t_host_b),
+        "recompute": m * Lc * work.t_rc,
         "exposed_tp_comm": m * (Lc * comm.tp_x + heads * comm.tp_head),
         "exposed_cp_comm": m * Lc * comm.cp_x, "exposed_ep_comm": m * Lc * comm.ep_x, "exposed_pp_comm": pipe.pp_x,
         "pipeline_bubble": pipe.bubble, "exposed_dp_comm": sync.dp_x, "optimizer": sync.t_opt,
     }
-    rest = sum(ledger[name] for name in LEDGER if name != "stragglers")
-    waste = straggler_waste_frac() if gpu.straggler_frac is None else gpu.straggler_frac
-    sync_frac = np.where(rows.tp * rows.pp * rows.dp * rows.cp > 1, waste, 0.0)
-    ledger["stragglers"] = rest * sync_frac / (1.0 - sync_frac)
+    sigma = gpu_speed_sigma() if gpu.speed_sigma is None else gpu.speed_sigma
+    paced = ideal + gemm_ineff + attn_ineff + ledger["recompute"] + pipe.bubble
+    ledger["stragglers"] = paced * sigma * expected_max_normal(rows.tp * rows.pp * rows.dp * rows.cp)
     return ledger
+
+
+def expected_max_normal(n: np.ndarray | float) -> np.ndarray:
+    """Expected largest of ``n`` independent standard normal draws (Blom's approximation,
+    Phi^-1((n - 0.375) / (n + 0.25)); 0 for one draw, 1.42 for 8, 3.8 for 16,384)."""
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    return ndtri((n - 0.375) / (n + 0.25))
 
 
 def flop_columns(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, step: np.ndarray,

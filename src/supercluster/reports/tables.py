@@ -19,6 +19,7 @@ LEDGER_HELP = {
     "gemm_inefficiency": "GEMMs below peak (fp8/fp4: and their casts)",
     "attention_inefficiency": "attention kernels below peak",
     "memory_bound_ops": "norms, activations, adds, loss, CP merges",
+    "kernel_launch": "GPU waiting for the host to launch kernels",
     "recompute": "activation recomputation",
     "exposed_tp_comm": "TP all-gather / reduce-scatter",
     "exposed_cp_comm": "CP ring K/V exchange",
@@ -27,7 +28,7 @@ LEDGER_HELP = {
     "pipeline_bubble": "pipeline fill and drain",
     "exposed_dp_comm": "gradient / parameter sync",
     "optimizer": "Adam step",
-    "stragglers": "waiting for the slowest rank",
+    "stragglers": "pace of the slowest GPU of the job",
 }
 
 
