@@ -27,16 +27,17 @@ KNOWN_MISSES = {"TT-H100-L31-8B-CP8-256K"}
 # copy launches (the 175B rows from 768 GPUs up and the 530B rows moved 4-37 points); 6.8 % once
 # Hopper's FP8 GEMM fraction came from the SXM parts' own MAMF (gpus.toml header); 6.3 % once DeepSpeed
 # 0.3's per-rank view loop was priced; 9.8 % once the flat 10.4 % straggler charge (a fleet's share of
-# GPU-hours) gave way to the pace of the slowest GPU of each job (issue 32: every row 4-8 points faster)
-MAPE_BOUND = 0.10
+# GPU-hours) gave way to the pace of the slowest GPU of each job (issue 32: every row 4-8 points faster);
+# 8.3 % once hidden communication paid for the SMs it holds
+MAPE_BOUND = 0.085
 # rows outside KNOWN_MISSES (6.1 % until the ledger stopped charging the head on top of a full middle
 # stage under Megatron-Core's embedding/loss-aware pipeline split: the GB200 405B rows went -7.5 / -8.9 %
 # -> -11.0 / -12.3 %, 6.3 % since; 5.75 % once the ZeRO-3 misses left the rest; 6.8 % with bf16
 # gradients under NeMo; 7.1 % with three ZeRO-3 rows back in the rest at -17 ... -22 %; 5.9 % with
 # Hopper FP8 derived from MAMF, the ZeRO-3 530B row on 2,240 GPUs still outside; 5.9 % with it back in,
 # at -22 %, once DeepSpeed 0.3's per-rank view loop was priced; 9.3 % without the flat straggler charge,
-# the ZeRO-3 530B row on 2,240 GPUs the worst at -28.7 %)
-MAPE_BOUND_REST = 0.095
+# the ZeRO-3 530B row on 2,240 GPUs the worst at -28.7 %; 7.8 % with hidden traffic's SMs priced)
+MAPE_BOUND_REST = 0.08
 
 
 def test_every_scored_row_is_supported_and_within_bounds():

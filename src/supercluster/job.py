@@ -9,7 +9,7 @@ estimate, plan, simulate, validate, sweep, train - builds one of these and hands
 >>> job.num_gpus, job.framework.key
 (64, 'nemo-megatron')
 >>> round(estimate(job).step_time_s, 2)
-6.71
+7.14
 """
 
 from __future__ import annotations

@@ -435,6 +435,11 @@ def host_view_op_s() -> float:
     return float(_kernels()["host"]["view_op_s"])  # type: ignore[index]
 
 
+def comm_sm_frac() -> float:
+    """Share of a GPU's SMs a collective running beside compute holds (kernels.toml [overlap])."""
+    return float(_kernels()["overlap"]["comm_sm_frac"])  # type: ignore[index]
+
+
 def hbm_frac() -> float:
     """Achievable fraction of HBM bandwidth for memory-bound kernels."""
     return float(_kernels()["memory"]["hbm_frac"])  # type: ignore[index]

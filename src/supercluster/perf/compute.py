@@ -145,6 +145,8 @@ class LayerWork:
     t_head: np.ndarray
     t_host_f: np.ndarray
     t_host_b: np.ndarray
+    t_cont_f: np.ndarray
+    t_cont_b: np.ndarray
     t_proj: np.ndarray
     score_tok: np.ndarray
     w_attn: float
@@ -238,7 +240,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         gemm_f=gemm_f, attn_f=attn_f, idx_f=idx_f, idx_b=idx_b, rec_f=rec_f, head_f=head_f, proj_f=proj_f,
         t_gemm_f=t_gemm_f, t_attn_f=t_attn_f, t_attn_b=t_attn_b, t_score_f=t_score_f, t_score_b=t_score_b,
         t_rec_f=t_rec_f, t_rec_b=t_rec_b, t_mem_f=t_mem_f, t_fwd=t_fwd, t_bwd=t_bwd,
-        t_host_f=np.zeros_like(tp), t_host_b=np.zeros_like(tp),
+        t_host_f=np.zeros_like(tp), t_host_b=np.zeros_like(tp), t_cont_f=np.zeros_like(tp),
+        t_cont_b=np.zeros_like(tp),
         t_rc=np.where(rows.rc == 2, rows.frc * t_fwd, np.where(rows.rc == 1, t_sel, 0.0)),
         t_head=3.0 * head_f / r.ceiling16 + 5.0 * 4.0 * T * V / tp / mem_bw,  # logits in bf16, fp32 loss
         t_proj=3.0 * proj_f / r.ceiling,
@@ -449,3 +452,13 @@ def host_bound(fw: Framework, rows: Rows, work: LayerWork, tp_f: np.ndarray, tp_
     host_b = np.maximum((ops_b + calls) * launch - (work.t_bwd + tp_b), 0.0)
     return replace(work, t_fwd=work.t_fwd + host_f, t_bwd=work.t_bwd + host_b, t_host_f=host_f, t_host_b=host_b,
                    t_rc=work.t_rc + np.where(rows.rc == 2, rows.frc * host_f, 0.0))
+
+
+def contended(rows: Rows, work: LayerWork, hidden_f: np.ndarray, hidden_b: np.ndarray, frac: float) -> LayerWork:
+    """The layer with the compute its hidden communication slows: for the ``hidden_f`` / ``hidden_b``
+    seconds a collective runs under the forward / backward, it holds ``frac`` of the SMs
+    (data/kernels.toml [overlap]), so the compute beside it takes ``frac`` of that time longer. Full
+    recompute's forward runs its collectives again."""
+    cf, cb = frac * np.maximum(hidden_f, 0.0), frac * np.maximum(hidden_b, 0.0)
+    return replace(work, t_fwd=work.t_fwd + cf, t_bwd=work.t_bwd + cb, t_cont_f=cf, t_cont_b=cb,
+                   t_rc=work.t_rc + np.where(rows.rc == 2, rows.frc * cf, 0.0))

@@ -28,18 +28,19 @@ from ..hardware.specs import GpuSpec
 from ..models.spec import ModelSpec
 from ..network.twolevel import Network
 from ..parallelism import pplayout
-from ..parallelism.framework import Framework, gpu_speed_sigma
+from ..parallelism.framework import Framework, comm_sm_frac, gpu_speed_sigma
 from ..parallelism.layout import Layout
 from .columns import DEFAULT_RANK_ORDER, Rows, layout_columns, read_rows
 from .comm import CommTimes, layer_comm
-from .compute import LayerWork, Rates, host_bound, layer_work, rates
+from .compute import LayerWork, Rates, contended, host_bound, layer_work, rates
 from .memory import memory_bytes
 from .pipeline import PipeTimes, StageTimes, pipeline_times, stage_times
 from .sync import SyncTimes, sync_times
 
 #: Ledger lines, in the order they are printed; they sum exactly to ``step_time_s``.
 LEDGER = (
-    "ideal_compute", "gemm_inefficiency", "attention_inefficiency", "memory_bound_ops", "kernel_launch", "recompute",
+    "ideal_compute", "gemm_inefficiency", "attention_inefficiency", "memory_bound_ops", "kernel_launch",
+    "comm_contention", "recompute",
     "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm", "pipeline_bubble",
     "exposed_dp_comm", "optimizer", "stragglers",
 )
@@ -69,9 +70,12 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     work = layer_work(model, gpu, fw, rows, r)
     comm, work = layer_comm(model, fw, net, rows, work, r.mem_bw)
     work = host_bound(fw, rows, work, comm.tp_f, comm.tp_b, r.in_situ)
+    frac = 0.0 if r.in_situ else comm_sm_frac()
+    work = contended(rows, work, comm.tp_f - comm.tp_fx + comm.cp_f - comm.cp_fx,
+                     comm.tp_b - comm.tp_bx + comm.cp_b - comm.cp_bx, frac)
     st = stage_times(model, fw, rows, work, comm, stages)
     pipe = pipeline_times(model, fw, net, rows, work, comm, st, stages, schedule_bound)
-    sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw)
+    sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw, frac)
     ledger = step_ledger(model, gpu, rows, r, work, comm, st, pipe, sync)
     out = {name: np.asarray(v, dtype=float) * np.ones_like(rows.tp) for name, v in ledger.items()}
     out.update(flop_columns(model, fw, rows, work, sum(ledger[k] for k in LEDGER), r.peak))
@@ -111,10 +115,11 @@ def step_ledger(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates, work: Laye
     ledger = {
         "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
         "memory_bound_ops": mem_ops, "kernel_launch": m * Lc * (work.t_host_f + work.t_host_b),
+        "comm_contention": m * Lc * (work.t_cont_f + work.t_cont_b),
         "recompute": m * Lc * work.t_rc,
         "exposed_tp_comm": m * (Lc * comm.tp_x + heads * comm.tp_head),
         "exposed_cp_comm": m * Lc * comm.cp_x, "exposed_ep_comm": m * Lc * comm.ep_x, "exposed_pp_comm": pipe.pp_x,
-        "pipeline_bubble": pipe.bubble, "exposed_dp_comm": sync.dp_x, "optimizer": sync.t_opt,
+        "pipeline_bubble": pipe.bubble, "exposed_dp_comm": sync.dp_x + sync.dp_cont, "optimizer": sync.t_opt,
     }
     sigma = gpu_speed_sigma() if gpu.speed_sigma is None else gpu.speed_sigma
     paced = ideal + gemm_ineff + attn_ineff + ledger["recompute"] + pipe.bubble

@@ -7,7 +7,8 @@
 * ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (again for a recomputed forward
   where the framework reshards), a reduce-scatter, each split into per-layer calls whose latency,
   host launches and copies add up (the framework's counts: data/frameworks.toml).
-* Optimizer: Adam with fp32 master weights is memory-bound, 30 B per local parameter shard.
+* Optimizer: Adam with fp32 master weights is memory-bound, 30 B per local parameter shard; before
+  it, the gradient norm reads the shard's gradients and all-reduces one number over the job.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class SyncTimes:
     edpg: np.ndarray
     dp_x: np.ndarray
     t_opt: np.ndarray
+    #: the compute the hidden part of the traffic slows, holding SMs beside it (perf.compute.contended)
+    dp_cont: np.ndarray
 
 
 def local_params(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +63,7 @@ def local_params(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarra
 
 
 def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork, comm: CommTimes,
-               Lh: np.ndarray, mem_bw: float) -> SyncTimes:
+               Lh: np.ndarray, mem_bw: float, sm_frac: float = 0.0) -> SyncTimes:
     """Data-parallel traffic left exposed and the optimizer step (see the module's physics); ``Lh``
     layers of compute on the heaviest stage hide the traffic."""
     dense_params, expert_params = local_params(model, fw, rows)
@@ -94,6 +97,10 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
         dp_low = np.where(zero == 0, arr, rs + ag)
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
+    # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
+    total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs),
+                     np.where(zero == 0, arr, rs + ag))
+    dp_cont = np.where((dpg > 1) & fw.dp_overlap, sm_frac * np.maximum(total - dp_x, 0.0), 0.0)
 
     local = dense_params + expert_params
     shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
@@ -101,8 +108,13 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     # ADAM_BYTES_PER_PARAM counts them), reads a 4-byte gradient and writes the 2-byte copy: 2 S + 6
     adam = np.where(rows.fp32, ADAM_BYTES_PER_PARAM, 2.0 * fw.optimizer_bytes_per_param + 6.0)
     t_opt = (shard * adam + np.where(zero >= 2, shard, local) * 2.0 * gb) / mem_bw
+    # Gradient clipping reads every fp32 gradient of the shard once for its norm (Megatron-LM
+    # clip_grads.py get_grad_norm_fp32: multi_tensor_l2norm; FSDP2 / DeepSpeed alike) and all-reduces
+    # the norm over every GPU of the job (model- and data-parallel groups): one 4-byte call's latency
+    world = rows.tp * rows.pp * rows.dp * rows.cp
+    t_opt = t_opt + 4.0 * shard / mem_bw + np.asarray(net.collective_time_s("all_reduce", 4.0, world, 1))
     return SyncTimes(dense_params=dense_params, expert_params=expert_params, dpg=dpg, edpg=edpg, dp_x=dp_x,
-                     t_opt=t_opt)
+                     t_opt=t_opt, dp_cont=dp_cont)
 
 
 def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.ndarray, rs: np.ndarray,

@@ -25,7 +25,8 @@ FORMATS = (".png", ".svg", ".pdf")
 #: useful work first (ideal compute, green), then what the GPU wastes computing, then waiting.
 LEDGER_COLOURS = {
     "ideal_compute": "#2e7d32", "gemm_inefficiency": "#81c784", "attention_inefficiency": "#aed581",
-    "memory_bound_ops": "#dce775", "kernel_launch": "#ffe082", "recompute": "#fff176", "exposed_tp_comm": "#4fc3f7",
+    "memory_bound_ops": "#dce775", "kernel_launch": "#ffe082", "comm_contention": "#ffcc80",
+    "recompute": "#fff176", "exposed_tp_comm": "#4fc3f7",
     "exposed_cp_comm": "#29b6f6", "exposed_ep_comm": "#0288d1", "exposed_pp_comm": "#7986cb",
     "pipeline_bubble": "#e57373", "exposed_dp_comm": "#ba68c8", "optimizer": "#a1887f", "stragglers": "#9e9e9e",
 }
