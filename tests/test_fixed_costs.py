@@ -57,3 +57,23 @@ def test_hidden_tp_traffic_costs_the_sms_it_holds():
     plain = _step(8, layout, "megatron")
     assert 0 < nemo.ledger["comm_contention"] < comm_sm_frac() * nemo.step_time_s
     assert plain.ledger["comm_contention"] == 0.0
+
+
+def test_run_options_reach_the_step_from_a_name_and_from_a_runs_row():
+    """What a published run did (CUDA graphs, TP / DP overlap) is said on the framework's name or in a
+    runs-CSV column (yes / no; blank: the framework's default) and priced as that behaviour."""
+    from supercluster.formats.runs import row_setup
+    from supercluster.validation.validate import load_rows
+
+    fw = get_framework("megatron+tp-overlap+cuda-graphs+no-dp-overlap")
+    assert fw.tp_comm_overlap and fw.sequence_parallel and fw.cuda_graphs and not fw.dp_overlap
+    layout = sc.Layout(tp=8, dp=8, global_batch=64, micro_batch=1, seq_len=8192)
+    plain = _step(64, layout, "megatron", "llama3-70b")
+    overlapped = _step(64, layout, "megatron+tp-overlap", "llama3-70b")
+    assert overlapped.ledger["exposed_tp_comm"] < plain.ledger["exposed_tp_comm"]
+    row = dict(next(r for r in load_rows() if r["id"] == "DGXC-L31-70B-bf16-64"))
+    assert row_setup(row)[2].tp_comm_overlap  # NeMo's default
+    _, _, fw_row, _ = row_setup(dict(row, tp_comm_overlap="no", cuda_graphs="yes"))
+    assert not fw_row.tp_comm_overlap and fw_row.cuda_graphs
+    with pytest.raises(sc.InputError, match="tp_comm_overlap"):
+        row_setup(dict(row, tp_comm_overlap="maybe"))

@@ -76,7 +76,9 @@ FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deep
                                                   "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
                                                   "+embedding-split (embedding and head take a layer's place in "
                                                   "the pipeline split), +round-robin-gate (a benchmark's fixed "
-                                                  "gate: token i to experts ik ... ik + k - 1)")]
+                                                  "gate: token i to experts ik ... ik + k - 1); run options "
+                                                  "+cuda-graphs, +tp-overlap / +no-tp-overlap, +dp-overlap / "
+                                                  "+no-dp-overlap")]
 
 
 def _force(ctx: typer.Context, value: bool) -> bool:

@@ -78,7 +78,8 @@ def estimate(
                                                   "composer | hai-llm | megatron-legacy | deepspeed-legacy | "
                                                   "torchtitan-2024 | automodel (supercluster catalog frameworks); "
                                                   "+compile, +ep-overlap, +deepep, +embedding-split, "
-                                                  "+round-robin-gate",
+                                                  "+round-robin-gate; run options +cuda-graphs, "
+                                                  "+tp-overlap / +no-tp-overlap, +dp-overlap / +no-dp-overlap",
                                                   show_default="what --config describes: Megatron-LM as a "
                                                   "script's flags set it (overlaps, gradient precision, dropout), "
                                                   "torchtitan (+compile) for a job TOML, deepspeed for a JSON; "

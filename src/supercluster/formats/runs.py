@@ -20,7 +20,16 @@ from pathlib import Path
 from ..errors import InputError, require
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
-from ..parallelism.framework import EMBED_SPLIT_SUFFIX, Framework, resolve_framework
+from ..parallelism.framework import (
+    CUDA_GRAPHS_SUFFIX,
+    DP_OVERLAP_SUFFIX,
+    EMBED_SPLIT_SUFFIX,
+    NO_DP_OVERLAP_SUFFIX,
+    NO_TP_OVERLAP_SUFFIX,
+    TP_OVERLAP_SUFFIX,
+    Framework,
+    resolve_framework,
+)
 from ..parallelism.layout import UNPRICED_MODULES, Layout
 
 REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
@@ -180,6 +189,24 @@ def _yes_no(row: dict[str, str], name: str) -> bool | None:
     return None if not raw else raw == "yes"
 
 
+#: optional yes / no columns naming what the run did where its framework's default may differ, and the
+#: framework option each one sets (blank: the framework's default); async_tp is torchtitan's TP overlap
+RUN_OPTION_COLUMNS = {"cuda_graphs": (CUDA_GRAPHS_SUFFIX, ""),
+                      "tp_comm_overlap": (TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX),
+                      "async_tp": (TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX),
+                      "dp_overlap": (DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX)}
+
+
+def run_option_suffixes(row: dict[str, str]) -> str:
+    """The framework options the row's run-option columns state, as framework-name suffixes."""
+    out = ""
+    for col, (on, off) in RUN_OPTION_COLUMNS.items():
+        said = _yes_no(row, col)
+        if said is not None and (on if said else off) not in out:
+            out += on if said else off
+    return out
+
+
 def _fold(row: dict[str, str]) -> int | None:
     """Expert TP 1 (Megatron-Core MoE parallel folding) when the row's EP does not fit in dp x cp but
     does in tp x dp x cp; the CSV format has no expert-TP column."""
@@ -194,6 +221,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         name += "+compile"
     if any(w in name.lower() for w in EMBED_SPLIT_WORDS):
         name += EMBED_SPLIT_SUFFIX
+    name += run_option_suffixes(row)
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
     pp, dp, vpp = _int(row, "pp", 1) or 1, _int(row, "dp"), _int(row, "vpp", 1) or 1

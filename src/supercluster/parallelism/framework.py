@@ -302,7 +302,17 @@ DEEPEP_SUFFIX = "+deepep"
 #: components/moe/layers.py; every benchmark config sets fake_balanced_gate: true, and its performance
 #: summary notes "Fake balanced gate is enabled to simulate ideal expert routing").
 ROUND_ROBIN_SUFFIX = "+round-robin-gate"
-SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX, ROUND_ROBIN_SUFFIX)
+#: run options a published run states and a profile's default may not match: the layers captured in
+#: CUDA graphs (Megatron-Core --enable-cuda-graph); TP communication overlapped with the GEMMs
+#: (Megatron-LM --tp-comm-overlap, which needs --sequence-parallel; torchtitan's async TP) or not;
+#: data-parallel traffic overlapped with compute (--overlap-grad-reduce / --overlap-param-gather) or not
+CUDA_GRAPHS_SUFFIX = "+cuda-graphs"
+TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX = "+tp-overlap", "+no-tp-overlap"
+DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX = "+dp-overlap", "+no-dp-overlap"
+RUN_OPTION_SUFFIXES = (CUDA_GRAPHS_SUFFIX, TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX, DP_OVERLAP_SUFFIX,
+                       NO_DP_OVERLAP_SUFFIX)
+SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX, ROUND_ROBIN_SUFFIX,
+            *RUN_OPTION_SUFFIXES)
 
 
 def _split_suffixes(name: str) -> tuple[str, list[str]]:
@@ -340,6 +350,12 @@ def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
         fw = replace(fw, key=fw.key + DEEPEP_SUFFIX, ep_node_dedup=True)
     if ROUND_ROBIN_SUFFIX in mods:
         fw = replace(fw, key=fw.key + ROUND_ROBIN_SUFFIX, moe_router="round-robin")
+    for suffix, change in ((CUDA_GRAPHS_SUFFIX, {"cuda_graphs": True}),
+                           (TP_OVERLAP_SUFFIX, {"tp_comm_overlap": True, "sequence_parallel": True}),
+                           (NO_TP_OVERLAP_SUFFIX, {"tp_comm_overlap": False}),
+                           (DP_OVERLAP_SUFFIX, {"dp_overlap": True}), (NO_DP_OVERLAP_SUFFIX, {"dp_overlap": False})):
+        if suffix in mods:
+            fw = replace(fw, key=fw.key + suffix, **change)  # type: ignore[arg-type]
     if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
         fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True, pp_split="even")
     return fw
