@@ -49,6 +49,16 @@ class CommTimes:
     ep_x: np.ndarray
     tp_head: np.ndarray
 
+    @property
+    def hidden_f(self) -> np.ndarray:
+        """TP and CP seconds per layer and micro-batch that run under the forward's compute."""
+        return (self.tp_f - self.tp_fx) + (self.cp_f - self.cp_fx)
+
+    @property
+    def hidden_b(self) -> np.ndarray:
+        """TP and CP seconds per layer and micro-batch that run under the backward's compute."""
+        return (self.tp_b - self.tp_bx) + (self.cp_b - self.cp_bx)
+
 
 def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork,
                mem_bw: float) -> tuple[CommTimes, LayerWork]:

@@ -71,8 +71,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     comm, work = layer_comm(model, fw, net, rows, work, r.mem_bw)
     work = host_bound(fw, rows, work, comm.tp_f, comm.tp_b, r.in_situ)
     frac = 0.0 if r.in_situ else comm_sm_frac()
-    work = contended(rows, work, comm.tp_f - comm.tp_fx + comm.cp_f - comm.cp_fx,
-                     comm.tp_b - comm.tp_bx + comm.cp_b - comm.cp_bx, frac)
+    work = contended(rows, work, comm.hidden_f, comm.hidden_b, frac)
     st = stage_times(model, fw, rows, work, comm, stages)
     pipe = pipeline_times(model, fw, net, rows, work, comm, st, stages, schedule_bound)
     sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw, frac)

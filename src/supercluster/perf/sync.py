@@ -85,21 +85,19 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
                                                                          s_edp)
     # Compute already hiding TP or CP traffic is not free to hide DP traffic as well, so the
     # windows exclude it (keeps "faster compute is never slower" true).
-    hid_f = (comm.tp_f - comm.tp_fx) + (comm.cp_f - comm.cp_fx)
-    hid_b = (comm.tp_b - comm.tp_bx) + (comm.cp_b - comm.cp_bx)
-    win_f = Lh * (work.t_fwd + comm.tp_fx + comm.cp_fx - hid_f)
-    win_b = Lh * (work.t_bwd + work.t_rc + comm.tp_bx + comm.cp_bx - hid_b)
+    win_f = Lh * (work.t_fwd + comm.tp_fx + comm.cp_fx - comm.hidden_f)
+    win_b = Lh * (work.t_bwd + work.t_rc + comm.tp_bx + comm.cp_bx - comm.hidden_b)
     bucket = np.minimum(1.0, np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg) / (dense_params + expert_params))
+    dp_all = np.where(zero == 0, arr, rs + ag)  # ZeRO 0-2: all of the step's DP traffic
     if fw.dp_overlap:
         dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
                           np.maximum(rs - win_b, rs * bucket) + np.maximum(ag - win_f, ag * bucket))
     else:
-        dp_low = np.where(zero == 0, arr, rs + ag)
+        dp_low = dp_all
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
-    total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs),
-                     np.where(zero == 0, arr, rs + ag))
+    total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs), dp_all)
     dp_cont = np.where((dpg > 1) & fw.dp_overlap, sm_frac * np.maximum(total - dp_x, 0.0), 0.0)
 
     local = dense_params + expert_params
