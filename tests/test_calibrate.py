@@ -230,3 +230,23 @@ def test_verify_fsdp_and_2d_mesh_run(cpu_profile):
     assert json.loads(r.output)["fsdp"] is True
     r = runner.invoke(app, ["verify", "--profile", str(cpu_profile), "--nproc", "3", "--tp", "2"])
     assert r.exit_code != 0
+
+
+def test_the_gpu_check_says_plainly_when_there_is_no_gpu(tmp_path):
+    """benchmarks/gpu_check.sh calibrates and trains on CUDA; without a CUDA GPU it checks nothing and
+    says so with its own exit status (3), never a traceback. (Its machinery was dry-run on a CPU with
+    the device forced; the GPU figures come from running it on one.)"""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: run benchmarks/gpu_check.sh itself")
+    script = Path(__file__).parent.parent / "benchmarks" / "gpu_check.sh"
+    assert shutil.which("bash")
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path)})
+    assert r.returncode == 3 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr

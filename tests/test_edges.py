@@ -94,3 +94,44 @@ def test_a_report_folder_holding_a_report_is_kept_unless_forced(tmp_path):
     (tmp_path / "report.md").write_text("mine", encoding="utf-8")
     r = runner.invoke(app, ["report", "--out", str(tmp_path)])
     assert r.exception.field == "out" and (tmp_path / "report.md").read_text(encoding="utf-8") == "mine"
+
+
+DEEP_JSON = "[" * 200_000 + "]" * 200_000
+DEEP_TOML = "a = " + "[" * 200_000 + "]" * 200_000 + "\n"
+
+
+@pytest.mark.parametrize("name, text, args, field, says", [
+    ("config.json", '{"a": ' + DEEP_JSON + "}", ["estimate", "--model", "{path}"], "model", "nested too deeply"),
+    ("ds.json", DEEP_JSON, ["estimate", "--model", "llama3-8b", "--config", "{path}", "--gpus", "8"], "config",
+     "nested too deeply"),
+    ("job.toml", DEEP_TOML, ["estimate", "--model", "llama3-8b", "--config", "{path}", "--gpus", "8"], "config",
+     "nested too deeply"),
+    ("profile.toml", DEEP_TOML, ["estimate", "--model", "llama3-8b", "--profile", "{path}", "--gpus", "8"],
+     "profile", "nested too deeply"),
+    ("rates.toml", DEEP_TOML, ["goodput", "--rates", "{path}"], "rates", "nested too deeply"),
+    ("rates.toml", b"[r]\nname = \"caf\xe9\"\n", ["goodput", "--rates", "{path}"], "rates", "not UTF-8"),
+    ("train.sh", b"# caf\xe9\n--num-layers 32\n", ["estimate", "--model", "llama3-8b", "--config", "{path}",
+                                                   "--gpus", "8"], "config", "not UTF-8"),
+    ("config.json", b"{\"hidden_size\": 4096, \"name\": \"caf\xe9\"}", ["estimate", "--model", "{path}"], "model",
+     "not UTF-8"),
+])
+def test_an_input_file_too_deep_or_not_utf8_is_one_named_error(tmp_path, name, text, args, field, says):
+    """Every user file goes through one bounded reader (files.read_input / parse_json / parse_toml):
+    nesting that would exhaust Python's stack, or bytes that are not UTF-8, are named, never a
+    RecursionError or UnicodeDecodeError traceback."""
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = runner.invoke(app, [a.replace("{path}", str(path)) for a in args])
+    assert isinstance(r.exception, InputError), (r.exception, r.output)
+    assert r.exception.field == field and says in str(r.exception)
+
+
+def test_an_input_file_past_the_size_bound_is_refused_before_it_is_read(tmp_path):
+    from supercluster.files import MAX_INPUT_BYTES
+
+    path = tmp_path / "huge.toml"
+    with path.open("wb") as fh:  # (sparse: no 16 MiB written)
+        fh.truncate(MAX_INPUT_BYTES + 1)
+    r = runner.invoke(app, ["goodput", "--rates", str(path)])
+    assert isinstance(r.exception, InputError) and r.exception.field == "rates"
+    assert "larger than" in str(r.exception)

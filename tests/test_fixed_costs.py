@@ -77,3 +77,45 @@ def test_run_options_reach_the_step_from_a_name_and_from_a_runs_row():
     assert not fw_row.tp_comm_overlap and fw_row.cuda_graphs
     with pytest.raises(sc.InputError, match="tp_comm_overlap"):
         row_setup(dict(row, tp_comm_overlap="maybe"))
+
+
+def test_the_fp8_recipe_a_run_names_prices_its_own_quantisation():
+    """Transformer Engine's recipes, measured in its GEMM guide (kernels.toml [quantize]): on Hopper
+    delayed < current (an extra amax pass) < block scaling; MXFP8 runs on Blackwell only; a runs row
+    names its recipe in its precision text or an fp8_recipe column; Megatron-LM's --fp8-recipe reads
+    and writes the same recipe."""
+    from supercluster.errors import InputError
+    from supercluster.formats import launchers
+    from supercluster.formats.megatron_args import framework_from_args, parse_args
+    from supercluster.formats.runs import fp8_recipe
+    from supercluster.job import estimate
+    from supercluster.parallelism.layout import Layout
+
+    lay = Layout(tp=4, pp=1, dp=2, micro_batch=1, global_batch=16, seq_len=8192, precision="fp8")
+    step = {r: estimate("llama3-70b", gpu="h100-sxm", num_gpus=8, layout=lay,
+                        framework=f"nemo-megatron+fp8-{r}").step_time_s for r in ("delayed", "current", "blockwise")}
+    assert step["delayed"] < step["current"] < step["blockwise"]
+    assert estimate("llama3-70b", gpu="h100-sxm", num_gpus=8, layout=lay,
+                    framework="nemo-megatron").step_time_s == step["delayed"]  # (the default)
+    with pytest.raises(InputError, match="MXFP8 runs on block-scaled tensor cores"):
+        estimate("llama3-70b", gpu="h100-sxm", num_gpus=8, layout=lay, framework="nemo-megatron+fp8-mxfp8")
+    # (a bf16 job under an fp8 recipe is priced as bf16, recipe or not)
+    bf16 = Layout(tp=4, pp=1, dp=2, micro_batch=1, global_batch=16, seq_len=8192)
+    assert estimate("llama3-70b", gpu="h100-sxm", num_gpus=8, layout=bf16,
+                    framework="nemo-megatron+fp8-mxfp8").step_time_s > step["delayed"]
+    b200 = {r: estimate("llama3-70b", gpu="b200", num_gpus=8, layout=lay, framework=f"nemo-megatron+fp8-{r}")
+            .step_time_s for r in ("delayed", "current", "mxfp8")}
+    assert b200["delayed"] < b200["mxfp8"] < b200["current"]
+    # runs rows: the precision text's recipe, or the column
+    assert fp8_recipe({"precision": "fp8 (Transformer Engine current scaling, FP8-CS)"}) == "current"
+    assert fp8_recipe({"precision": "fp8 (MXFP8 block scaling)"}) == "mxfp8"
+    assert fp8_recipe({"precision": "fp8"}) is None and fp8_recipe({"precision": "bf16"}) is None
+    assert fp8_recipe({"precision": "fp8", "fp8_recipe": "tensorwise"}) == "current"
+    with pytest.raises(InputError, match="fp8_recipe"):
+        fp8_recipe({"precision": "fp8", "fp8_recipe": "rowwise"})
+    # Megatron-LM: --fp8-recipe tensorwise is current scaling, written back the same way
+    fw = framework_from_args(parse_args("--fp8-format hybrid --fp8-recipe tensorwise"), name="m")
+    assert fw.fp8_recipe == "current"
+    assert "--fp8-recipe tensorwise" in launchers.to_megatron_args(lay, framework=fw)
+    with pytest.raises(InputError, match="fp8-recipe"):
+        framework_from_args(parse_args("--fp8-recipe rowwise"), name="m")

@@ -372,3 +372,28 @@ def test_variables_that_expand_each_other_are_refused_at_a_small_multiple_of_the
     assert EXPANSION_FACTOR * len(laughs) + EXPANSION_SLACK < 2**20
     ok = "L=32\nH=4096\npython pretrain_gpt.py --num-layers $L --hidden-size ${H} --seq-length $((2 * 4096))\n"
     assert parse_args(ok) == {"num-layers": "32", "hidden-size": "4096", "seq-length": "8192"}
+
+
+def test_a_launch_script_starts_its_own_gpu_count_when_none_is_given(tmp_path):
+    runner = CliRunner()
+    """Megatron-LM's example scripts: GPUS_PER_NODE x NUM_NODES through torchrun's --nproc_per_node and
+    --nnodes, flags in bash arrays (one per line, or on one line); --gpus, when given, wins."""
+    from pathlib import Path
+
+    script = Path(__file__).parent / "fixtures" / "pretrain_llama3_8b.sh"
+    args = parse_args(script.read_text())
+    assert (args["nproc-per-node"], args["nnodes"], args["tensor-model-parallel-size"],
+            args["pipeline-model-parallel-size"]) == ("8", "4", "2", "2")
+    lay = launchers.from_megatron_args(script.read_text())
+    assert (lay.num_gpus, lay.tp, lay.pp, lay.dp) == (32, 2, 2, 8)
+    r = runner.invoke(app, ["estimate", "--config", str(script), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["gpus"] == 32
+    r = runner.invoke(app, ["estimate", "--config", str(script), "--gpus", "64", "--json"])
+    assert json.loads(r.stdout)["gpus"] == 64
+    # --flag=value reads as --flag value; a script that starts no torchrun asks for --gpus by name
+    assert parse_args("torchrun --nproc_per_node=4 --nnodes=2 x.py --num-layers=12")["num-layers"] == "12"
+    no_launch = tmp_path / "run.sh"
+    no_launch.write_text("python pretrain_gpt.py --global-batch-size 64 --tensor-model-parallel-size 2\n")
+    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--config", str(no_launch)])
+    assert isinstance(r.exception, InputError) and r.exception.field == "gpus" and "--gpus" in str(r.exception)

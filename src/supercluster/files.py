@@ -50,3 +50,52 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise InputError("out", f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# ---- reading what a user gives ------------------------------------------------------------------
+
+#: The most bytes read from a configuration-like input (a model config, a launcher config, a device
+#: profile, a failure-rates file, an nccl-tests log): a thousand times the largest real one.
+MAX_INPUT_BYTES = 16 * 2**20
+
+
+def read_input(path: str | Path, field: str, *, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """The text of a user's input file, bounded: an InputError under ``field`` if it is not a file, is
+    larger than ``max_bytes``, cannot be read, or is not UTF-8 (a byte-order mark is dropped)."""
+    p = Path(path)
+    require(p.is_file(), field, f"no such file: {p}")
+    try:
+        with p.open("rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(field, f"cannot read {p}: {exc.strerror or exc}") from None
+    require(len(data) <= max_bytes, field, f"{p} is larger than {max_bytes:,} bytes, the most read from such a file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(field, f"{p} is not UTF-8 text (byte {exc.start:,} is {data[exc.start:exc.start + 1]!r}); "
+                                "save it as UTF-8") from None
+
+
+def parse_json(text: str, field: str, where: str = "") -> object:
+    """JSON text parsed, its errors (nesting too deep included) as one InputError under ``field``."""
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(field, f"{where}not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(field, f"{where}nested too deeply to be a configuration") from None
+
+
+def parse_toml(text: str, field: str, where: str = "") -> dict[str, object]:
+    """TOML text parsed, its errors (nesting too deep included) as one InputError under ``field``."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(field, f"{where}not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(field, f"{where}nested too deeply to be a configuration") from None

@@ -43,7 +43,8 @@ GPU = get_gpu("h100-sxm")
 # Every framework profile: flash / unfused attention, fused / eager elementwise, per-op SAC.
 FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchtitan", "megatron-legacy",
                               "deepspeed-legacy", "hai-llm", "nemo-megatron+deepep",
-                              "automodel+round-robin-gate"]).map(get_framework)
+                              "automodel+round-robin-gate", "nemo-megatron+ep-overlap", "torchtitan+cuda-graphs",
+                              "megatron+tp-overlap"]).map(get_framework)
 NET = default_network(GPU)
 
 layouts = st.fixed_dictionaries({
@@ -106,6 +107,37 @@ def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm, fw, model
     a = step_columns(model, GPU, NET, fw, cols(d, model))["step_time_s"]
     b = step_columns(model, gpu, NET, fw, cols(d, model))["step_time_s"]
     assert np.all(b <= a * (1 + 1e-12))
+
+
+# fp4 GEMMs need a part with fp4 tensor cores: the GPUs the batch and recompute properties run on
+GPUS = st.sampled_from(["h100-sxm", "b200", "mi355x"]).map(get_gpu)
+
+
+def _fp4_ok(gpu, d) -> None:
+    assume(d["lowp"] < 2 or gpu.peak_flops_per_s.get("fp4", 0.0) > 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts, FRAMEWORKS, MODELS, GPUS)
+def test_a_bigger_batch_on_the_same_layout_is_never_faster(d, fw, model, gpu):
+    """Twice the micro-batches a step (the same layout, twice the global batch) never takes less time."""
+    priced(fw, model)
+    _fp4_ok(gpu, d)
+    net = default_network(gpu)
+    a = step_columns(model, gpu, net, fw, cols(d, model))["step_time_s"]
+    b = step_columns(model, gpu, net, fw, cols({**d, "accum": d["accum"] * 2}, model))["step_time_s"]
+    assert np.all(b >= a * (1 - 1e-12))
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts, FRAMEWORKS, MODELS, GPUS)
+def test_recomputing_more_is_never_faster(d, fw, model, gpu):
+    """None, selective, full: each recomputes at least what the one before it does, and costs at least as much."""
+    priced(fw, model)
+    _fp4_ok(gpu, d)
+    net = default_network(gpu)
+    t = [step_columns(model, gpu, net, fw, cols({**d, "recompute": rc}, model))["step_time_s"][0] for rc in (0, 1, 2)]
+    assert t[0] <= t[1] * (1 + 1e-12) and t[0] <= t[2] * (1 + 1e-12)
 
 
 @settings(max_examples=100, deadline=None)
@@ -232,3 +264,49 @@ def test_the_planner_returns_only_layouts_its_framework_runs(model_key, gpus, gb
         assert model.num_kv_heads % lay.tp == 0
         assert estimate(model, gpu=GPU, num_gpus=lay.num_gpus, layout=lay, framework=fw).step_time_s == \
             c.step_time_s
+
+
+def test_fp4_weight_casts_are_paid_once_a_step_so_more_micro_batches_never_shorten_it():
+    # (fuzzing found GPT-3 175B on 32,768 MI355X in fp4 getting faster with twice the batch: the casts
+    # had been amortised into every micro-batch and so shrank the pipeline's fill as micro-batches grew)
+    from supercluster.job import estimate
+    from supercluster.parallelism.layout import Layout
+
+    model, gpu = load_model("gpt3-175b"), get_gpu("mi355x")
+    steps = []
+    for gbs in (1024, 2048, 4096):
+        lay = Layout(tp=4, pp=8, dp=1024, vpp=1, micro_batch=1, global_batch=gbs, seq_len=2048, precision="fp4",
+                     zero_stage=2)
+        b = estimate(model, gpu=gpu, num_gpus=32768, layout=lay, framework=get_framework("nemo-megatron"))
+        steps.append(b.step_time_s)
+    assert steps[0] < steps[1] < steps[2]
+
+
+def test_the_timeline_lays_the_weight_casts_out_before_the_first_micro_batch():
+    from supercluster.parallelism.layout import Layout
+    from supercluster.simulation.timeline import simulate
+
+    lay = Layout(tp=4, pp=4, dp=4, vpp=2, micro_batch=1, global_batch=64, seq_len=4096, precision="fp8")
+    tl = simulate(MODEL, layout=lay, gpu=GPU, net=NET, fw=get_framework("nemo-megatron"))
+    casts = [t for t in tl.tasks if t.kind == "weight_cast"]
+    assert len(casts) == 4 and all(t.start_s == 0.0 and t.end_s > 0 for t in casts)
+    assert min(t.start_s for t in tl.tasks if t.kind == "F") >= casts[0].end_s
+    assert np.isclose(tl.step_time_s, tl.ledger_step_time_s, rtol=1e-9)
+
+
+def test_faster_tensor_cores_never_slow_an_overlapped_moe_step():
+    # (fuzzing found DeepSeek-V3 with EP overlap on 16,384 H200 slower on 4x the FLOP/s: the compute that
+    # hid the token dispatch was counted again as the window of the DP traffic)
+    from supercluster.job import estimate
+    from supercluster.parallelism.layout import Layout
+
+    model, gpu = load_model("deepseek-v3+mtp"), get_gpu("h200")
+    lay = Layout(tp=8, pp=16, dp=64, cp=2, ep=2, vpp=1, micro_batch=1, global_batch=2048, seq_len=2048,
+                 zero_stage=3, recompute="none")
+    fw = get_framework("nemo-megatron+ep-overlap")
+    steps = [estimate(model, gpu=dataclasses.replace(gpu, peak_flops_per_s={k: v * f for k, v in
+                                                                          gpu.peak_flops_per_s.items()},
+                                                     hbm_bytes_per_s=gpu.hbm_bytes_per_s * hbm),
+                      num_gpus=16384, layout=lay, framework=fw).step_time_s
+             for f, hbm in ((1.0, 1.0), (1.0, 1.1), (4.0, 1.0), (4.0, 1.1))]
+    assert steps[1] <= steps[0] and steps[2] <= steps[0] and steps[3] <= min(steps[1], steps[2])

@@ -28,7 +28,6 @@ import os
 import re
 import statistics
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, is_whole, require, subtable
+from ..files import parse_toml, read_input
 from ..hardware.specs import GpuSpec
 from ..network.twolevel import KINDS, Array, TokenDispatch
 from ..parallelism.framework import hbm_frac
@@ -180,10 +180,7 @@ def load_profile(path: str | Path) -> Profile:
     overhead finite and non-negative; an error names the field."""
     p = Path(path)
     require(p.is_file(), "profile", f"no such file: {p}")
-    try:
-        t = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError("profile", f"{p}: not valid TOML: {exc}") from None
+    t = parse_toml(read_input(p, "profile"), "profile", f"{p}: ")
     for name in ("device", "memory"):
         require(name in t, f"profile {name}", f"{p}: missing the [{name}] table")
     dev, mem = subtable(t, "device", "profile device"), subtable(t, "memory", "profile memory")

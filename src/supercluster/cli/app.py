@@ -78,7 +78,8 @@ FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deep
                                                   "the pipeline split), +round-robin-gate (a benchmark's fixed "
                                                   "gate: token i to experts ik ... ik + k - 1); run options "
                                                   "+cuda-graphs, +tp-overlap / +no-tp-overlap, +dp-overlap / "
-                                                  "+no-dp-overlap")]
+                                                  "+no-dp-overlap, fp8 recipe +fp8-delayed (default) / "
+                                                  "+fp8-current / +fp8-blockwise / +fp8-mxfp8")]
 
 
 def _force(ctx: typer.Context, value: bool) -> bool:

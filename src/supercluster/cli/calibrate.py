@@ -57,10 +57,12 @@ def calibrate(
         for path in nccl_tests:
             from pathlib import Path
 
+            from ..files import read_input
+
             p = Path(path)
             if not p.is_file():
                 raise InputError("nccl-tests", f"no such file: {p}")
-            r = cal.parse_nccl_tests(p.read_text(), kind=kind, name=p.name)
+            r = cal.parse_nccl_tests(read_input(p, "nccl-tests"), kind=kind, name=p.name)
             coll[r["kind"]] = {"alpha_s": r["alpha_s"], "busbw_bytes_per_s": r["busbw_bytes_per_s"],
                                "nranks": float(r["nranks"])}
         prof = dc.replace(prof, collectives=coll, backend=prof.backend or "nccl-tests")

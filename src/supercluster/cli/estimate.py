@@ -79,7 +79,9 @@ def estimate(
                                                   "torchtitan-2024 | automodel (supercluster catalog frameworks); "
                                                   "+compile, +ep-overlap, +deepep, +embedding-split, "
                                                   "+round-robin-gate; run options +cuda-graphs, "
-                                                  "+tp-overlap / +no-tp-overlap, +dp-overlap / +no-dp-overlap",
+                                                  "+tp-overlap / +no-tp-overlap, +dp-overlap / +no-dp-overlap, "
+                                                  "fp8 recipe +fp8-delayed (default) / +fp8-current / "
+                                                  "+fp8-blockwise / +fp8-mxfp8",
                                                   show_default="what --config describes: Megatron-LM as a "
                                                   "script's flags set it (overlaps, gradient precision, dropout), "
                                                   "torchtitan (+compile) for a job TOML, deepspeed for a JSON; "
@@ -125,7 +127,9 @@ def estimate(
     if config is not None:
         from ..formats.launchers import read_config
 
-        model, fw, lay = read_config(config, model=model, framework=framework, num_gpus=gpus)
+        # (without --gpus: the GPUs the config itself starts, where it says)
+        model, fw, lay = read_config(config, model=model, framework=framework,
+                                     num_gpus=gpus if "gpus" in _given_options(ctx) else None)
         _estimate_and_print(model, gpu, lay.num_gpus, lay, fw, **show)
         return
     model, framework = model or "llama3-405b", framework or CLI_FRAMEWORK

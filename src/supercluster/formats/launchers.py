@@ -31,11 +31,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, is_whole, require, subtable
+from ..files import parse_json, parse_toml, read_input
 from ..models.spec import ModelSpec
 from ..parallelism import pplayout
 from ..parallelism.framework import DEFAULT_FRAMEWORK, Framework, get_framework
@@ -44,6 +44,8 @@ from . import megatron_args
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
 TT_SCHEDULE = {True: "Interleaved1F1B", False: "1F1B"}
+#: the fp8 recipes (parallelism.framework.FP8_RECIPES) as Megatron-LM's --fp8-recipe spells them
+MEGATRON_FP8_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 
 
 # ---- export ---------------------------------------------------------------------------------
@@ -68,7 +70,10 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
             a.append(f"--num-virtual-stages-per-pipeline-rank {layout.vpp}")
     a.append("--bf16")
     if layout.precision == "fp8":
-        a.append("--fp8-format hybrid")
+        # (Megatron-LM's --fp8-recipe names current scaling "tensorwise"; delayed is its default)
+        recipe = framework.fp8_recipe if framework is not None else "delayed"
+        a.append("--fp8-format hybrid" + (f" --fp8-recipe {MEGATRON_FP8_RECIPE[recipe]}" if recipe != "delayed"
+                                          else ""))
     elif layout.precision == "fp4":  # NVFP4 (Megatron-Core --fp4-format e2m1 --fp4-recipe nvfp4)
         a.append("--fp4-format e2m1 --fp4-recipe nvfp4")
     elif layout.precision == "fp16":
@@ -262,7 +267,11 @@ def _as_int(field: str, v: Any) -> int:
 
 
 def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
+    """A Megatron-LM launch script's layout; without ``num_gpus`` the GPUs its torchrun line starts
+    (``--nnodes`` x ``--nproc-per-node``)."""
     args = megatron_args.parse_args(text)
+    if num_gpus is None:
+        num_gpus = megatron_args.world_size(args)
     require("global-batch-size" in args, "global-batch-size", "missing from the Megatron arguments")
     tp = _as_int("tensor-model-parallel-size", args.get("tensor-model-parallel-size", 1))
     pp = _as_int("pipeline-model-parallel-size", args.get("pipeline-model-parallel-size", 1))
@@ -347,10 +356,7 @@ def _dp(num_gpus: int | None, model_parallel: int, explicit: Any) -> int:
 def from_torchtitan_toml(text: str, num_gpus: int | None = None, num_layers: int | None = None) -> Layout:
     """A torchtitan job config as a layout; its pipeline_parallel_split_points, if any, become an
     explicit pipeline layout (which needs the model's ``num_layers`` for the last stage)."""
-    try:
-        cfg = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError("config", f"not valid TOML: {exc}") from None
+    cfg = parse_toml(text, "config")
     par, tr = subtable(cfg, "parallelism"), subtable(cfg, "training")
     tp = _as_int("tensor_parallel_degree", par.get("tensor_parallel_degree", 1))
     pp = _as_int("pipeline_parallel_degree", par.get("pipeline_parallel_degree", 1))
@@ -399,8 +405,8 @@ def torchtitan_compiles(text: str) -> bool:
     """Whether a torchtitan job config turns torch.compile on (``[training] compile``, or a
     ``[compile]`` table's ``enable`` in later versions)."""
     try:
-        cfg = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        cfg = parse_toml(text, "config")
+    except InputError:
         return False
     return bool(subtable(cfg, "training").get("compile", False)) or bool(subtable(cfg, "compile").get("enable", False))
 
@@ -426,10 +432,7 @@ def _tt_layout(points: Any, num_layers: int | None) -> str:
 
 
 def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError("config", f"not valid JSON: {exc}") from None
+    cfg = parse_json(text, "config")
     require(isinstance(cfg, dict), "config", "a DeepSpeed config must be a JSON object")
     extra = subtable(cfg, "supercluster")
     tp = _as_int("tensor_parallel.autotp_size", subtable(cfg, "tensor_parallel").get("autotp_size", 1))
@@ -468,7 +471,7 @@ def load_layout(path: str | Path, num_gpus: int | None = None, fmt: str | None =
     require(p.is_file(), "config", f"no such file: {p}")
     kind = fmt or detect_format(p)
     require(kind in FORMATS, "format", f"unknown {kind!r}; allowed: {', '.join(FORMATS)}")
-    text = p.read_text()
+    text = read_input(p, "config")
     if kind == "torchtitan":
         return from_torchtitan_toml(text, num_gpus, num_layers)
     return {"megatron": from_megatron_args, "deepspeed": from_deepspeed_json}[kind](text, num_gpus)
@@ -480,8 +483,8 @@ def _megatron_script(path: Path) -> dict[str, Any] | None:
     if not path.is_file() or detect_format(path) != "megatron":
         return None
     try:
-        return megatron_args.parse_args(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, InputError):
+        return megatron_args.parse_args(read_input(path, "config"))
+    except InputError:
         return None
 
 
@@ -503,7 +506,7 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
     else:
         kind = detect_format(path) if path.is_file() else "megatron"
         if kind == "torchtitan":
-            fw = "torchtitan+compile" if torchtitan_compiles(path.read_text(encoding="utf-8")) else "torchtitan"
+            fw = "torchtitan+compile" if torchtitan_compiles(read_input(path, "config")) else "torchtitan"
         else:
             fw = "deepspeed" if kind == "deepspeed" else DEFAULT_FRAMEWORK
     from .load import load_model

@@ -4,11 +4,11 @@ folder holding one), or a Megatron-LM launch script; a ``+mtp`` suffix adds MTP 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 
 from ..errors import InputError, require
+from ..files import parse_json, read_input
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
 from . import megatron_args
@@ -40,18 +40,10 @@ def load_model(ref: str) -> ModelSpec:
         ref = str(path)
     if ref.endswith(".json") or path.exists():
         require(path.is_file(), "model", f"no such file {ref!r}")
-        require(path.stat().st_size <= MAX_CONFIG_BYTES, "model",
-                f"{ref} is {path.stat().st_size:,} bytes; a model config is at most {MAX_CONFIG_BYTES:,}")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError("model", f"cannot read {ref} ({exc})") from exc
+        text = read_input(path, "model", max_bytes=MAX_CONFIG_BYTES)
         if not ref.endswith(".json") and not text.lstrip().startswith("{"):  # a Megatron-LM launch script
             return megatron_args.model_from_args(megatron_args.parse_args(text), key=path.stem)
-        try:
-            cfg = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError("model", f"{ref} is not valid JSON ({exc})") from exc
+        cfg = parse_json(text, "model", f"{ref} is ")
         require(isinstance(cfg, dict), "model", f"{ref} must hold a JSON object")
         # (a model's config.json is named after its folder: Llama-3.1-8B/config.json is Llama-3.1-8B)
         key = path.parent.name if path.name == "config.json" and path.parent.name else path.stem

@@ -150,6 +150,18 @@ def parse_args(text: str) -> dict[str, Any]:
         raise InputError("config", f"cannot read Megatron arguments: {exc}") from None
     tokens = []
     for tok in words:
+        # a bash array written on one line, ARGS=(--a 1 --b 2): its brackets are not part of the words
+        if re.match(r"[A-Za-z_]\w*\+?=\(", tok):
+            tokens.append("(")
+            tok = tok[tok.index("(") + 1:]
+        if tok.endswith(")") and "(" not in tok and tok != ")":
+            tok = tok[:-1]
+            words_after = [")"]
+        else:
+            words_after = []
+        if not tok:
+            tokens += words_after
+            continue
         # a quoted "--flag value" item, or flags gathered in a (quoted) assignment (opts=" --a 1 --b",
         # x=--swiglu): read the words inside
         assign = re.match(r"[A-Za-z_]\w*\+?=(.*)", tok, re.S)
@@ -162,6 +174,7 @@ def parse_args(text: str) -> dict[str, Any]:
             tokens += [w for w in inner if w != "\\"]
         else:
             tokens.append(tok)
+        tokens += words_after
 
     def is_value(j: int) -> bool:  # (not the next flag, a bash array bracket or a shell assignment)
         return (j < len(tokens) and not tokens[j].startswith("--") and tokens[j] not in ("(", ")")
@@ -173,6 +186,11 @@ def parse_args(text: str) -> dict[str, Any]:
         tok = tokens[i]
         if tok.startswith("--"):
             key = tok[2:].replace("_", "-")
+            if "=" in tok:  # --flag=value (argparse and torchrun read it as --flag value)
+                name, _, value = tok[2:].partition("=")
+                args[name.replace("_", "-")] = value
+                i += 1
+                continue
             if key == "recompute-modules":  # a list: every value up to the next flag
                 j = i + 1
                 while is_value(j):
@@ -187,6 +205,18 @@ def parse_args(text: str) -> dict[str, Any]:
             args[key] = True
         i += 1
     return args
+
+
+def world_size(args: dict[str, Any]) -> int | None:
+    """The GPUs a launch script starts: torchrun's ``--nnodes`` x ``--nproc-per-node`` (written, or
+    filled in from ``NUM_NODES`` / ``GPUS_PER_NODE`` style variables); None where it does not say (an
+    elastic ``--nnodes 2:4`` range, a value only known at run time)."""
+    n, per = args.get("nnodes"), args.get("nproc-per-node")
+    if not isinstance(n, str) or not isinstance(per, str) or not (n.isdigit() and per.isdigit()):
+        return None
+    require(len(n) <= 9 and len(per) <= 9 and int(n) > 0 and int(per) > 0, "nnodes",
+            f"--nnodes {n} x --nproc-per-node {per}: each must be a positive whole number")
+    return int(n) * int(per)
 
 
 def has_model(args: dict[str, Any]) -> bool:
@@ -488,7 +518,8 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
     ``--account-for-loss-in-pipeline-split`` (either: the pipeline split counts both),
     ``--grad-reduce-in-bf16`` / ``--accumulate-allreduce-grads-in-fp32`` (bf16 runs keep and reduce
     gradients in fp32 by default, fp16 runs in fp16), ``--attention-dropout`` /
-    ``--hidden-dropout`` (0.1 each), ``--fp8-param-gather``, ``--attention-backend unfused|local``."""
+    ``--hidden-dropout`` (0.1 each), ``--fp8-param-gather``, ``--attention-backend unfused|local``,
+    ``--fp8-recipe delayed|tensorwise|blockwise|mxfp8`` (delayed)."""
     fw = get_framework("megatron" + (EP_OVERLAP_SUFFIX if args.get("overlap-moe-expert-parallel-comm") else "")
                        + (DEEPEP_SUFFIX if args.get("moe-enable-deepep") else ""))
     # bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16; fp16 in fp16 unless
@@ -498,6 +529,9 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
     grad = 4 if fp32 else 2
     dropout = any(_float(args, f, 0.1) > 0 for f in ("attention-dropout", "hidden-dropout"))
     backend = str(args.get("attention-backend", "auto")).lower()
+    recipe = str(args.get("fp8-recipe", "delayed")).lower()
+    recipes = {"delayed": "delayed", "tensorwise": "current", "blockwise": "blockwise", "mxfp8": "mxfp8"}
+    require(recipe in recipes, "fp8-recipe", f"{recipe!r}: allowed {', '.join(recipes)}")
     out = dataclasses.replace(
         fw, key=name, era_of="megatron",  # (its family: the evidence line and the notes name Megatron-LM)
         tp_comm_overlap=bool(args.get("tp-comm-overlap")), dp_overlap=bool(args.get("overlap-grad-reduce")),
@@ -505,7 +539,7 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
         pp_split_counts_head=bool(args.get("account-for-embedding-in-pipeline-split")
                                   or args.get("account-for-loss-in-pipeline-split")),
         grad_bytes=grad, grad_reduce_bytes=grad, dropout=dropout, fp8_param_gather=bool(args.get("fp8-param-gather")),
-        attention="unfused" if backend in ("unfused", "local") else fw.attention)
+        attention="unfused" if backend in ("unfused", "local") else fw.attention, fp8_recipe=recipes[recipe])
     return dataclasses.replace(out, doc=describe(out))
 
 
@@ -519,4 +553,4 @@ def describe(fw: Framework) -> str:
             + ("overlapped" if fw.pp_overlap else "exposed")
             + f", gradients {'fp32' if fw.grad_bytes == 4 else '16-bit'} (--grad-reduce-in-bf16), dropout "
             + on[fw.dropout] + ", embedding and loss " + ("counted" if fw.pp_split_counts_head else "not counted")
-            + " in the pipeline split, attention " + fw.attention)
+            + " in the pipeline split, attention " + fw.attention + ", fp8 recipe " + fw.fp8_recipe)

@@ -197,14 +197,41 @@ RUN_OPTION_COLUMNS = {"cuda_graphs": (CUDA_GRAPHS_SUFFIX, ""),
                       "dp_overlap": (DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX)}
 
 
+#: an optional fp8_recipe column's values (Megatron-LM's and Transformer Engine's names) as the recipes
+#: of :data:`supercluster.parallelism.framework.FP8_RECIPES`
+FP8_RECIPE_WORDS = {"delayed": "delayed", "current": "current", "tensorwise": "current", "blockwise": "blockwise",
+                    "mxfp8": "mxfp8"}
+
+
+def fp8_recipe(row: dict[str, str]) -> str | None:
+    """The fp8 recipe a row states: its fp8_recipe column, else what its precision text names (the
+    Megatron-Bridge tables' "current scaling, FP8-CS" and "MXFP8 block scaling", DeepSeek's
+    "fine-grained tile/block scaling"); None where it says none (the framework's default)."""
+    said = (row.get("fp8_recipe") or "").strip().lower()
+    if said:
+        require(said in FP8_RECIPE_WORDS, "fp8_recipe",
+                f"{said!r}: allowed {', '.join(FP8_RECIPE_WORDS)} or blank (the framework's default)")
+        return FP8_RECIPE_WORDS[said]
+    t = (row.get("precision") or "").lower()
+    if "fp8" not in t:
+        return None
+    for words, recipe in ((("mxfp8",), "mxfp8"), (("current scaling", "fp8-cs", "tensorwise"), "current"),
+                          (("block",), "blockwise"), (("delayed",), "delayed")):
+        if any(w in t for w in words):
+            return recipe
+    return None
+
+
 def run_option_suffixes(row: dict[str, str]) -> str:
-    """The framework options the row's run-option columns state, as framework-name suffixes."""
+    """The framework options the row's run-option columns (and its fp8 recipe) state, as framework-name
+    suffixes."""
     out = ""
     for col, (on, off) in RUN_OPTION_COLUMNS.items():
         said = _yes_no(row, col)
         if said is not None and (on if said else off) not in out:
             out += on if said else off
-    return out
+    recipe = fp8_recipe(row)
+    return out + (f"+fp8-{recipe}" if recipe else "")
 
 
 def _fold(row: dict[str, str]) -> int | None:

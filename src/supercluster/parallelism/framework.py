@@ -34,6 +34,11 @@ DEFAULT_FRAMEWORK = "nemo-megatron"
 #: (NeMo AutoModel's FakeBalancedGate, its benchmark configs' fake_balanced_gate: true)
 ROUTERS = ("random", "round-robin")
 
+#: Transformer Engine's fp8 recipes (Megatron-LM --fp8-recipe: delayed, tensorwise = current scaling,
+#: blockwise, mxfp8), each priced by its own quantisation cost (kernels.toml [quantize]); "delayed" is
+#: Megatron-LM's and Transformer Engine's default
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Framework:
@@ -62,6 +67,8 @@ class Framework:
     #: --enable-cuda-graph / --external-cuda-graph, NeMo's enable_cuda_graph): no host launch cost per
     #: kernel (perf.compute.host_bound)
     cuda_graphs: bool = False
+    #: how fp8 GEMMs are scaled (:data:`FP8_RECIPES`)
+    fp8_recipe: str = "delayed"
     context_parallel: bool = True
     #: the framework can shard layers over GPUs (tensor parallelism) / split them into pipeline stages;
     #: the planner searches TP / PP only then, and an estimate with tp or pp > 1 is refused otherwise
@@ -244,7 +251,7 @@ class AttentionEfficiency:
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
-_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "cuda_graphs",
+_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "cuda_graphs", "fp8_recipe",
                 "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head", "pp_split",
                 "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "moe_router", "cp_rotate", "cp_kv_repeated",
@@ -271,6 +278,8 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.cp_rotate", "must be 'p2p' or 'allgather'")
         if t.get("moe_router", "random") not in ROUTERS:
             raise InputError(f"framework {key}.moe_router", f"must be one of {', '.join(ROUTERS)}")
+        if t.get("fp8_recipe", "delayed") not in FP8_RECIPES:
+            raise InputError(f"framework {key}.fp8_recipe", f"must be one of {', '.join(FP8_RECIPES)}")
         if t.get("pipeline_schedule", "1f1b") not in ("1f1b", "dualpipe"):
             raise InputError(f"framework {key}.pipeline_schedule", "must be '1f1b' or 'dualpipe'")
         if t.get("pipeline_schedule") == "dualpipe" and t.get("interleaved_pipeline", True):
@@ -309,8 +318,10 @@ ROUND_ROBIN_SUFFIX = "+round-robin-gate"
 CUDA_GRAPHS_SUFFIX = "+cuda-graphs"
 TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX = "+tp-overlap", "+no-tp-overlap"
 DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX = "+dp-overlap", "+no-dp-overlap"
+#: the fp8 recipe the run used (:data:`FP8_RECIPES`), as "+fp8-<recipe>"
+FP8_RECIPE_SUFFIXES = {f"+fp8-{r}": r for r in FP8_RECIPES}
 RUN_OPTION_SUFFIXES = (CUDA_GRAPHS_SUFFIX, TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX, DP_OVERLAP_SUFFIX,
-                       NO_DP_OVERLAP_SUFFIX)
+                       NO_DP_OVERLAP_SUFFIX, *FP8_RECIPE_SUFFIXES)
 SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX, ROUND_ROBIN_SUFFIX,
             *RUN_OPTION_SUFFIXES)
 
@@ -356,6 +367,9 @@ def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
                            (DP_OVERLAP_SUFFIX, {"dp_overlap": True}), (NO_DP_OVERLAP_SUFFIX, {"dp_overlap": False})):
         if suffix in mods:
             fw = replace(fw, key=fw.key + suffix, **change)  # type: ignore[arg-type]
+    for suffix, recipe in FP8_RECIPE_SUFFIXES.items():
+        if suffix in mods:
+            fw = replace(fw, key=fw.key + suffix, fp8_recipe=recipe)
     if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
         fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True, pp_split="even")
     return fw
@@ -432,12 +446,35 @@ def attention_length_factor(tokens: np.ndarray | float) -> np.ndarray:
     return np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1.0)), xs, ys / ys[-1])
 
 
-def quantize_bytes_per_element(arch: str, precision: str) -> float:
+def _recipe_key(precision: str, recipe: str) -> str:
+    return precision if precision == "fp4" or recipe == "delayed" else "mxfp8" if recipe == "mxfp8" \
+        else f"fp8_{recipe}"
+
+
+def quantize_bytes_per_element(arch: str, precision: str, recipe: str = "delayed") -> float:
     """HBM bytes Transformer Engine's autocast moves per element it quantises to ``precision`` (fp8 /
-    fp4) for a GEMM (kernels.toml [quantize]); 0 for 16-bit GEMMs or where no figure applies."""
+    fp4) for a GEMM under the fp8 ``recipe`` (kernels.toml [quantize]); 0 for 16-bit GEMMs or where no
+    figure applies. A recipe measured on no GPU of ``arch``'s generation is refused by name."""
+    if precision not in ("fp8", "fp4"):
+        return 0.0
     table = _kernels()["quantize"]  # type: ignore[index]
     row = table.get(arch, {})  # type: ignore[union-attr]
-    return float(row.get(f"{precision}_bytes_per_element", 0.0)) if precision in ("fp8", "fp4") else 0.0
+    key = _recipe_key(precision, recipe)
+    if precision == "fp8" and recipe != "delayed" and f"{key}_bytes_per_element" not in row:
+        here = ", ".join(r for r in FP8_RECIPES
+                         if r == "delayed" or f"{_recipe_key('fp8', r)}_bytes_per_element" in row)
+        if recipe == "mxfp8":
+            raise InputError("fp8_recipe", f"MXFP8 runs on block-scaled tensor cores (Blackwell) only, not on "
+                                           f"{arch} GPUs; allowed here: {here}")
+        raise InputError("fp8_recipe", f"{recipe!r} has no measurement on {arch} GPUs; allowed here: {here}")
+    return float(row.get(f"{key}_bytes_per_element", 0.0))
+
+
+def fp8_kernel_frac(arch: str, recipe: str) -> float:
+    """The fp8 GEMM kernel's rate under ``recipe`` relative to the tensorwise kernel the catalog's fp8
+    fractions measure (kernels.toml [quantize] mxfp8_kernel_frac; 1 for the other recipes)."""
+    row = _kernels()["quantize"].get(arch, {})  # type: ignore[union-attr]
+    return float(row.get("mxfp8_kernel_frac", 1.0)) if recipe in ("mxfp8", "blockwise") else 1.0
 
 
 def host_op_launch_s() -> float:

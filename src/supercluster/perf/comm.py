@@ -30,7 +30,10 @@ class CommTimes:
     """Seconds per layer and micro-batch: each parallel dimension's collectives forward (``_f``) and
     backward (``_b``), what stays exposed (``x``), and the layer's exposed total (``tp_x``, ``cp_x``,
     ``ep_x``); ``half`` is one TP all-gather of the activations, ``tp_head`` the head's TP traffic;
-    ``ring_bytes`` what PyTorch's ring attention holds during a layer's backward."""
+    ``ring_bytes`` what PyTorch's ring attention holds during a layer's backward; ``ep_hid`` the layer's
+    token dispatch and combine seconds (forward, backward and recompute) under its compute, ``ep_share_f`` /
+    ``ep_share_b`` the shares of its calls in the forward and in the backward (the rest: a full
+    recompute's forward, ``ep_share_f`` again per recompute)."""
 
     half: np.ndarray
     tp_f: np.ndarray
@@ -48,16 +51,20 @@ class CommTimes:
     ring_bytes: np.ndarray
     ep_x: np.ndarray
     tp_head: np.ndarray
+    ep_hid: np.ndarray
+    ep_share_f: np.ndarray
+    ep_share_b: np.ndarray
 
     @property
     def hidden_f(self) -> np.ndarray:
-        """TP and CP seconds per layer and micro-batch that run under the forward's compute."""
-        return (self.tp_f - self.tp_fx) + (self.cp_f - self.cp_fx)
+        """TP, CP and EP seconds per layer and micro-batch that run under the forward's compute (a full
+        recompute runs them once more)."""
+        return (self.tp_f - self.tp_fx) + (self.cp_f - self.cp_fx) + self.ep_share_f * self.ep_hid
 
     @property
     def hidden_b(self) -> np.ndarray:
-        """TP and CP seconds per layer and micro-batch that run under the backward's compute."""
-        return (self.tp_b - self.tp_bx) + (self.cp_b - self.cp_bx)
+        """TP, CP and EP seconds per layer and micro-batch that run under the backward's compute."""
+        return (self.tp_b - self.tp_bx) + (self.cp_b - self.cp_bx) + self.ep_share_b * self.ep_hid
 
 
 def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork,
@@ -104,18 +111,27 @@ def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     # forward, the head input gradient in the backward (SP: all-gather / reduce-scatter instead),
     # and the cross-entropy all-reduces three fp32 statistics per token (max, sum of exp, target).
     tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, s_tp)
+    # compute already hiding TP or CP traffic is not free to hide the token dispatch too
+    busy = (tp_f - tp_fx + cp_f - cp_fx) * (1.0 + frc) + (tp_b - tp_bx) + (cp_b - cp_bx)
+    ep_hid, ep_x, calls = _ep_s(model, fw, net, rows, work, busy)
     comm = CommTimes(half=half, tp_f=tp_f, tp_b=tp_b, tp_fx=tp_fx, tp_bx=tp_bx, tp_x=tp_x, cp_f=cp_f, cp_b=cp_b,
                      cp_fx=cp_fx, cp_bx=cp_bx, cp_x=cp_fx * (1.0 + frc) + cp_bx, cp_mem_f=cp_mem_f,
-                     cp_mem_b=cp_mem_b, ring_bytes=ring_bytes, ep_x=_ep_exposed_s(model, fw, net, rows, work),
-                     tp_head=tp_head)
+                     cp_mem_b=cp_mem_b, ring_bytes=ring_bytes, ep_x=ep_x, tp_head=tp_head, ep_hid=ep_hid,
+                     ep_share_f=2.0 / calls, ep_share_b=(2.0 + 2.0 * has["moe"]) / calls)
     return comm, work
 
 
-def _ep_exposed_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork) -> np.ndarray:
-    """Exposed seconds of a layer's token dispatch and combine per micro-batch (0 for a dense model)."""
+def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork, busy: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A layer's token dispatch and combine per micro-batch: its seconds hidden under the layer's
+    compute, those left exposed, and how many all-to-all calls it makes (0 seconds for a dense model).
+    ``busy``: the layer's compute seconds already hiding TP and CP traffic; no more than the rest can
+    hide the dispatch."""
+    frc, has = rows.frc, rows.has
+    calls = (4.0 + 2.0 * frc + 2.0 * has["moe"]) * np.ones_like(rows.tp)
     if not model.is_moe:
-        return np.zeros_like(rows.tp)
-    tp, ep, etp, T, el, has = rows.tp, rows.ep, rows.etp, rows.T, rows.el, rows.has
+        return np.zeros_like(rows.tp), np.zeros_like(rows.tp), calls
+    tp, ep, etp, T, el = rows.tp, rows.ep, rows.etp, rows.T, rows.el
     f_moe = model.num_moe_layers / model.num_layers
     # Megatron-Core's all-to-all dispatcher: EP all-to-all of each rank's tokens x top_k, then (expert
     # TP > 1) an all-gather of the dispatched tokens over the expert-TP ranks for the TP-sharded
@@ -132,14 +148,17 @@ def _ep_exposed_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, wor
     a2a = net.collective_time_s("all_to_all", rows.tok_sp * model.top_k * hx * el, ep, s_ep, **dedup)
     tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * hx * el, etp,
                                                         s_tp), 0.0)
-    ep_x = f_moe * (a2a + tp_tokens) * (4.0 + 2.0 * rows.frc + 2.0 * has["moe"])
-    if fw.ep_overlap and fw.ep_overlap_bounded:
+    ep_all = f_moe * (a2a + tp_tokens) * calls
+    if not fw.ep_overlap:
+        return np.zeros_like(ep_all), ep_all, calls
+    hid = np.minimum(ep_all, np.maximum(work.t_fwd + work.t_bwd + work.t_rc - busy, 0.0))
+    if fw.ep_overlap_bounded:
         # Megatron-Core overlap-moe-expert-parallel-comm: another micro-batch's compute runs under
-        # the all-to-alls, so only what exceeds a layer's compute stays exposed
-        return np.maximum(ep_x - (work.t_fwd + work.t_bwd + work.t_rc), 0.0)
-    if fw.ep_overlap:  # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden
-        return np.zeros_like(ep_x)
-    return ep_x
+        # the all-to-alls, so only what exceeds a layer's free compute stays exposed
+        return hid, ep_all - hid, calls
+    # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden (what runs under compute
+    # holds SMs from it: at most the compute there is)
+    return hid, np.zeros_like(ep_all), calls
 
 
 def allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv_el: np.ndarray, hq: np.ndarray,

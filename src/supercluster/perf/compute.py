@@ -35,6 +35,7 @@ from ..parallelism.framework import (
     Framework,
     attention_efficiency,
     attention_length_factor,
+    fp8_kernel_frac,
     hbm_frac,
     host_op_launch_s,
     quantize_bytes_per_element,
@@ -99,15 +100,19 @@ def rates(gpu: GpuSpec, fw: Framework, rows: Rows) -> Rates:
         for low, key in ((fp8, "fp8"), (fp4, "fp4")):
             if gpu.peak_flops_per_s.get(key):
                 tensor = np.where(low, gpu.gemm_tensor_flops_per_s(key), tensor)
+    # (the fp8 recipe's own kernel: MXFP8's block-scaled GEMM runs below the tensorwise one)
+    kernel = fp8_kernel_frac(gpu.arch, fw.fp8_recipe)
+    tensor, ceiling = np.where(fp8, tensor * kernel, tensor), np.where(fp8, ceiling * kernel, ceiling)
     att = None
     if gpu.attention_frac is not None:
         att = AttentionEfficiency(fwd_frac=gpu.attention_frac[0], bwd_frac=gpu.attention_frac[1],
                                   source="calibration")
     elif fw.attention != "unfused":
         att = attention_efficiency(fw.attention, gpu.arch)
-    # fp8 / fp4 GEMMs also pay Transformer Engine's quantisation passes (HBM bytes per quantised element)
-    q_el = np.where(fp4, quantize_bytes_per_element(gpu.arch, "fp4"),
-                    np.where(fp8, quantize_bytes_per_element(gpu.arch, "fp8"), 0.0))
+    # fp8 / fp4 GEMMs also pay Transformer Engine's quantisation passes (HBM bytes per quantised element,
+    # by the framework's fp8 recipe)
+    q_fp8 = quantize_bytes_per_element(gpu.arch, "fp8", fw.fp8_recipe) if np.any(fp8) else 0.0
+    q_el = np.where(fp4, quantize_bytes_per_element(gpu.arch, "fp4"), np.where(fp8, q_fp8, 0.0))
     return Rates(peak16=peak16, ceiling16=ceiling16, peak=peak, ceiling=ceiling, tensor=tensor, in_situ=in_situ,
                  att=att, mem_bw=gpu.hbm_bytes_per_s * hbm_frac(), q_el=q_el)
 
@@ -120,7 +125,8 @@ class LayerWork:
     ``idx_b`` the sparse-attention indexer forward / backward, ``rec_f`` the chunked recurrences,
     ``head_f`` the output head, ``proj_f`` an MTP module's projection. Seconds: each part forward and
     backward (``t_score_*``: unfused attention's elementwise passes over the scores), ``t_mem_f`` the
-    memory-bound ops forward, ``t_fwd`` / ``t_bwd`` / ``t_rc`` the layer's forward, backward and
+    memory-bound ops forward, ``t_wcast`` the fp8 / fp4 weight casts of the layer, once a step (forward
+    and backward: not a micro-batch's work), ``t_fwd`` / ``t_bwd`` / ``t_rc`` the layer's forward, backward and
     recompute, ``t_head`` the head with its loss, ``t_proj`` an MTP projection. ``score_tok``: bytes
     per token unfused attention keeps for its backward. ``w_*``: matmul weights per layer."""
 
@@ -132,6 +138,7 @@ class LayerWork:
     head_f: np.ndarray
     proj_f: np.ndarray
     t_gemm_f: np.ndarray
+    t_wcast: np.ndarray
     t_attn_f: np.ndarray
     t_attn_b: np.ndarray
     t_score_f: np.ndarray
@@ -189,9 +196,13 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     # through the selected keys backward; its heads split over TP as the attention's do (0 without DSA)
     idx_fwd, idx_bwd = model.indexer_flops_per_token(seq, causal=True)
     idx_f, idx_b = T * idx_fwd / L / tp, T * idx_bwd / L / tp
-    # (the weights are cast once per step: Transformer Engine caches them after the first micro-batch)
-    t_gemm_f = layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el,
-                            r.q_el / (rows.gbs / (rows.dp * rows.mb)), overlap=r.in_situ)
+    t_gemm_f = layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, overlap=r.in_situ)
+    # The weights are cast once per step (Transformer Engine caches them after the first micro-batch):
+    # the layer's weight casts, forward and backward, per step, not per micro-batch (0 in 16 bits)
+    t_wcast = np.zeros_like(tp)
+    if np.any(r.q_el > 0):
+        t_wcast = 3.0 * (layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, r.q_el,
+                                      overlap=r.in_situ) - t_gemm_f)
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
         t_attn_f, t_attn_b, t_score_f, t_score_b = unfused_attention(
@@ -238,8 +249,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     proj_f = 2.0 * T * 2.0 * h * h / tp
     return LayerWork(
         gemm_f=gemm_f, attn_f=attn_f, idx_f=idx_f, idx_b=idx_b, rec_f=rec_f, head_f=head_f, proj_f=proj_f,
-        t_gemm_f=t_gemm_f, t_attn_f=t_attn_f, t_attn_b=t_attn_b, t_score_f=t_score_f, t_score_b=t_score_b,
-        t_rec_f=t_rec_f, t_rec_b=t_rec_b, t_mem_f=t_mem_f, t_fwd=t_fwd, t_bwd=t_bwd,
+        t_gemm_f=t_gemm_f, t_wcast=t_wcast, t_attn_f=t_attn_f, t_attn_b=t_attn_b, t_score_f=t_score_f,
+        t_score_b=t_score_b, t_rec_f=t_rec_f, t_rec_b=t_rec_b, t_mem_f=t_mem_f, t_fwd=t_fwd, t_bwd=t_bwd,
         t_host_f=np.zeros_like(tp), t_host_b=np.zeros_like(tp), t_cont_f=np.zeros_like(tp),
         t_cont_b=np.zeros_like(tp),
         t_rc=np.where(rows.rc == 2, rows.frc * t_fwd, np.where(rows.rc == 1, t_sel, 0.0)),
@@ -344,7 +355,7 @@ def gemm_s(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np
     rate measured in situ) the roofline, whichever is slower. Training shapes are compute bound; few
     tokens per GPU or per expert are not. In fp8 / fp4 the quantisation of its input and (backward)
     output gradient, ``q_el`` HBM bytes per element over forward and backward, and of its weight
-    (``q_w`` per element, amortised over the step's micro-batches) is added: a third of it to this
+    (``q_w`` per element: once a step, so :func:`layer_work` prices it apart) is added: a third of it to this
     forward time (the backward is priced as twice it)."""
     compute, memory = 2.0 * M * K * N / rate, (el_in * (M * K + K * N) + el_out * M * N) / mem_bw
     return (np.maximum(compute, memory) if overlap else compute + memory) + \

@@ -89,6 +89,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         **st.chunk_parts, split_counts_head=st.split_counts_head,
         pipeline_by_chunks=pipe.by_chunks.astype(float) * np.ones_like(rows.tp),
         pp_send_s=pipe.pp_send * np.ones_like(rows.tp),
+        weight_cast_s=weight_cast_s(st, work) * np.ones_like(rows.tp),
     )
     return out
 
@@ -123,7 +124,15 @@ def step_ledger(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates, work: Laye
     sigma = gpu_speed_sigma() if gpu.speed_sigma is None else gpu.speed_sigma
     paced = ideal + gemm_ineff + attn_ineff + ledger["recompute"] + pipe.bubble
     ledger["stragglers"] = paced * sigma * expected_max_normal(rows.tp * rows.pp * rows.dp * rows.cp)
+    # the heaviest stage's fp8 / fp4 weight casts, once a step before its first micro-batch (memory
+    # bound: not paced by the slowest GPU's clock)
+    ledger["gemm_inefficiency"] = gemm_ineff + weight_cast_s(st, work)
     return ledger
+
+
+def weight_cast_s(st: StageTimes, work: LayerWork) -> np.ndarray:
+    """Seconds a step of the heaviest stage's fp8 / fp4 weight casts (its ``Lc`` layer-like blocks)."""
+    return st.Lc * work.t_wcast
 
 
 def expected_max_normal(n: np.ndarray | float) -> np.ndarray:

@@ -29,7 +29,6 @@ interval that maximises the simulated mean ETTR on a grid around Daly's.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -38,6 +37,7 @@ import numpy as np
 
 from .._toml import load_package_toml
 from ..errors import InputError, require
+from ..files import parse_toml, read_input
 
 DAY_S = 86400.0
 HOUR_S = 3600.0
@@ -115,10 +115,7 @@ def load_failure_model(ref: str = "llama3") -> FailureModel:
     p = Path(ref)
     if not p.is_file():
         raise InputError("rates", f"unknown {ref!r}; use one of {', '.join(RATE_SETS)} or a TOML file")
-    try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError("rates", f"{p}: not valid TOML: {exc}") from None
+    data = parse_toml(read_input(p, "rates"), "rates", f"{p}: ")
     tables = {k: v for k, v in data.items() if isinstance(v, dict) and "components" in v}
     require(len(tables) == 1, "rates", f"{p} must hold exactly one table with a [*.components] sub-table")
     key, t = next(iter(tables.items()))

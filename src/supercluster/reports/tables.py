@@ -348,7 +348,8 @@ def print_timeline(console: Console, s: dict[str, Any], title: str) -> None:
                   f"{r.get('memory_bytes', 0.0) / GiB:.1f}")
     console.print(t)
     if s.get("gantt"):
-        console.print("F forward, B backward, - send, d DP sync, o optimizer, w straggler wait, . idle", style="dim")
+        console.print("F forward, B backward, q fp8/fp4 weight casts, - send, d DP sync, o optimizer, "
+                      "w straggler wait, . idle", style="dim")
         for i, line in enumerate(s["gantt"]):
             console.print(f"stage {i:>3} |{line}|", markup=False, highlight=False)
     schedule = "1F1B" if s["vpp"] == 1 else f"interleaved 1F1B x {s['vpp']}"

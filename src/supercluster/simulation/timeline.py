@@ -73,7 +73,8 @@ class Engine:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One interval on one stage's stream: ``kind`` F / B (compute), send, dp_sync, optimizer, stragglers."""
+    """One interval on one stage's stream: ``kind`` F / B (compute), weight_cast, send, dp_sync, optimizer,
+    stragglers."""
 
     stage: int
     stream: str
@@ -103,7 +104,7 @@ class Timeline:
         out = []
         for s in range(self.pp):
             mine = [t for t in self.tasks if t.stage == s]
-            comp = sum(t.end_s - t.start_s for t in mine if t.kind in ("F", "B"))
+            comp = sum(t.end_s - t.start_s for t in mine if t.kind in ("F", "B", "weight_cast"))
             send = sum(t.end_s - t.start_s for t in mine if t.kind == "send")
             tail = sum(t.end_s - t.start_s for t in mine if t.kind in ("dp_sync", "optimizer", "stragglers"))
             first = min((t.start_s for t in mine if t.kind == "F"), default=0.0)
@@ -114,10 +115,12 @@ class Timeline:
 
     def gantt(self, width: int = 96) -> list[str]:
         """One line per stage, ``width`` columns over the step: F forward, B backward, - sending,
-        d DP sync, o optimizer, w straggler wait, . idle (a column shows what covers most of it)."""
+        q fp8 / fp4 weight casts, d DP sync, o optimizer, w straggler wait, . idle (a column shows
+        what covers most of it)."""
         require(width >= 8, "width", f"must be >= 8 columns, got {width}")
         dt = self.step_time_s / width
-        mark = {"F": "F", "B": "B", "send": "-", "dp_sync": "d", "optimizer": "o", "stragglers": "w"}
+        mark = {"F": "F", "B": "B", "weight_cast": "q", "send": "-", "dp_sync": "d", "optimizer": "o",
+                "stragglers": "w"}
         lines = []
         for st in range(self.pp):
             cover = np.zeros((width, len(mark)))
@@ -234,8 +237,12 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
 
         eng.at(start + compute + delta, finish)
 
+    # each stage casts its fp8 / fp4 weights once, before its first micro-batch (the ledger's cast)
+    cast = out["weight_cast_s"]
+    if cast > 0:
+        tasks += [Task(s, "compute", "weight_cast", -1, -1, 0.0, cast) for s in range(p)]
     for s in range(p):
-        eng.at(0.0, lambda s=s: try_start(s), priority=s)
+        eng.at(cast, lambda s=s: try_start(s), priority=s)
     drained = eng.run()
     require(all(n == len(o) for n, o in zip(nxt, orders, strict=True)), "schedule",
             "the pipeline schedule deadlocked (an internal error: please report the layout)")
