@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -38,8 +39,14 @@ def test_the_report_is_the_commands_own_answers_on_one_page(tmp_path):
     run = d["run"]
     assert run["step_time_s"] == best["step_time_s"] and run["layout"] == best["layout"]
     assert sum(run["ledger_flops"].values()) == pytest.approx(run["peak_flops_total"], rel=1e-9)
-    assert [c["gpu"] for c in d["compare"]] == ["b200", "a100-40gb"]
+    # (the job's own GPU leads the comparison)
+    assert [c["gpu"] for c in d["compare"]] == ["h100-sxm", "b200", "a100-40gb"]
+    assert d["compare"][0]["best"]["step_time_s"] == best["step_time_s"]
     md = (out / "report.md").read_text()
+    assert "|  | the job's answer |" in md  # (the summary table has a header, not an empty row)
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") == 5 and "<table>" in page and best["layout"] in page
+    assert not re.search(r'(src|href)="(https?:)?//|@import|<script|<link', page)  # (nothing fetched)
     for fig in ("plan.png", "step.png", "run.png", "goodput.png", "compare.png"):
         assert (out / fig).read_bytes()[:4] == b"\x89PNG" and f"]({fig})" in md
     assert best["layout"] in md and "How far to trust it" in md and "Which faster part buys the most" in md
@@ -55,3 +62,54 @@ def test_a_report_directory_that_is_a_file_is_refused_before_any_work(tmp_path):
     r = runner.invoke(app, ["report", *JOB, "--gpu-types", "h100-sxm,nope", "--out", str(tmp_path / "r")])
     assert isinstance(r.exception, InputError) and r.exception.field == "gpu"
     assert not (tmp_path / "r").exists()
+
+
+def _chromium() -> str | None:
+    import os
+    import shutil
+
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None and os.environ.get("SUPERCLUSTER_REQUIRE_BROWSER"):
+        pytest.fail("SUPERCLUSTER_REQUIRE_BROWSER is set (.ci/run installs Debian's chromium) but no chromium found")
+    return found
+
+
+#: headless Chromium as root on a closed network (no sandbox, no background connections)
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def test_the_html_report_loads_in_a_browser_with_every_figure_drawn(tmp_path):
+    """report.html opened in headless Chromium (Debian's chromium; .ci/run installs it): the page loads
+    with no console message, and every figure is an inline SVG with drawn content."""
+    import re
+    import subprocess
+
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium on this machine (.ci/run installs Debian's chromium)")
+    out = tmp_path / "rep"
+    r = runner.invoke(app, ["report", *JOB, "--gpu-types", "b200", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    res = subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                          "--enable-logging=stderr", "--v=0", "--dump-dom", (out / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "CONSOLE" not in res.stderr, [x for x in res.stderr.splitlines() if "CONSOLE" in x]
+    dom = res.stdout
+    figures = re.findall(r'<figure id="(\w+)">(.*?)</figure>', dom, re.S)
+    assert [f for f, _ in figures] == ["plan", "step", "run", "goodput", "compare"]
+    for name, svg in figures:
+        assert svg.lstrip().startswith("<svg") and svg.count("<path") > 10, name
+    assert "Which faster part buys the most" in dom and dom.count("<table>") >= 4
+
+
+def test_the_committed_screenshot_is_a_laptop_width_page_of_the_report():
+    """docs/report.png, written by docs/report_screenshot.py (headless Chromium on report.html)."""
+    import struct
+    from pathlib import Path
+
+    png = (Path(__file__).parent.parent / "docs" / "report.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (1280, 2400)

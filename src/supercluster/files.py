@@ -14,8 +14,9 @@ supercluster.errors.InputError: out: ... exists; give --force to overwrite it, o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError, require
 
@@ -81,21 +82,20 @@ def parse_json(text: str, field: str, where: str = "") -> object:
     """JSON text parsed, its errors (nesting too deep included) as one InputError under ``field``."""
     import json
 
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(field, f"{where}not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InputError(field, f"{where}nested too deeply to be a configuration") from None
+    return _parse(json.loads, json.JSONDecodeError, "JSON", text, field, where)
 
 
 def parse_toml(text: str, field: str, where: str = "") -> dict[str, object]:
     """TOML text parsed, its errors (nesting too deep included) as one InputError under ``field``."""
     import tomllib
 
+    return _parse(tomllib.loads, tomllib.TOMLDecodeError, "TOML", text, field, where)  # type: ignore[no-any-return]
+
+
+def _parse(loads: Callable[[str], Any], error: type[Exception], what: str, text: str, field: str, where: str) -> Any:
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(field, f"{where}not valid TOML: {exc}") from None
+        return loads(text)
+    except error as exc:
+        raise InputError(field, f"{where}not valid {what}: {exc}") from None
     except RecursionError:
         raise InputError(field, f"{where}nested too deeply to be a configuration") from None

@@ -113,30 +113,25 @@ def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm, fw, model
 GPUS = st.sampled_from(["h100-sxm", "b200", "mi355x"]).map(get_gpu)
 
 
-def _fp4_ok(gpu, d) -> None:
+def _step(d, fw, model, gpu, **change) -> float:
+    """The step of layout ``d`` (with ``change``) on ``gpu``; fp4 drawn only where the GPU has it."""
+    priced(fw, model)
     assume(d["lowp"] < 2 or gpu.peak_flops_per_s.get("fp4", 0.0) > 0)
+    return float(step_columns(model, gpu, default_network(gpu), fw, cols({**d, **change}, model))["step_time_s"][0])
 
 
 @settings(max_examples=100, deadline=None)
 @given(layouts, FRAMEWORKS, MODELS, GPUS)
 def test_a_bigger_batch_on_the_same_layout_is_never_faster(d, fw, model, gpu):
     """Twice the micro-batches a step (the same layout, twice the global batch) never takes less time."""
-    priced(fw, model)
-    _fp4_ok(gpu, d)
-    net = default_network(gpu)
-    a = step_columns(model, gpu, net, fw, cols(d, model))["step_time_s"]
-    b = step_columns(model, gpu, net, fw, cols({**d, "accum": d["accum"] * 2}, model))["step_time_s"]
-    assert np.all(b >= a * (1 - 1e-12))
+    assert _step(d, fw, model, gpu, accum=d["accum"] * 2) >= _step(d, fw, model, gpu) * (1 - 1e-12)
 
 
 @settings(max_examples=100, deadline=None)
 @given(layouts, FRAMEWORKS, MODELS, GPUS)
 def test_recomputing_more_is_never_faster(d, fw, model, gpu):
     """None, selective, full: each recomputes at least what the one before it does, and costs at least as much."""
-    priced(fw, model)
-    _fp4_ok(gpu, d)
-    net = default_network(gpu)
-    t = [step_columns(model, gpu, net, fw, cols({**d, "recompute": rc}, model))["step_time_s"][0] for rc in (0, 1, 2)]
+    t = [_step(d, fw, model, gpu, recompute=rc) for rc in (0, 1, 2)]
     assert t[0] <= t[1] * (1 + 1e-12) and t[0] <= t[2] * (1 + 1e-12)
 
 

@@ -113,8 +113,7 @@ def _plot_path(ctx: typer.Context, param: Any, path: str | None) -> str | None:
 
 
 PlotOpt = Annotated[str | None, typer.Option(callback=_plot_path, help="also draw it to this file, the suffix its "
-                                             "format: .png, .svg or .pdf (needs matplotlib: pip install "
-                                             "'supercluster-planner\\[plot]')")]  # \\[: rich markup would eat [plot]
+                                             "format: .png, .svg or .pdf")]
 CLI_FRAMEWORK = DEFAULT_FRAMEWORK  # (framework.DEFAULT_FRAMEWORK: one default for the API and every command)
 
 

@@ -176,7 +176,8 @@ def report(
     gpu_types: Annotated[str, typer.Option("--gpu-types", help="also plan the job on these GPU types, "
                                            "comma-separated (empty: none)")] = "",
     rates: RatesOpt = "llama3", trials: TrialsOpt = 2000, seed: SeedOpt = 0,
-    out: Annotated[str, typer.Option(help="directory for report.md, report.json and the figures")] = "report",
+    out: Annotated[str, typer.Option(help="directory for report.html, report.md, report.json and the "
+                                          "figures")] = "report",
     force: ForceOpt = False,
 ) -> None:
     """One job, one shareable report: plan, step, run with failures, network, other GPUs, figures."""
@@ -199,4 +200,5 @@ def report(
         r = _report.build(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=precs,
                           tokens=tokens, gpu_types=kinds, options=RunOptions(rates=rates, trials=trials, seed=seed))
         md = _report.write(r, out)
-    typer.echo(f"wrote {md} (and report.json, {len(list(md.parent.glob('*.png')))} figures)")
+    typer.echo(f"wrote {md} (open it in a browser; and report.md, report.json, "
+               f"{len(list(md.parent.glob('*.png')))} figures)")

@@ -1,6 +1,7 @@
 """One job, one shareable report: ``supercluster report`` plans the job, prices its best layout, runs
 it through failures and checkpoints, sizes its network and, if asked, plans it on other GPU types;
-then writes ``report.md`` with its figures beside it and ``report.json`` with every number.
+then writes ``report.html`` (one self-contained page, its figures inline as SVG), ``report.md`` with
+the same figures as PNG files beside it, and ``report.json`` with every number.
 
 Each part is the very object its own command prints with ``--json`` (plan, estimate, train, fabric,
 compare) and each figure the one that command draws with ``--plot``: the report adds only the page.
@@ -8,6 +9,7 @@ compare) and each figure the one that command draws with ``--plot``: the report 
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +49,9 @@ def build(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, s
     run = analyse_run(model, gpu, num_gpus, framework=framework, layout=lay, tokens=tokens, options=options).summary()
     system = get_system(gpu.system)
     fabric = fabric_summary(build_fabric(num_gpus, gpu, system), gpu, system)
-    others = compare_gpus(model, [get_gpu(k) for k in gpu_types], num_gpus, global_batch=global_batch,
+    # (the job's own GPU leads the comparison, so the others are read against it)
+    kinds = [gpu.key, *(k for k in dict.fromkeys(gpu_types) if k != gpu.key)]
+    others = compare_gpus(model, [get_gpu(k) for k in kinds], num_gpus, global_batch=global_batch,
                           seq_len=seq_len, framework=framework, precisions=precisions,
                           tokens=float(run["tokens"])) if gpu_types else []  # type: ignore[arg-type]
     ev = evidence_for(model, gpu, framework.family, lay.precision, num_gpus, seq_len)
@@ -61,7 +65,8 @@ def build(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, s
 
 
 def write(report: dict[str, Any], out_dir: str | Path) -> Path:
-    """Write ``report.md``, ``report.json`` and the figures into ``out_dir``; returns report.md's path."""
+    """Write ``report.html`` (self-contained: its figures inline as SVG), ``report.md`` with the same
+    figures as PNG files beside it, and ``report.json`` into ``out_dir``; returns report.html's path."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -70,116 +75,149 @@ def write(report: dict[str, Any], out_dir: str | Path) -> Path:
     job, step, run = report["job"], report["step"], report["run"]
     title = f"{job['model_name']} on {job['gpus']:,} x {job['gpu']}"
     figures = {
-        "plan.png": lambda: plots.plan(report["plan"], title=f"{title}: the layouts searched",
-                                       hbm_bytes=step["hbm_bytes"]),
-        "step.png": lambda: plots.ledger(step, title=f"{title}, {step['layout']}: one step"),
-        "run.png": lambda: plots.run_ledger(run, title=f"{title}: where the peak FLOPs go"),
-        "goodput.png": lambda: plots.goodput(run, title=f"{title}: failures and checkpoints"),
+        "plan": lambda: plots.plan(report["plan"], title=f"{title}: the layouts searched",
+                                   hbm_bytes=step["hbm_bytes"]),
+        "step": lambda: plots.ledger(step, title=f"{title}, {step['layout']}: one step"),
+        "run": lambda: plots.run_ledger(run, title=f"{title}: where the peak FLOPs go"),
+        "goodput": lambda: plots.goodput(run, title=f"{title}: failures and checkpoints"),
     }
     if any(r["fits"] for r in report["compare"]):
-        figures["compare.png"] = lambda: plots.compare(report["compare"], title=f"{job['model_name']} on "
-                                                                                 f"{job['gpus']:,} GPUs of each type")
+        figures["compare"] = lambda: plots.compare(report["compare"], title=f"{job['model_name']} on "
+                                                                             f"{job['gpus']:,} GPUs of each type")
+    svgs = {}
     for name, draw in figures.items():
-        plots.save(draw(), str(out / name))
+        plots.save(draw(), str(out / f"{name}.png"))
+        svgs[name] = plots.svg(draw())
+    blocks = _blocks(report, set(figures))
     write_atomic(out / "report.json", json.dumps(report, indent=2, default=str))
-    md = out / "report.md"
-    write_atomic(md, _markdown(report, figures))
-    return md
+    write_atomic(out / "report.md", _markdown(blocks))
+    page = out / "report.html"
+    write_atomic(page, _html(blocks, svgs, title=f"{job['model_name']} on {job['gpus']:,} x {job['gpu_name']}"))
+    return page
 
 
-def _markdown(report: dict[str, Any], figures: dict[str, Any]) -> str:
+#: the report as blocks, rendered to Markdown and to HTML alike: ("h1" | "h2" | "p", text), ("table",
+#: header, rows) or ("figure", name)
+Block = tuple[Any, ...]
+
+
+def _blocks(report: dict[str, Any], figures: set[str]) -> list[Block]:
     job, best, step, run, fab = (report["job"], report["plan"]["best"], report["step"], report["run"],
                                  report["fabric"])
-    lines = [
-        f"# {job['model_name']} on {job['gpus']:,} x {job['gpu_name']}",
-        "",
-        f"Global batch {job['global_batch']:,} x {job['seq_len']:,} tokens, {job['tokens']:.3g} tokens to train, "
-        f"{job['framework']}; every number below is in `report.json` and comes from `supercluster` "
-        f"(plan, estimate, train, fabric, compare).",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| best layout | {best['layout']}, micro-batch {best['micro_batch']}, {best['precision']}, recompute "
-        f"{best['recompute']}, ZeRO {best['zero_stage']} (of {report['plan']['feasible']:,} that fit, "
-        f"{report['plan']['evaluated']:,} searched) |",
-        f"| step | {step['step_time_s']:.3f} s, {step['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU "
-        f"{100 * step['mfu']:.1f} % |",
-        f"| memory per GPU | {step['memory_per_gpu_bytes'] / GiB:.1f} of {step['hbm_bytes'] / GiB:.0f} GiB |",
-        f"| time to train | {run['wall_days_p50']:,.1f} days (p10-p90 {run['wall_days_p10']:,.1f}-"
-        f"{run['wall_days_p90']:,.1f}; {run['failure_free_days']:,.1f} failure-free) |",
-        f"| goodput | ETTR {100 * run['ettr_p50']:.1f} %, job MTBF {run['job_mtbf_h']:,.2f} h, checkpoint every "
-        f"{run['checkpoint_interval_s'] / 60:,.1f} min |",
-        f"| cost | {run['gpu_hours'] / 1e6:,.2f} M GPU-hours, ${run['cost_usd'] / 1e6:,.2f} M, "
-        f"{run['energy_mwh']:,.0f} MWh at {run['facility_power_mw']:,.1f} MW |",
-        f"| network | {len(fab['tiers'])} tier(s) of {fab['switch']}, {fab['total_switches']:,} switches, "
-        f"{fab['transceivers']:,} transceivers, ${fab['network_capex_usd'] / 1e6:,.1f} M |",
-        "",
-        f"How far to trust it: {report['evidence_line']}",
-        "",
-        "## The layouts searched",
-        "",
-        "![plan](plan.png)",
-        "",
-        "## One step, where the time goes",
-        "",
-        "![step](step.png)",
-        "",
-        "## Which faster part buys the most",
-        "",
-        "The same step priced with one hardware rate scaled, the rest and the fabric's topology kept "
-        "(`supercluster estimate --sensitivity`):",
-        "",
-        *_sensitivity_rows(report["sensitivity"]),
-        "",
-        "## Where the traffic goes",
-        "",
-        "Each parallel group of the best layout on the sized fabric (`supercluster estimate --placement`; "
-        "slowdown: how many times slower than its NIC a flow runs when every group of its kind communicates):",
-        "",
-        "| group | members | rank stride | scale-up domains | span GPUs | tops out at | groups at once | slowdown |",
-        "|---|---|---|---|---|---|---|---|",
-        *[f"| {r['group']} | {r['members']:,} | {r['stride']:,} | {r['domains']:,} | {r['span_gpus']:,} | "
-          f"{r['tier_name']} | {r['concurrent_groups']:,} | {r['slowdown']:.2f}x |" for r in step.get("placement", [])],
-        "",
-        "## The whole run, from peak FLOPs to useful work",
-        "",
-        "![run](run.png)",
-        "",
-        "## Failures and checkpoints",
-        "",
-        "![goodput](goodput.png)",
-        "",
+    summary = [
+        ("best layout", f"{best['layout']}, micro-batch {best['micro_batch']}, {best['precision']}, recompute "
+                        f"{best['recompute']}, ZeRO {best['zero_stage']} (of {report['plan']['feasible']:,} that "
+                        f"fit, {report['plan']['evaluated']:,} searched)"),
+        ("step", f"{step['step_time_s']:.3f} s, {step['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU "
+                 f"{100 * step['mfu']:.1f} %"),
+        ("memory per GPU", f"{step['memory_per_gpu_bytes'] / GiB:.1f} of {step['hbm_bytes'] / GiB:.0f} GiB"),
+        ("time to train", f"{run['wall_days_p50']:,.1f} days (p10-p90 {run['wall_days_p10']:,.1f}-"
+                          f"{run['wall_days_p90']:,.1f}; {run['failure_free_days']:,.1f} failure-free)"),
+        ("goodput", f"ETTR {100 * run['ettr_p50']:.1f} %, job MTBF {run['job_mtbf_h']:,.2f} h, checkpoint every "
+                    f"{run['checkpoint_interval_s'] / 60:,.1f} min"),
+        ("cost", f"{run['gpu_hours'] / 1e6:,.2f} M GPU-hours, ${run['cost_usd'] / 1e6:,.2f} M, "
+                 f"{run['energy_mwh']:,.0f} MWh at {run['facility_power_mw']:,.1f} MW"),
+        ("network", f"{len(fab['tiers'])} tier(s) of {fab['switch']}, {fab['total_switches']:,} switches, "
+                    f"{fab['transceivers']:,} transceivers, ${fab['network_capex_usd'] / 1e6:,.1f} M"),
+    ]
+    b: list[Block] = [
+        ("h1", f"{job['model_name']} on {job['gpus']:,} x {job['gpu_name']}"),
+        ("p", f"Global batch {job['global_batch']:,} x {job['seq_len']:,} tokens, {job['tokens']:.3g} tokens to "
+              f"train, {job['framework']}; every number below is in `report.json` and comes from `supercluster` "
+              "(plan, estimate, train, fabric, compare)."),
+        ("table", ("", "the job's answer"), summary),
+        ("p", f"How far to trust it: {report['evidence_line']}"),
+        ("h2", "The layouts searched"), ("figure", "plan"),
+        ("h2", "One step, where the time goes"), ("figure", "step"),
+        ("h2", "Which faster part buys the most"),
+        ("p", "The same step priced with one hardware rate scaled, the rest and the fabric's topology kept "
+              "(`supercluster estimate --sensitivity`):"),
+        ("table", *_sensitivity_table(report["sensitivity"])),
+        ("h2", "Where the traffic goes"),
+        ("p", "Each parallel group of the best layout on the sized fabric (`supercluster estimate --placement`; "
+              "slowdown: how many times slower than its NIC a flow runs when every group of its kind "
+              "communicates):"),
+        ("table", ("group", "members", "rank stride", "scale-up domains", "span GPUs", "tops out at",
+                   "groups at once", "slowdown"),
+         [(r["group"], f"{r['members']:,}", f"{r['stride']:,}", f"{r['domains']:,}", f"{r['span_gpus']:,}",
+           r["tier_name"], f"{r['concurrent_groups']:,}", f"{r['slowdown']:.2f}x") for r in step.get("placement", [])]),
+        ("h2", "The whole run, from peak FLOPs to useful work"), ("figure", "run"),
+        ("h2", "Failures and checkpoints"), ("figure", "goodput"),
     ]
     if report["compare"]:
-        lines += ["## The same job on other GPU types", "", "| GPU | layout | step s | days | cost | MWh |",
-                  "|---|---|---|---|---|---|"]
-        for r in report["compare"]:
-            if r["fits"]:
-                lines.append(f"| {r['gpu']} | {r['best']['layout']} | {r['best']['step_time_s']:.3f} | "
-                             f"{r['days_to_train']:,.1f} (failure-free) | ${r['cost_usd'] / 1e6:,.2f} M | "
-                             f"{r['energy_mwh']:,.0f} |")
-            else:
-                lines.append(f"| {r['gpu']} | {r['reason']} | - | - | - | - |")
-        lines.append("")
-        if "compare.png" in figures:
-            lines += ["![compare](compare.png)", ""]
-    return "\n".join(lines)
+        rows = [(r["gpu"], r["best"]["layout"], f"{r['best']['step_time_s']:.3f}",
+                 f"{r['days_to_train']:,.1f} (failure-free)", f"${r['cost_usd'] / 1e6:,.2f} M",
+                 f"{r['energy_mwh']:,.0f}") if r["fits"] else (r["gpu"], r["reason"], "-", "-", "-", "-")
+                for r in report["compare"]]
+        b += [("h2", "The same job on other GPU types"),
+              ("table", ("GPU", "layout", "step s", "days", "cost", "MWh"), rows)]
+        if "compare" in figures:
+            b.append(("figure", "compare"))
+    return b
 
 
-def _sensitivity_rows(rows: list[dict[str, Any]]) -> list[str]:
-    """The sensitivity as a markdown table: one row per resource, a step and a speedup per factor."""
+def _sensitivity_table(rows: list[dict[str, Any]]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The sensitivity as a table: one row per resource, a step and a speedup per factor."""
     factors = sorted({r["factor"] for r in rows})
     by: dict[str, dict[float, dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(r["label"], {})[r["factor"]] = r
-    head = ["| faster part | " + " | ".join(f"step at x{f:g} | speedup" for f in factors) + " |",
-            "|---|" + "---|---|" * len(factors)]
-    return head + [f"| {label} | " + " | ".join(f"{fs[f]['step_time_s']:.3f} s | {fs[f]['speedup']:.3f}x"
-                                                for f in factors) + " |" for label, fs in by.items()]
+    head = ("faster part", *[x for f in factors for x in (f"step at x{f:g}", "speedup")])
+    return head, [(label, *[x for f in factors for x in (f"{fs[f]['step_time_s']:.3f} s",
+                                                         f"{fs[f]['speedup']:.3f}x")]) for label, fs in by.items()]
+
+
+def _markdown(blocks: list[Block]) -> str:
+    lines: list[str] = []
+    for kind, *rest in blocks:
+        if kind in ("h1", "h2"):
+            lines += [("# " if kind == "h1" else "## ") + rest[0], ""]
+        elif kind == "p":
+            lines += [rest[0], ""]
+        elif kind == "figure":
+            lines += [f"![{rest[0]}]({rest[0]}.png)", ""]
+        else:
+            head, rows = rest
+            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *["| " + " | ".join(row) + " |" for row in rows], ""]
+    return "\n".join(lines)
+
+
+_CSS = """body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.8em;
+border-bottom:1px solid #ddd}table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}th{background:#f3f3f3}
+figure{margin:1em 0}figure svg{width:100%;height:auto}code{background:#f3f3f3;padding:0 .2em}"""
+
+
+def _inline(text: str) -> str:
+    """Escaped text with its `code` spans as <code>."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _html(blocks: list[Block], svgs: dict[str, str], *, title: str) -> str:
+    """One page, nothing fetched: the blocks as HTML, each figure its own inline SVG."""
+    body: list[str] = []
+    for kind, *rest in blocks:
+        if kind in ("h1", "h2", "p"):
+            body.append(f"<{kind}>{_inline(rest[0])}</{kind}>")
+        elif kind == "figure":
+            svg = svgs[rest[0]]
+            body.append(f'<figure id="{rest[0]}">{svg[svg.index("<svg"):]}</figure>')
+        else:
+            head, rows = rest
+            body.append("<table><thead><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in head) + "</tr></thead><tbody>"
+                        + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in rows)
+                        + "</tbody></table>")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}'
+            f"</title><style>{_CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 #: what ``write`` puts in the report's directory
-REPORT_FILES = ("report.md", "report.json", "plan.png", "step.png", "run.png", "goodput.png", "compare.png")
+REPORT_FILES = ("report.html", "report.md", "report.json", "plan.png", "step.png", "run.png", "goodput.png",
+                "compare.png")
 
 
 def check_out(out_dir: str, force: bool = False) -> None:

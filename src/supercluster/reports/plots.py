@@ -3,8 +3,8 @@ goodput, train, scale, sweep, simulate and fabric --compare.
 
 Each figure is drawn from the very object the command prints with ``--json`` (or, for the
 timeline, its Perfetto trace), so a plot can never say something the numbers do not. Matplotlib
-draws them off-screen; the file's suffix picks the format (.png, .svg or .pdf). Matplotlib is an
-optional extra: ``pip install 'supercluster-planner[plot]'`` (the test extra installs it too).
+draws them off-screen; the file's suffix picks the format (.png, .svg or .pdf). Matplotlib is a
+dependency of the package (``report`` draws its figures after a plain install).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ TASK_COLOURS = {"F": "#43a047", "B": "#1e88e5", "send": "#fb8c00", "dp_sync": "#
                 "stragglers": "#9e9e9e"}
 TASK_LABELS = {"F": "forward", "B": "backward", "send": "p2p send", "dp_sync": "exposed data-parallel sync",
                "optimizer": "optimizer", "stragglers": "stragglers"}
-_NO_MATPLOTLIB = "needs matplotlib: pip install 'supercluster-planner[plot]'"
+_NO_MATPLOTLIB = "needs matplotlib (a dependency of supercluster-planner): pip install matplotlib"
 
 
 def check_path(path: str) -> Path:
@@ -66,6 +66,19 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def svg(fig: Any) -> str:
+    """``fig`` as SVG text (for a page that carries its figures inline), then released."""
+    import io
+
+    plt = _pyplot()
+    buf = io.StringIO()
+    try:
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
 
 
 def save(fig: Any, path: str) -> Path:
@@ -372,5 +385,5 @@ def fabric_options(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
     return fig
 
 
-__all__ = ["FORMATS", "GIB", "check_path", "require_matplotlib", "save", "validation", "ledger", "run_ledger",
+__all__ = ["FORMATS", "GIB", "check_path", "require_matplotlib", "save", "svg", "validation", "ledger", "run_ledger",
            "goodput", "plan", "scale", "sweep", "compare", "timeline", "fabric_options"]
