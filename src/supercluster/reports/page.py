@@ -115,7 +115,7 @@ def _blocks(report: dict[str, Any], figures: set[str]) -> list[Block]:
                           f"{run['wall_days_p90']:,.1f}; {run['failure_free_days']:,.1f} failure-free)"),
         ("goodput", f"ETTR {100 * run['ettr_p50']:.1f} %, job MTBF {run['job_mtbf_h']:,.2f} h, checkpoint every "
                     f"{run['checkpoint_interval_s'] / 60:,.1f} min"),
-        ("cost", f"{run['gpu_hours'] / 1e6:,.2f} M GPU-hours, ${run['cost_usd'] / 1e6:,.2f} M, "
+        ("cost", f"{_big(run['gpu_hours'])} GPU-hours, ${_big(run['cost_usd'])}, "
                  f"{run['energy_mwh']:,.0f} MWh at {run['facility_power_mw']:,.1f} MW"),
         ("network", f"{len(fab['tiers'])} tier(s) of {fab['switch']}, {fab['total_switches']:,} switches, "
                     f"{fab['transceivers']:,} transceivers, ${fab['network_capex_usd'] / 1e6:,.1f} M"),
@@ -146,7 +146,7 @@ def _blocks(report: dict[str, Any], figures: set[str]) -> list[Block]:
     ]
     if report["compare"]:
         rows = [(r["gpu"], r["best"]["layout"], f"{r['best']['step_time_s']:.3f}",
-                 f"{r['days_to_train']:,.1f} (failure-free)", f"${r['cost_usd'] / 1e6:,.2f} M",
+                 f"{r['days_to_train']:,.1f} (failure-free)", f"${_big(r['cost_usd'])}",
                  f"{r['energy_mwh']:,.0f}") if r["fits"] else (r["gpu"], r["reason"], "-", "-", "-", "-")
                 for r in report["compare"]]
         b += [("h2", "The same job on other GPU types"),
@@ -154,6 +154,11 @@ def _blocks(report: dict[str, Any], figures: set[str]) -> list[Block]:
         if "compare" in figures:
             b.append(("figure", "compare"))
     return b
+
+
+def _big(x: float) -> str:
+    """A count or a sum of dollars to read at a glance: 1.23 M from a million up, 12,345 below."""
+    return f"{x / 1e6:,.2f} M" if abs(x) >= 1e6 else f"{x:,.0f}"
 
 
 def _sensitivity_table(rows: list[dict[str, Any]]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
