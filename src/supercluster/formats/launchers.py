@@ -38,14 +38,12 @@ from ..errors import InputError, is_whole, require, subtable
 from ..files import parse_json, parse_toml, read_input
 from ..models.spec import ModelSpec
 from ..parallelism import pplayout
-from ..parallelism.framework import DEFAULT_FRAMEWORK, Framework, get_framework
+from ..parallelism.framework import DEFAULT_FRAMEWORK, MEGATRON_FP8_RECIPE, Framework, get_framework
 from ..parallelism.layout import Layout
 from . import megatron_args
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
 TT_SCHEDULE = {True: "Interleaved1F1B", False: "1F1B"}
-#: the fp8 recipes (parallelism.framework.FP8_RECIPES) as Megatron-LM's --fp8-recipe spells them
-MEGATRON_FP8_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 
 
 # ---- export ---------------------------------------------------------------------------------

@@ -53,7 +53,14 @@ from typing import Any
 
 from ..errors import InputError, require
 from ..models.spec import MAX_LAYERS, MAX_SEQ, MAX_WIDTH, ModelSpec, hybrid_counts
-from ..parallelism.framework import DEEPEP_SUFFIX, EP_OVERLAP_SUFFIX, Framework, get_framework
+from ..parallelism.framework import (
+    DEEPEP_SUFFIX,
+    EP_OVERLAP_SUFFIX,
+    FP8_RECIPE_NAMES,
+    MEGATRON_FP8_RECIPE,
+    Framework,
+    get_framework,
+)
 from ..parallelism.layout import Layout
 
 #: Megatron-LM's defaults for flags a script may leave out (arguments.py)
@@ -150,17 +157,14 @@ def parse_args(text: str) -> dict[str, Any]:
         raise InputError("config", f"cannot read Megatron arguments: {exc}") from None
     tokens = []
     for tok in words:
-        # a bash array written on one line, ARGS=(--a 1 --b 2): its brackets are not part of the words
+        # a bash array written on one line, ARGS=(--a 1 --b 2): its brackets are words of their own
         if re.match(r"[A-Za-z_]\w*\+?=\(", tok):
             tokens.append("(")
             tok = tok[tok.index("(") + 1:]
-        if tok.endswith(")") and "(" not in tok and tok != ")":
-            tok = tok[:-1]
-            words_after = [")"]
-        else:
-            words_after = []
+        close = tok.endswith(")") and "(" not in tok and tok != ")"
+        tok = tok[:-1] if close else tok
         if not tok:
-            tokens += words_after
+            tokens += [")"] if close else []
             continue
         # a quoted "--flag value" item, or flags gathered in a (quoted) assignment (opts=" --a 1 --b",
         # x=--swiglu): read the words inside
@@ -174,7 +178,7 @@ def parse_args(text: str) -> dict[str, Any]:
             tokens += [w for w in inner if w != "\\"]
         else:
             tokens.append(tok)
-        tokens += words_after
+        tokens += [")"] if close else []
 
     def is_value(j: int) -> bool:  # (not the next flag, a bash array bracket or a shell assignment)
         return (j < len(tokens) and not tokens[j].startswith("--") and tokens[j] not in ("(", ")")
@@ -185,10 +189,10 @@ def parse_args(text: str) -> dict[str, Any]:
     while i < len(tokens):
         tok = tokens[i]
         if tok.startswith("--"):
-            key = tok[2:].replace("_", "-")
-            if "=" in tok:  # --flag=value (argparse and torchrun read it as --flag value)
-                name, _, value = tok[2:].partition("=")
-                args[name.replace("_", "-")] = value
+            name, eq, value = tok[2:].partition("=")
+            key = name.replace("_", "-")
+            if eq:  # --flag=value (argparse and torchrun read it as --flag value)
+                args[key] = value
                 i += 1
                 continue
             if key == "recompute-modules":  # a list: every value up to the next flag
@@ -530,8 +534,7 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
     dropout = any(_float(args, f, 0.1) > 0 for f in ("attention-dropout", "hidden-dropout"))
     backend = str(args.get("attention-backend", "auto")).lower()
     recipe = str(args.get("fp8-recipe", "delayed")).lower()
-    recipes = {"delayed": "delayed", "tensorwise": "current", "blockwise": "blockwise", "mxfp8": "mxfp8"}
-    require(recipe in recipes, "fp8-recipe", f"{recipe!r}: allowed {', '.join(recipes)}")
+    require(recipe in FP8_RECIPE_NAMES, "fp8-recipe", f"{recipe!r}: allowed {', '.join(MEGATRON_FP8_RECIPE.values())}")
     out = dataclasses.replace(
         fw, key=name, era_of="megatron",  # (its family: the evidence line and the notes name Megatron-LM)
         tp_comm_overlap=bool(args.get("tp-comm-overlap")), dp_overlap=bool(args.get("overlap-grad-reduce")),
@@ -539,7 +542,7 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
         pp_split_counts_head=bool(args.get("account-for-embedding-in-pipeline-split")
                                   or args.get("account-for-loss-in-pipeline-split")),
         grad_bytes=grad, grad_reduce_bytes=grad, dropout=dropout, fp8_param_gather=bool(args.get("fp8-param-gather")),
-        attention="unfused" if backend in ("unfused", "local") else fw.attention, fp8_recipe=recipes[recipe])
+        attention="unfused" if backend in ("unfused", "local") else fw.attention, fp8_recipe=FP8_RECIPE_NAMES[recipe])
     return dataclasses.replace(out, doc=describe(out))
 
 

@@ -24,6 +24,7 @@ from ..parallelism.framework import (
     CUDA_GRAPHS_SUFFIX,
     DP_OVERLAP_SUFFIX,
     EMBED_SPLIT_SUFFIX,
+    FP8_RECIPE_NAMES,
     NO_DP_OVERLAP_SUFFIX,
     NO_TP_OVERLAP_SUFFIX,
     TP_OVERLAP_SUFFIX,
@@ -197,21 +198,15 @@ RUN_OPTION_COLUMNS = {"cuda_graphs": (CUDA_GRAPHS_SUFFIX, ""),
                       "dp_overlap": (DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX)}
 
 
-#: an optional fp8_recipe column's values (Megatron-LM's and Transformer Engine's names) as the recipes
-#: of :data:`supercluster.parallelism.framework.FP8_RECIPES`
-FP8_RECIPE_WORDS = {"delayed": "delayed", "current": "current", "tensorwise": "current", "blockwise": "blockwise",
-                    "mxfp8": "mxfp8"}
-
-
 def fp8_recipe(row: dict[str, str]) -> str | None:
     """The fp8 recipe a row states: its fp8_recipe column, else what its precision text names (the
     Megatron-Bridge tables' "current scaling, FP8-CS" and "MXFP8 block scaling", DeepSeek's
     "fine-grained tile/block scaling"); None where it says none (the framework's default)."""
     said = (row.get("fp8_recipe") or "").strip().lower()
     if said:
-        require(said in FP8_RECIPE_WORDS, "fp8_recipe",
-                f"{said!r}: allowed {', '.join(FP8_RECIPE_WORDS)} or blank (the framework's default)")
-        return FP8_RECIPE_WORDS[said]
+        require(said in FP8_RECIPE_NAMES, "fp8_recipe",
+                f"{said!r}: allowed {', '.join(FP8_RECIPE_NAMES)} or blank (the framework's default)")
+        return FP8_RECIPE_NAMES[said]
     t = (row.get("precision") or "").lower()
     if "fp8" not in t:
         return None

@@ -38,6 +38,10 @@ ROUTERS = ("random", "round-robin")
 #: blockwise, mxfp8), each priced by its own quantisation cost (kernels.toml [quantize]); "delayed" is
 #: Megatron-LM's and Transformer Engine's default
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+#: each recipe as Megatron-LM's --fp8-recipe spells it (current scaling is its "tensorwise")
+MEGATRON_FP8_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
+#: every name a run may give a recipe (ours and Megatron-LM's), and the recipe it means
+FP8_RECIPE_NAMES = {**{r: r for r in FP8_RECIPES}, **{m: r for r, m in MEGATRON_FP8_RECIPE.items()}}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
