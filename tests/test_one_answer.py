@@ -111,3 +111,24 @@ def test_a_job_from_a_runs_row_or_a_launcher_config_prices_as_validate_and_estim
     back = _json(["estimate", "--model", "llama3-8b", "--gpus", "64", "--config", str(tmp_path / "job.toml"),
                   "--no-evidence"])
     assert estimate(cfg).step_time_s == pytest.approx(back["step_time_s"], rel=1e-12)
+
+
+def test_jobs_priced_together_price_as_they_do_one_by_one():
+    """validate prices the rows of one model, GPU, GPU count and framework in one pass of the cost
+    model (price_many); every number is the one the job gets alone."""
+    from supercluster.formats.runs import load_rows
+    from supercluster.job import Job, check_job, price, price_many
+
+    jobs = []
+    for name in ("public", "heldout"):
+        for row in load_rows(name):
+            try:
+                jobs.append(check_job(Job.from_row(row)[0]))
+            except ValueError:
+                continue
+    # the shipped rows hold several layouts of one job: some groups price more than one row
+    assert len({(j.model, j.gpu.key, j.num_gpus, j.framework) for j in jobs}) < len(jobs)
+    together = price_many(jobs)
+    for job, b in zip(jobs, together, strict=True):
+        alone = price(job)
+        assert b.step_time_s == alone.step_time_s and b.ledger == alone.ledger and b.memory == alone.memory, job

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -28,21 +31,55 @@ def _count(db):
         con.close()
 
 
-def test_sweep_killed_midway_resumes_with_every_scenario_once(tmp_path):
+def _children(pid):
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads worker processes from /proc")
+def test_sweep_killed_midway_leaves_no_worker_and_resumes_with_every_scenario_once(tmp_path):
+    """kill -9 of the sweep alone (not its process group): its workers end with it, the database holds
+    every committed chunk once, and a rerun stores exactly the rest."""
     db = tmp_path / "s.duckdb"
     cmd = [sys.executable, "-m", "supercluster", "sweep", "--db", str(db), *BIG, "--chunk", "200", "--workers", "2",
            "--log"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
     committed = 0
     assert proc.stderr is not None
-    for line in proc.stderr:
-        if line.startswith("committed"):
-            committed = int(line.split()[1].split("/")[0])
-            if committed >= 2000:
-                break
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    proc.stderr.close()
+    try:
+        for line in proc.stderr:
+            if line.startswith("committed"):
+                committed = int(line.split()[1].split("/")[0])
+                if committed >= 2000:
+                    break
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [w for w in workers if _alive(w)], "sweep workers outlived their killed parent"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stderr.close()
     n, distinct, _, _ = _count(db)
     assert 0 < n < 15360 and n == distinct
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -50,6 +87,18 @@ def test_sweep_killed_midway_resumes_with_every_scenario_once(tmp_path):
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["total"] == 15360 and res["stored_before"] == n
     assert _count(db) == (15360, 15360, 0, 15359)
+
+
+def test_a_database_another_sweep_holds_is_one_clear_error(tmp_path):
+    db = tmp_path / "held.duckdb"
+    holder = duckdb.connect(str(db))
+    try:
+        out = subprocess.run([sys.executable, "-m", "supercluster", "sweep", "--db", str(db), "--models", "llama3-8b",
+                              "--gpu-types", "h100-sxm", "--sizes", "64"], capture_output=True, text=True, timeout=120)
+    finally:
+        holder.close()
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"error: db: {db} is in use by another process (PID {os.getpid()})" in out.stderr
 
 
 def test_resume_refuses_a_different_grid(tmp_path):

@@ -564,3 +564,60 @@ def test_validate_reports_memory_misses_and_the_ranking_in_json():
     rk = res["ranking"]
     assert rk["groups"] == len(rk["by_group"]) > 0 and 0 <= rk["picks"] <= rk["groups"]
     assert rk["pairs_in_order"] <= rk["pairs"] and rk["tie"] == 0.02
+
+
+def _runs_file(tmp_path, rows, copies=1):
+    import csv
+
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        out = csv.DictWriter(f, fieldnames=list(rows[0]))
+        out.writeheader()
+        for k in range(copies):
+            for r in rows:
+                out.writerow(dict(r, id=f"{r['id']}-{k}"))
+    return path
+
+
+def test_validate_streams_a_file_in_chunks_with_the_same_answer(tmp_path, monkeypatch):
+    """A runs file is read row by row and priced a chunk at a time: chunks of 7 rows give every row the
+    prediction it gets in one chunk, and progress reports the rows read."""
+    from supercluster.validation import validate as v
+
+    rows = [r for r in v.load_rows("public") if r["scored"] == "yes"][:20]
+    path = _runs_file(tmp_path, rows, copies=3)
+    whole = v.validate(path)
+    monkeypatch.setattr(v, "CHUNK_ROWS", 7)
+    seen = []
+    chunked = v.validate(path, progress=seen.append)
+    assert [r.predicted_step_time_s for r in chunked["rows"]] == [r.predicted_step_time_s for r in whole["rows"]]
+    assert chunked["mape"] == whole["mape"] and len(whole["rows"]) == 60
+    assert seen == [7, 14, 21, 28, 35, 42, 49, 56]
+
+
+def test_a_runs_file_beyond_its_bounds_is_refused_by_name(tmp_path, monkeypatch):
+    from supercluster.errors import InputError
+    from supercluster.formats import runs
+
+    rows = runs.load_rows("public")[:3]
+    path = _runs_file(tmp_path, rows)
+    monkeypatch.setattr(runs, "MAX_RUNS_ROWS", 2)
+    with pytest.raises(InputError, match=r"runs: more than 2 rows"):
+        runs.load_rows(path)
+    monkeypatch.setattr(runs, "MAX_RUNS_FILE_BYTES", 100)
+    with pytest.raises(InputError, match=r"runs: .* GiB; at most"):
+        runs.load_rows(path)
+    monkeypatch.undo()
+    big = tmp_path / "big.csv"
+    big.write_text(path.read_text().replace(rows[1]["notes"], "x" * 200_000), encoding="utf-8")
+    with pytest.raises(InputError, match=r"runs: malformed CSV \(line \d+\)"):
+        runs.load_rows(big)
+
+
+def test_rows_of_one_model_share_one_model_named_by_the_run():
+    from supercluster.formats.runs import load_rows, row_model
+
+    rows = [r for r in load_rows("public") if r["model_name"] == "GPT-3 175B"]
+    assert len(rows) > 1
+    models = {id(row_model(r)) for r in rows if r["seq_len"] == rows[0]["seq_len"]}
+    assert len(models) == 1 and row_model(rows[0]).key == "GPT-3 175B"

@@ -1,4 +1,5 @@
-"""A training job, checked once, and priced: :class:`Job`, :func:`check_job`, :func:`estimate`.
+"""A training job, checked once, and priced: :class:`Job`, :func:`check_job`, :func:`estimate`
+(:func:`price_many` for many jobs at once).
 
 A job is what runs (the model), on what (``num_gpus`` of a GPU, over a network), and how (the
 framework that runs it and the layout: parallel degrees, batch, recompute, precision). Every view -
@@ -28,7 +29,7 @@ from .parallelism.framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from .parallelism.layout import Layout
 from .perf.columns import DEFAULT_RANK_ORDER
 from .perf.compute import check_kernels
-from .perf.step import StepBreakdown, step_breakdown
+from .perf.step import StepBreakdown, step_breakdown, step_breakdowns
 
 
 def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: int | None = None,
@@ -158,6 +159,25 @@ def price(job: Job) -> StepBreakdown:
     """The step of a job :func:`check_job` passed."""
     return step_breakdown(job.model, layout=job.layout, gpu=job.gpu, net=job.net, fw=job.framework,
                           rank_order=job.rank_order)
+
+
+def price_many(jobs: list[Job]) -> list[StepBreakdown]:
+    """The steps of jobs :func:`check_job` passed, in order: the same numbers as :func:`price` one by one,
+    priced in one vectorised pass per group of jobs that share a model, GPU, GPU count, network, framework,
+    rank order and explicit pipeline layout (a layout sweep, a runs file: validate's thousands of rows)."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, job in enumerate(jobs):
+        key = (job.model, id(job.gpu), job.num_gpus, id(job.network), job.framework, job.rank_order,
+               job.layout.pp_layout)
+        groups.setdefault(key, []).append(i)
+    out: list[StepBreakdown | None] = [None] * len(jobs)
+    for idx in groups.values():
+        first = jobs[idx[0]]
+        priced = step_breakdowns(first.model, layouts=[jobs[i].layout for i in idx], gpu=first.gpu, net=first.net,
+                                 fw=first.framework, rank_order=first.rank_order)
+        for i, b in zip(idx, priced, strict=True):
+            out[i] = b
+    return out  # type: ignore[return-value]
 
 
 def estimate(model: Job | ModelSpec | str, *, gpu: GpuSpec | str | None = None, num_gpus: int | None = None,

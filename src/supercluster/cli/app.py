@@ -163,14 +163,14 @@ def _given_options(ctx: typer.Context) -> set[str]:
 
 
 @contextlib.contextmanager
-def _pricing_bar() -> Iterator[Callable[[int, int], None]]:
+def _pricing_bar(description: str = "pricing layouts") -> Iterator[Callable[[int, int | None], None]]:
     """A bar while a plan prices its layouts (MoE searches run to millions of layouts, several
-    seconds); transient and on stderr, so --json and --export stay clean. Yields the planner's
-    ``progress`` callback."""
+    seconds) or validate its rows; transient and on stderr, so --json and --export stay clean. Yields
+    the ``progress(done, total)`` callback (total None: not known ahead)."""
     from rich.progress import Progress
 
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
-        task = bar.add_task("pricing layouts", total=None)
+        task = bar.add_task(description, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 

@@ -17,6 +17,7 @@ from .app import (
     _emit_json,
     _out,
     _plot,
+    _pricing_bar,
     app,
 )
 
@@ -51,7 +52,8 @@ def validate(
         con.print(f"ranked {sm['ranked']} of {sm['rows']} rows: #1 {sm['top1']}, top 10 {sm['top10']}, top 100 "
                   f"{sm['top100']}; median percentile {sm['median_percentile']}, p90 {sm['p90_percentile']}")
         return
-    res = validation.validate(runs)
+    with _pricing_bar("pricing runs") as bar:
+        res = validation.validate(runs, progress=lambda rows: bar(rows, None))
     groups = validation.by_group(res["rows"], by) if by else None  # type: ignore[arg-type]
     _plot(plot, lambda: plots.validation(
         [dataclasses.asdict(r) for r in res["rows"]], group=by or "kind",  # type: ignore[attr-defined]

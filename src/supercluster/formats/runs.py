@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
+import functools
 import math
 import re
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import IO
 
 from ..errors import InputError, require
 from ..models.catalog import model_catalog
@@ -45,6 +47,8 @@ EMBED_SPLIT_WORDS = ("transformer|embedding", "account-for-embedding", "account_
 
 def _int(row: dict[str, str], name: str, default: int | None = None) -> int:
     raw = (row.get(name) or "").strip()
+    if raw.isascii() and raw.isdigit():
+        return int(raw)
     if not raw:
         if default is None:
             raise InputError(name, "is blank")
@@ -58,9 +62,22 @@ def _int(row: dict[str, str], name: str, default: int | None = None) -> int:
     return int(v)
 
 
+#: the columns a row's architecture is read from (:func:`row_model`)
+MODEL_COLUMNS = ("model_name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len",
+                 "moe_experts", "moe_topk", "mtp_layers")
+
+
 def row_model(row: dict[str, str]) -> ModelSpec:
     """The architecture of a row; activation, head dim and embedding tying come from the preset
-    with the same (layers, hidden, heads) when there is one, else from ffn = 4h (GELU) or not (SwiGLU)."""
+    with the same (layers, hidden, heads) when there is one, else from ffn = 4h (GELU) or not (SwiGLU).
+    Rows that agree on :data:`MODEL_COLUMNS` get the same model (its key: the model's name), so that
+    a file's rows of one model are priced together."""
+    return _row_model(tuple((row.get(c) or "").strip() for c in MODEL_COLUMNS))
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_model(values: tuple[str, ...]) -> ModelSpec:
+    row = dict(zip(MODEL_COLUMNS, values, strict=True))
     layers, hidden, heads = _int(row, "layers"), _int(row, "hidden"), _int(row, "heads")
     for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads)):
         require(v > 0, name, f"must be a positive integer, got {v}")
@@ -81,17 +98,17 @@ def row_model(row: dict[str, str]) -> ModelSpec:
     experts = _int(row, "moe_experts", 0)
     if preset is not None and preset.hybrid_pattern and experts == preset.num_experts:
         # nor for a hybrid's Mamba layers and layer pattern: a matching hybrid preset supplies them
-        return dataclasses.replace(preset, key=row.get("id", "row"), name=row.get("model_name", preset.name),
+        return dataclasses.replace(preset, key=row["model_name"] or preset.key, name=row["model_name"] or preset.name,
                                    seq_len=_int(row, "seq_len"), mtp_layers=mtp)
     if preset is not None and preset.is_moe and experts == preset.num_experts:
         # The CSV has no columns for shared experts, leading dense layers, expert width or MLA: a
         # matching MoE preset supplies them; the row's own columns must agree with it.
         require(_int(row, "moe_topk", preset.top_k) == preset.top_k, "moe_topk",
                 f"{row.get('moe_topk')} differs from the {preset.name} preset's {preset.top_k}")
-        return dataclasses.replace(preset, key=row.get("id", "row"), name=row.get("model_name", preset.name),
+        return dataclasses.replace(preset, key=row["model_name"] or preset.key, name=row["model_name"] or preset.name,
                                    seq_len=_int(row, "seq_len"), mtp_layers=mtp)
     moe = {"num_experts": experts, "top_k": _int(row, "moe_topk", 2), "moe_ffn_dim": ffn} if experts else {}
-    return ModelSpec(key=row.get("id", "row"), name=row.get("model_name", "row"), num_layers=layers,
+    return ModelSpec(key=row["model_name"] or "row", name=row["model_name"] or "row", num_layers=layers,
                      d_model=hidden, ffn_dim=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads", heads),
                      head_dim=head_dim, vocab_size=_int(row, "vocab", 51200), mlp=mlp, tied_embeddings=tied,
                      seq_len=_int(row, "seq_len"), mtp_layers=mtp, **moe)
@@ -299,25 +316,42 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
 SHIPPED_RUNS = {"public": "public-runs.csv", "heldout": "heldout-runs.csv"}
 
 
+#: A runs file is streamed; these bound what one can cost: its size, its rows, and (the csv module's
+#: field_size_limit, 128 KiB) each field.
+MAX_RUNS_FILE_BYTES = 2**30
+MAX_RUNS_ROWS = 2_000_000
+
+
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
     """Rows of a runs CSV: a path, or a shipped set by name (:data:`SHIPPED_RUNS`; ``public`` by default)."""
+    return list(iter_rows(path))
+
+
+def iter_rows(path: str | Path | None = None) -> Iterator[dict[str, str]]:
+    """The rows of a runs CSV one at a time (:func:`load_rows`), read as they are needed: a file of any
+    number of rows within the bounds above costs memory for one row."""
     if path is None or str(path) in SHIPPED_RUNS:
         name = SHIPPED_RUNS[str(path) if path is not None else "public"]
-        text = resources.files("supercluster").joinpath("data").joinpath(name).read_text("utf-8")
+        handle: IO[str] = resources.files("supercluster").joinpath("data").joinpath(name).open("r", encoding="utf-8")
     else:
         p = Path(path)
         if not p.is_file():
             raise InputError("runs", f"no such file {str(path)!r}; or a shipped set: {', '.join(SHIPPED_RUNS)}")
+        require(p.stat().st_size <= MAX_RUNS_FILE_BYTES, "runs",
+                f"{str(path)!r} is {p.stat().st_size / 2**30:.1f} GiB; at most {MAX_RUNS_FILE_BYTES // 2**30} GiB "
+                "(split the file)")
         # (utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name)
-        text = p.read_text(encoding="utf-8-sig", errors="replace")
-    try:
-        reader = csv.DictReader(io.StringIO(text))
-        rows = list(reader)
-    except csv.Error as exc:
-        raise InputError("runs", f"malformed CSV: {exc}") from exc
-    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise InputError("runs", f"missing columns {missing}; see ../shared/validation/README.md")
-    return rows
+        handle = p.open(encoding="utf-8-sig", errors="replace", newline="")
+    with handle:
+        reader = csv.DictReader(handle)
+        try:
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise InputError("runs", f"missing columns {missing}; see ../shared/validation/README.md")
+            for i, row in enumerate(reader):
+                require(i < MAX_RUNS_ROWS, "runs", f"more than {MAX_RUNS_ROWS:,} rows (split the file)")
+                yield row
+        except csv.Error as exc:
+            raise InputError("runs", f"malformed CSV (line {reader.line_num}): {exc}") from exc
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -402,9 +402,11 @@ def framework_of_year(fw: Framework, year: int | None) -> Framework:
     return fw
 
 
+@lru_cache(maxsize=512)
 def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, str | None]:
     """Like :func:`get_framework`, but an unknown name falls back to the default with a note; a
-    publication ``year`` selects the profile of that era (see :func:`framework_of_year`)."""
+    publication ``year`` selects the profile of that era (see :func:`framework_of_year`). Profiles are
+    frozen: a name read again gets the same one."""
     try:
         fw, note = get_framework(name), None
     except InputError:

@@ -8,6 +8,7 @@ TP x CP x DP as ETP x EP x EDP, so EP must divide ``tp * cp * dp / expert_tp``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -59,57 +60,64 @@ class Layout:
     grad_accum: int = 1
 
     def __post_init__(self) -> None:
+        # (each check raises its own message; no message is built for a layout that passes them all)
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len", "grad_accum"):
             v = getattr(self, f)
-            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f,
-                    f"must be a positive integer, got {v!r}")
-        require(self.precision in PRECISION, "precision",
-                f"unknown {self.precision!r}; allowed: {', '.join(PRECISION)}")
-        require(self.recompute in RECOMPUTE, "recompute",
-                f"unknown {self.recompute!r}; allowed: {', '.join(RECOMPUTE)}")
-        require(isinstance(self.recompute_layers, int) and self.recompute_layers >= 0, "recompute_layers",
-                f"must be a non-negative integer (0 = every layer), got {self.recompute_layers!r}")
-        require(self.recompute_layers == 0 or self.recompute == "full", "recompute_layers",
-                f"{self.recompute_layers} layers needs --recompute full, got {self.recompute!r}")
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise InputError(f, f"must be a positive integer, got {v!r}")
+        if self.precision not in PRECISION:
+            raise InputError("precision", f"unknown {self.precision!r}; allowed: {', '.join(PRECISION)}")
+        if self.recompute not in RECOMPUTE:
+            raise InputError("recompute", f"unknown {self.recompute!r}; allowed: {', '.join(RECOMPUTE)}")
+        rcl = self.recompute_layers
+        if not (isinstance(rcl, int) and rcl >= 0):
+            raise InputError("recompute_layers", f"must be a non-negative integer (0 = every layer), got {rcl!r}")
+        if rcl and self.recompute != "full":
+            raise InputError("recompute_layers", f"{rcl} layers needs --recompute full, got {self.recompute!r}")
         mods = self.recompute_modules
-        require(isinstance(mods, (tuple, list)) and all(isinstance(x, str) for x in mods), "recompute_modules",
-                f"must be a list of module names, got {mods!r}")
+        if not (isinstance(mods, (tuple, list)) and all(isinstance(x, str) for x in mods)):
+            raise InputError("recompute_modules", f"must be a list of module names, got {mods!r}")
         for x in mods:
-            require(x not in UNPRICED_MODULES, "recompute_modules",
-                    f"{x!r} is not priced (its saved tensors are not in the model); allowed: "
-                    f"{', '.join(RECOMPUTE_MODULES)}")
-            require(x in RECOMPUTE_MODULES, "recompute_modules",
-                    f"unknown {x!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
-        require(not mods or self.recompute == "selective", "recompute_modules",
-                f"{', '.join(mods)} needs --recompute selective, got {self.recompute!r}")
+            if x in UNPRICED_MODULES:
+                raise InputError("recompute_modules", f"{x!r} is not priced (its saved tensors are not in the "
+                                 f"model); allowed: {', '.join(RECOMPUTE_MODULES)}")
+            if x not in RECOMPUTE_MODULES:
+                raise InputError("recompute_modules", f"unknown {x!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
+        if mods and self.recompute != "selective":
+            raise InputError("recompute_modules",
+                             f"{', '.join(mods)} needs --recompute selective, got {self.recompute!r}")
         # one canonical order, no repeats (a frozen dataclass: set through object.__setattr__)
         object.__setattr__(self, "recompute_modules", tuple(x for x in RECOMPUTE_MODULES if x in mods))
-        require(self.zero_stage in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero_stage!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise InputError("zero", f"must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero_stage!r}")
         per_step = self.dp * self.micro_batch
-        require(self.global_batch % per_step == 0, "global_batch",
-                f"{self.global_batch} must be a multiple of dp x micro_batch = {self.dp} x {self.micro_batch}"
-                f" = {per_step}")
-        require(self.num_microbatches % self.grad_accum == 0, "grad_accum",
-                f"{self.grad_accum} must divide the {self.num_microbatches} micro-batches per data-parallel rank "
-                f"(global_batch / (dp x micro_batch) = {self.global_batch} / ({self.dp} x {self.micro_batch}))")
-        etp = self.etp
-        require(isinstance(etp, int) and not isinstance(etp, bool) and etp >= 1 and self.tp % etp == 0,
-                "expert_tp", f"must divide tp = {self.tp}, got {self.expert_tp!r}")
-        if etp == self.tp:
-            require((self.dp * self.cp) % self.ep == 0, "ep",
-                    f"{self.ep} must divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}"
-                    + (" (or set expert_tp < tp to fold EP over TP)" if self.tp > 1 else ""))
-        else:
-            grid = self.tp * self.cp * self.dp // etp
-            require(grid % self.ep == 0, "ep",
-                    f"{self.ep} must divide tp x cp x dp / expert_tp = {self.tp} x {self.cp} x {self.dp} / {etp}"
-                    f" = {grid}")
-        require(self.vpp == 1 or self.pp > 1, "vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+        if self.global_batch % per_step:
+            raise InputError("global_batch", f"{self.global_batch} must be a multiple of dp x micro_batch = "
+                             f"{self.dp} x {self.micro_batch} = {per_step}")
+        if self.num_microbatches % self.grad_accum:
+            raise InputError("grad_accum", f"{self.grad_accum} must divide the {self.num_microbatches} micro-batches "
+                             f"per data-parallel rank (global_batch / (dp x micro_batch) = {self.global_batch} / "
+                             f"({self.dp} x {self.micro_batch}))")
+        self._check_experts()
+        if self.vpp > 1 and self.pp == 1:
+            raise InputError("vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
         if self.pp_layout is not None:
             n = len(pplayout.parse(self.pp_layout))
             require(n == self.pp * self.vpp, "pp_layout",
                     f"has {n} stages; pp x vpp = {self.pp} x {self.vpp} = {self.pp * self.vpp}"
                     + (f" (give --vpp {n // self.pp})" if n % self.pp == 0 else f" ({n} is not a multiple of pp)"))
+
+    def _check_experts(self) -> None:
+        etp = self.etp
+        if not (isinstance(etp, int) and not isinstance(etp, bool) and etp >= 1 and self.tp % etp == 0):
+            raise InputError("expert_tp", f"must divide tp = {self.tp}, got {self.expert_tp!r}")
+        if etp == self.tp:
+            if (self.dp * self.cp) % self.ep:
+                raise InputError("ep", f"{self.ep} must divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}"
+                                 + (" (or set expert_tp < tp to fold EP over TP)" if self.tp > 1 else ""))
+        elif (grid := self.tp * self.cp * self.dp // etp) % self.ep:
+            raise InputError("ep", f"{self.ep} must divide tp x cp x dp / expert_tp = {self.tp} x {self.cp} x "
+                             f"{self.dp} / {etp} = {grid}")
 
     @property
     def etp(self) -> int:
@@ -134,15 +142,9 @@ class Layout:
         the planner keeps its candidates by); the first one broken is raised, naming every number.
         ``extra_pp_layers``: pipeline slots a framework fills with the embedding and the loss (2 in
         Megatron-Core's account_for_*_in_pipeline_split)."""
-        from . import rules
-
-        row = dict(tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep, seq=self.seq_len)
-        for rule in rules.RULES:
-            if rule is rules.PIPELINE_SLOTS and self.pp_layout is not None:  # the layout says where every layer goes
-                pplayout.check(pplayout.parse(self.pp_layout), pp=self.pp, vpp=self.vpp, num_layers=model.num_layers,
-                               mtp_layers=model.mtp_layers, name=model.name)
-            elif err := rules.broken(rule, model, row, extra_pp_layers):
-                raise err
+        if err := _model_error(model, self.tp, self.pp, self.vpp, self.cp, self.ep, self.seq_len, extra_pp_layers,
+                               self.pp_layout):
+            raise InputError(*err)
 
     def check_gpus(self, num_gpus: int) -> None:
         require(self.num_gpus == num_gpus, "gpus",
@@ -200,3 +202,23 @@ class Layout:
         if self.grad_accum > 1:
             s += f"-ga{self.grad_accum}"
         return s
+
+
+@functools.lru_cache(maxsize=4096)
+def _model_error(model: ModelSpec, tp: int, pp: int, vpp: int, cp: int, ep: int, seq: int, extra_pp_layers: int,
+                 pp_layout: str | None) -> tuple[str, str] | None:
+    """The field and message of the first rule of :meth:`Layout.check_model` these degrees break, or None
+    (kept: a sweep or a runs file asks again for the same degrees of one model)."""
+    from . import rules
+
+    row = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, seq=seq)
+    for rule in rules.RULES:
+        if rule is rules.PIPELINE_SLOTS and pp_layout is not None:  # the layout says where every layer goes
+            try:
+                pplayout.check(pplayout.parse(pp_layout), pp=pp, vpp=vpp, num_layers=model.num_layers,
+                               mtp_layers=model.mtp_layers, name=model.name)
+            except InputError as exc:
+                return exc.field, str(exc).removeprefix(f"{exc.field}: ")
+        elif err := rules.broken(rule, model, row, extra_pp_layers):
+            return err.field, str(err).removeprefix(f"{err.field}: ")
+    return None

@@ -90,7 +90,7 @@ def keeps(model: ModelSpec, cols: Cols, extra_pp_layers: int = 0) -> np.ndarray:
 
 def broken(rule: Rule, model: ModelSpec, row: dict[str, int], extra_pp_layers: int = 0) -> InputError | None:
     """The error one layout (``row``: tp, pp, vpp, cp, ep, seq) gets for breaking ``rule``, or None."""
-    ok = rule.ok(model, {k: np.array([v]) for k, v in row.items()}, extra_pp_layers)
-    if bool(np.asarray(ok).reshape(-1)[0]):
+    ok = rule.ok(model, row, extra_pp_layers)  # type: ignore[arg-type]  (the rules' numpy reads plain ints too)
+    if bool(ok):
         return None
     return InputError(rule.field, rule.why(model, row, extra_pp_layers))

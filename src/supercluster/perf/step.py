@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri
 
+from ..errors import require
 from ..hardware.specs import GpuSpec
 from ..models.spec import ModelSpec
 from ..network.twolevel import Network
@@ -209,13 +210,31 @@ class StepBreakdown:
 def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
                    rank_order: str = DEFAULT_RANK_ORDER) -> StepBreakdown:
     """Price one layout of a job :func:`supercluster.job.check_job` passed."""
-    stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
-    out = step_columns(model, gpu, net, fw, layout_columns(layout, fw), rank_order, stages=stages)
-    first = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
-    return StepBreakdown(
-        step_time_s=first["step_time_s"], ledger={k: first[k] for k in LEDGER}, num_gpus=int(first["num_gpus"]),
-        tokens_per_step=first["tokens_per_step"], model_flops=first["model_flops"],
-        hardware_flops=first["hardware_flops"], peak_flops_per_s=first["peak_flops_per_s"],
-        memory={k: first[k] for k in MEMORY_KEYS}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
-        mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
-    )
+    return step_breakdowns(model, layouts=[layout], gpu=gpu, net=net, fw=fw, rank_order=rank_order)[0]
+
+
+def step_breakdowns(model: ModelSpec, *, layouts: list[Layout], gpu: GpuSpec, net: Network, fw: Framework,
+                    rank_order: str = DEFAULT_RANK_ORDER) -> list[StepBreakdown]:
+    """Price several checked layouts of one model, GPU, network and framework in one pass of
+    :func:`step_columns` (one column row per layout); they share an explicit pipeline layout, if any."""
+    require(len({lay.pp_layout for lay in layouts}) <= 1, "layouts", "priced together share one pp_layout")
+    if not layouts:
+        return []
+    stages = None if layouts[0].pp_layout is None else pplayout.parse(layouts[0].pp_layout)
+    per = [layout_columns(lay, fw) for lay in layouts]
+    cols = {k: np.concatenate([c[k] for c in per]) for k in per[0]}
+    out = step_columns(model, gpu, net, fw, cols, rank_order, stages=stages)
+    n = len(layouts)
+    # (a column of one value is every row's)
+    flat = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)).tolist() for k, v in out.items()}
+    res = []
+    for i in range(n):
+        first = {k: v[i] for k, v in flat.items()}
+        res.append(StepBreakdown(
+            step_time_s=first["step_time_s"], ledger={k: first[k] for k in LEDGER}, num_gpus=int(first["num_gpus"]),
+            tokens_per_step=first["tokens_per_step"], model_flops=first["model_flops"],
+            hardware_flops=first["hardware_flops"], peak_flops_per_s=first["peak_flops_per_s"],
+            memory={k: first[k] for k in MEMORY_KEYS}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
+            mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
+        ))
+    return res

@@ -11,9 +11,12 @@ resume a different one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
+import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -136,10 +139,24 @@ CREATE TABLE IF NOT EXISTS sweep_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 """
 
 
-def _connect(path: str | Path, grid: SweepGrid) -> Any:
+def _open(path: str | Path, read_only: bool = False) -> Any:
+    """A DuckDB connection to a sweep's database; a database another process holds (a sweep still
+    running), or a file that is not one, is one error naming it."""
     import duckdb
 
-    con = duckdb.connect(str(path))
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as exc:
+        text = str(exc)
+        held = re.search(r"Conflicting lock is held in .*?\(PID (\d+)\)", text)
+        if held:
+            raise InputError("db", f"{path} is in use by another process (PID {held.group(1)}), a sweep still "
+                                   "running: wait for it, or use another --db") from None
+        raise InputError("db", f"cannot open {path} as a sweep database: {text.splitlines()[0]}") from None
+
+
+def _connect(path: str | Path, grid: SweepGrid) -> Any:
+    con = _open(path)
     con.execute(_SCHEMA)
     row = con.execute("SELECT value FROM sweep_meta WHERE key = 'grid'").fetchone()
     if row is None:
@@ -149,6 +166,27 @@ def _connect(path: str | Path, grid: SweepGrid) -> Any:
         con.close()
         raise InputError("db", f"{path} holds a different sweep; use another --db or the same grid")
     return con
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A sweep worker ends when the sweep that started it does, however it ends (``kill -9`` included):
+    Linux sends it SIGKILL as the parent dies (prctl PR_SET_PDEATHSIG); elsewhere, and for a parent gone
+    before that was set, a thread sees the worker handed to another parent and exits."""
+    import ctypes
+    import signal
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def _chunks(ids: list[int], size: int) -> Iterator[list[int]]:
@@ -190,7 +228,7 @@ def run_sweep(grid: SweepGrid, db: str | Path, *, executor: str = "local", worke
         for c in chunks:
             commit(evaluate_chunk(grid_json, c))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
             pending: set[Future[list[tuple[Any, ...]]]] = set()
             it = iter(chunks)
             for c in itertools.islice(it, 2 * workers):
@@ -215,10 +253,8 @@ CELL = ("model", "gpu", "gpus", "seq_len", "global_batch", "precision")
 def best_per_cell(db: str | Path) -> list[dict[str, Any]]:
     """For each cell of a stored sweep, its fastest layout that fits (most tokens per second) and how
     many of the cell's scenarios were legal and fit; a cell where none fits has ``best`` None."""
-    import duckdb
-
     require(Path(db).exists(), "db", f"{db} does not exist")
-    con = duckdb.connect(str(db), read_only=True)
+    con = _open(db, read_only=True)
     try:
         keys = ", ".join(CELL)
         counts = con.execute(f"SELECT {keys}, count(*), count(*) FILTER (ok), count(*) FILTER (ok AND fits) "

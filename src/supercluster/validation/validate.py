@@ -10,6 +10,7 @@ stage; an unknown framework gets the default profile), and the fallback is writt
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from ..formats.runs import (  # noqa: F401 (the runs-file reader, re-exported fo
     REQUIRED_COLUMNS,
     SHIPPED_RUNS,
     _int,
+    iter_rows,
     load_rows,
     parse_layer_ac,
     parse_precision,
@@ -32,7 +34,8 @@ from ..formats.runs import (  # noqa: F401 (the runs-file reader, re-exported fo
     row_model,
     row_setup,
 )
-from ..job import Job, estimate
+from ..job import Job, check_job, price_many
+from ..perf.step import StepBreakdown
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,55 +94,87 @@ def published_ranks(path: str | Path | None = None) -> dict[str, object]:
 
 
 def predict_row(row: dict[str, str]) -> RowResult:
+    """One row of a runs CSV predicted (:func:`predict_rows` of one)."""
+    return predict_rows([row])[0]
+
+
+def predict_rows(rows: list[dict[str, str]]) -> list[RowResult]:
+    """Rows of a runs CSV predicted, each from its own columns, in order; the rows that share a model, GPU,
+    GPU count and framework are priced together (:func:`supercluster.job.price_many`)."""
+    read = [_read_row(row) for row in rows]
+    jobs = [x[0] for x in read if not isinstance(x, RowResult)]
+    priced = iter(price_many(jobs))
+    return [x if isinstance(x, RowResult) else _result(row, *x, next(priced)) for row, x in zip(rows, read,
+                                                                                                  strict=True)]
+
+
+def _read_row(row: dict[str, str]) -> RowResult | tuple[Job, str | None, float | None]:
+    """A row's checked job, the note of what it left to defaults and its measured step time; or, where the
+    row cannot be priced, its result (unsupported, with the reason)."""
     rid = row.get("id", "?")
     raw = (row.get("step_time_s") or "").strip()
     try:
         measured: float | None = float(raw) if raw else None
     except ValueError:
         measured = math.nan
+    gpu_key, fw_name = (row.get("gpu") or "").strip(), (row.get("framework") or "").strip()
     if measured is not None and not (math.isfinite(measured) and measured > 0):
         return RowResult(rid, None, None, None, False, f"step_time_s: {raw!r} is not a positive number of seconds",
-                         "", gpu=(row.get("gpu") or "").strip(), framework=(row.get("framework") or "").strip())
-    gpu_key = (row.get("gpu") or "").strip()
+                         "", gpu=gpu_key, framework=fw_name)
     try:
         job, note = Job.from_row(row)
-        b = estimate(job)
+        return check_job(job), note, measured
     except InputError as exc:
-        return RowResult(rid, None, measured, None, False, str(exc), "", gpu=gpu_key,
-                         framework=(row.get("framework") or "").strip())
+        return RowResult(rid, None, measured, None, False, str(exc), "", gpu=gpu_key, framework=fw_name)
+
+
+def _result(row: dict[str, str], job: Job, note: str | None, measured: float | None, b: StepBreakdown) -> RowResult:
     err = b.step_time_s / measured - 1.0 if measured else None
     fw, layout = job.framework, job.layout
     # one job measured at several layouts: the same model, GPU, GPU count, batch, sequence, GEMM precision and
     # framework (as the model reads them: a release or an fp8 recipe of the same framework is the same job)
-    group = "|".join(str(x) for x in ((row.get("model_name") or "").strip(), gpu_key, layout.num_gpus,
+    group = "|".join(str(x) for x in ((row.get("model_name") or "").strip(), job.gpu.key, layout.num_gpus,
                                       layout.global_batch, layout.seq_len, layout.precision, fw.family))
     reason = "; ".join(x for x in (note, f"{fw.key}, {layout.recompute_label} recompute, zero {layout.zero_stage}")
                        if x)
-    return RowResult(rid, b.step_time_s, measured, err, True, reason, group, layout.short(), gpu=gpu_key,
-                     framework=fw.key, kind=job.model.kind, memory_per_gpu_bytes=b.memory_per_gpu_bytes, fits=b.fits,
-                     layout_label=layout.label())
+    return RowResult(row.get("id", "?"), b.step_time_s, measured, err, True, reason, group, layout.short(),
+                     gpu=(row.get("gpu") or "").strip(), framework=fw.key, kind=job.model.kind,
+                     memory_per_gpu_bytes=b.memory_per_gpu_bytes, fits=b.fits, layout_label=layout.label())
 
 
-def validate(path: str | Path | None = None) -> dict[str, object]:
-    """Predict every scored row; per-row error, MAPE, worst row, ranking agreement."""
-    rows = [r for r in load_rows(path) if (r.get("scored") or "").strip().lower() == "yes"]
-    require(bool(rows), "runs", f"{path or 'public'} has no scored rows (scored = yes): nothing to validate")
-    results = [predict_row(r) for r in rows]
+#: Rows read, checked and priced together by :func:`validate` (memory stays bounded on any file).
+CHUNK_ROWS = 16384
+
+
+def validate(path: str | Path | None = None, progress: Callable[[int], None] | None = None) -> dict[str, object]:
+    """Predict every scored row; per-row error, MAPE, worst row, ranking agreement. The file is streamed
+    (:func:`supercluster.formats.runs.iter_rows`) and priced :data:`CHUNK_ROWS` rows at a time;
+    ``progress(rows_read)`` is called after each chunk."""
+    results: list[RowResult] = []
+    chunk: list[dict[str, str]] = []
+    for i, row in enumerate(iter_rows(path), 1):
+        if (row.get("scored") or "").strip().lower() == "yes":
+            chunk.append(row)
+        if len(chunk) == CHUNK_ROWS:
+            results += predict_rows(chunk)
+            chunk = []
+        if progress is not None and i % CHUNK_ROWS == 0:
+            progress(i)
+    results += predict_rows(chunk)
+    require(bool(results), "runs", f"{path or 'public'} has no scored rows (scored = yes): nothing to validate")
     errs = [abs(r.error) for r in results if r.supported and r.error is not None]
     n = len(results)
     # Unsupported rows count as misses of 100 %.
     miss = [1.0 for r in results if not r.supported]
-    mape = (sum(errs) + sum(miss)) / n if n else 0.0
+    mape = (sum(errs) + sum(miss)) / n
     worst = max(errs + miss, default=0.0)
     worst_row = max((r for r in results if r.error is not None), key=lambda r: abs(r.error or 0), default=None)
     return {
         "rows": results, "mape": mape, "worst_abs_error": worst,
         "worst_row": worst_row.id if worst_row else None,
-        "supported_fraction": (n - len(miss)) / n if n else 1.0, "ranking": ranking(results),
+        "supported_fraction": (n - len(miss)) / n, "ranking": ranking(results),
         "memory_misses": sum(r.fits is False for r in results),
     }
-
-
 def check_group_key(key: str) -> None:
     require(key in GROUP_KEYS, "by", f"unknown {key!r}; allowed: {', '.join(GROUP_KEYS)}")
 
@@ -169,6 +204,18 @@ def _order(a: float, b: float) -> int:
     return 0 if abs(a - b) < RANK_TIE * min(a, b) else (1 if a > b else -1)
 
 
+def _pairs(rs: list[RowResult]) -> tuple[int, int]:
+    """Pairs of rows of different layouts whose measured steps are not a tie, and how many of them the
+    prediction orders as measured."""
+    meas = np.array([r.measured_step_time_s for r in rs], dtype=float)
+    pred = np.array([r.predicted_step_time_s for r in rs], dtype=float)
+    labels = np.unique([r.layout_label for r in rs], return_inverse=True)[1]
+    i, j = np.triu_indices(len(rs), k=1)
+    a, b = meas[i], meas[j]
+    keep = (np.abs(a - b) >= RANK_TIE * np.minimum(a, b)) & (labels[i] != labels[j])
+    return int(keep.sum()), int(((pred[i] > pred[j]) == (a > b))[keep].sum())
+
+
 def ranking(results: list[RowResult]) -> dict[str, object]:
     """Where one job (model, GPU, GPU count, global batch, sequence, precision, framework) was measured
     at several layouts: is the layout predicted fastest the measured fastest (within :data:`RANK_TIE`),
@@ -187,13 +234,7 @@ def ranking(results: list[RowResult]) -> dict[str, object]:
         pick = min(rs, key=lambda r: r.predicted_step_time_s or 0.0).layout_label
         ok = any(_order(r.measured_step_time_s, fastest) == 0 for r in rs  # type: ignore[arg-type]
                  if r.layout_label == pick)
-        n_pairs = n_right = 0
-        for i, a in enumerate(rs):
-            for b in rs[i + 1:]:
-                measured = _order(a.measured_step_time_s, b.measured_step_time_s)  # type: ignore[arg-type]
-                if measured and a.layout_label != b.layout_label:
-                    n_pairs += 1
-                    n_right += int((a.predicted_step_time_s > b.predicted_step_time_s) == (measured > 0))  # type: ignore[operator]
+        n_pairs, n_right = _pairs(rs)
         picks, pairs, right = picks + ok, pairs + n_pairs, right + n_right
         detail.append({"group": g, "rows": len(rs),
                        "measured_order": [r.id for r in sorted(rs, key=lambda r: r.measured_step_time_s or 0.0)],
