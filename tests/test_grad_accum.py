@@ -99,12 +99,19 @@ def test_layout_strings_carry_it():
 def test_torchtitan_local_batch_is_one_schedule_both_ways(tmp_path):
     """Under PP a torchtitan step runs global / (dp x local_batch_size) schedule passes."""
     lay = _lay(grad_accum=4, zero_stage=3)
-    text = launchers.export(lay, "torchtitan", load_model("llama3-70b"))
+    text = launchers.export(lay, "torchtitan-toml", load_model("llama3-70b"))
     assert "local_batch_size = 8" in text and "global_batch_size = 64" in text
     path = tmp_path / "job.toml"
     path.write_text(text)
     back = launchers.load_layout(path, num_gpus=64, num_layers=80)
     assert back.grad_accum == 4 and back.schedule_microbatches == 8
+    # torchtitan 0.3's launch line says the same (its GPUs from torchrun)
+    text = launchers.export(lay, "torchtitan", load_model("llama3-70b"))
+    assert "--training.local_batch_size 8" in text and "--training.global_batch_size 64" in text
+    path = tmp_path / "launch.sh"
+    path.write_text(text)
+    back = launchers.load_layout(path)
+    assert back.grad_accum == 4 and back.schedule_microbatches == 8 and back.num_gpus == 64
     # Megatron-LM and DeepSpeed run a step's micro-batches in one schedule
     for fmt in ("megatron", "deepspeed"):
         with pytest.raises(InputError) as e:

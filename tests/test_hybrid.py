@@ -239,7 +239,8 @@ QWEN3_NEXT_HF = {
     "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "intermediate_size": 5120,
     "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
     "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
-    "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False, "rope_theta": 10000000,
+    "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06,
 }
 
 

@@ -34,8 +34,9 @@ def _same_model(m, back):
         assert back.model_flops_per_token(seq, causal=True) == m.model_flops_per_token(seq, causal=True)
 
 
-# Llama 4's chunked attention has no Megatron-LM argument: its export is refused by name (below)
-UNEXPORTABLE = {"llama4-maverick", "llama4-scout"}
+# Llama 4's chunked attention and BLOOM's ALiBi have no Megatron-LM argument: their export is refused
+# by name (below)
+UNEXPORTABLE = {"llama4-maverick", "llama4-scout", "bloom-176b"}
 
 
 @pytest.mark.parametrize("key", sorted(set(model_catalog()) - UNEXPORTABLE))
@@ -46,7 +47,7 @@ def test_every_preset_round_trips_through_megatron_arguments(key):
 
 def test_a_preset_without_megatron_arguments_is_refused_by_name():
     for key in UNEXPORTABLE:
-        with pytest.raises(InputError, match="chunked attention"):
+        with pytest.raises(InputError, match="chunked attention|alibi position embeddings have no Megatron-LM"):
             model_args(model_catalog()[key])
 
 
@@ -108,6 +109,8 @@ MODEL_ARGS=(
     --seq-length $SEQ_LENGTH
     --max-position-embeddings ${SEQ_LENGTH}
     --position-embedding-type rope
+    --rotary-base 500000
+    --normalization RMSNorm
     --swiglu
     --untie-embeddings-and-output-weights
     --disable-bias-linear
@@ -280,6 +283,7 @@ MOE_INTERMEDIATE_SIZE=2048
 NUM_SHARED_EXPERTS=1
 MOE_LAYER_FREQ='([0]*3+[1]*58)'
 moe_options=" \\
+    --normalization RMSNorm --position-embedding-type rope --disable-bias-linear \\
     --multi-latent-attention \\
     --q-lora-rank 1536 \\
     --kv-lora-rank 512 \\
@@ -321,7 +325,9 @@ def test_nvfp4_travels_as_megatron_fp4_flags_and_is_refused_where_a_launcher_has
     assert "--fp4-format e2m1 --fp4-recipe nvfp4" in text
     assert launchers.from_megatron_args(text, num_gpus=64).precision == "fp4"
     with pytest.raises(InputError, match="^precision: torchtitan's job config"):
-        launchers.export(lay, "torchtitan")
+        launchers.export(lay, "torchtitan-toml")
+    with pytest.raises(InputError, match="^precision: torchtitan 0.3's llama3_8b config trains in bf16"):
+        launchers.export(lay, "torchtitan", load_model("llama3-8b"))
 
 
 def test_deepep_dispatch_sends_each_token_once_per_node():

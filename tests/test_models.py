@@ -98,7 +98,8 @@ MAVERICK_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate
                  "intermediate_size_mlp": 16384, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
                  "num_hidden_layers": 48, "num_local_experts": 128, "num_experts_per_tok": 1,
                  "interleave_moe_layer_step": 2, "attention_chunk_size": 8192, "vocab_size": 202048,
-                 "hidden_act": "silu", "tie_word_embeddings": False}
+                 "hidden_act": "silu", "tie_word_embeddings": False, "rope_theta": 500000.0, "rms_norm_eps": 1e-05,
+                 "use_qk_norm": True}
 
 
 def test_hf_config_llama4_nested_interleaved_moe_shared_expert_and_chunked_attention():
@@ -429,3 +430,23 @@ def test_a_hugging_face_model_folder_is_read_through_its_config_and_named_after_
     text = CliRunner().invoke(app, ["estimate", "--model", str(folder), "--gpus", "8", "--layout", "tp1-pp1-dp8",
                                     "--global-batch", "32"]).stdout
     assert "Llama-3.1-8B (8.0 B parameters) on 8 x h100-sxm" in text
+
+
+def test_hf_config_says_how_the_model_is_built():
+    """Norm, positions and biases as config.json says them: what a launcher export must write."""
+    base = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 1000,
+            "intermediate_size": 4096}
+    qwen25 = from_hf_config({**base, "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                             "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "attention_bias": True})
+    assert (qwen25.norm, qwen25.position_embedding, qwen25.rope_base, qwen25.qkv_bias, qwen25.linear_bias,
+            qwen25.qk_norm) == ("rmsnorm", "rope", 1e6, True, False, False)
+    gpt2 = from_hf_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
+                           "n_positions": 1024, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new"})
+    assert (gpt2.norm, gpt2.position_embedding, gpt2.linear_bias) == ("layernorm", "learned", True)
+    bloom = from_hf_config({**base, "model_type": "bloom", "layer_norm_epsilon": 1e-5})
+    assert (bloom.position_embedding, bloom.linear_bias) == ("alibi", True)
+    qwen3 = from_hf_config({**base, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0})
+    assert qwen3.qk_norm
+    with pytest.raises(InputError, match="^config.json rope_theta: must be a number"):
+        from_hf_config({**base, "rope_theta": "big"})

@@ -44,13 +44,15 @@ def test_a_layout_label_prices_the_same_in_estimate_train_goodput_and_simulate(f
     assert sim == pytest.approx(est, rel=1e-3)
 
 
-@pytest.mark.parametrize("fmt, suffix", [("megatron", ".sh"), ("torchtitan", ".toml"), ("deepspeed", ".json")])
+@pytest.mark.parametrize("fmt, suffix", [("megatron", ".sh"), ("torchtitan", ".sh"), ("torchtitan-toml", ".toml"),
+                                         ("deepspeed", ".json")])
 def test_a_plans_export_read_back_prices_the_plan(tmp_path, fmt, suffix):
     """plan --export writes the launcher's config; estimate --config reads it back (its framework
     from the config) at the plan's step time."""
     job = ["--model", "llama3-8b", "--gpus", "64", "--global-batch", "256"]
     best = _json(["plan", *job, "--top", "1", *(["--framework", "deepspeed"] if fmt == "deepspeed" else []),
-                  ] if fmt != "torchtitan" else ["plan", *job, "--top", "1", "--framework", "torchtitan"])["best"]
+                  ] if not fmt.startswith("torchtitan") else ["plan", *job, "--top", "1", "--framework", "torchtitan"]
+                 )["best"]
     r = CliRunner().invoke(app, ["plan", *job, "--export", fmt], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     path = tmp_path / f"plan{suffix}"
@@ -104,7 +106,7 @@ def test_a_job_from_a_runs_row_or_a_launcher_config_prices_as_validate_and_estim
     job, _ = Job.from_row(row)
     assert estimate(job).step_time_s == predict_row(row).predicted_step_time_s
     r = CliRunner().invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--export",
-                                 "torchtitan"], catch_exceptions=False)
+                                 "torchtitan-toml"], catch_exceptions=False)
     (tmp_path / "job.toml").write_text(r.stdout, encoding="utf-8")
     cfg = Job.from_config(str(tmp_path / "job.toml"), model="llama3-8b", gpu="h100-sxm", num_gpus=64)
     assert cfg.framework.key == "torchtitan"

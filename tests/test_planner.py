@@ -119,7 +119,7 @@ def test_deepspeed_has_no_interleaved_pipeline(llama3_70b, h100):
     assert r.exit_code == 0 and json.loads(r.output)["layout"].endswith("dp2")
 
 
-@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan-toml", "deepspeed"])
 @pytest.mark.parametrize("layout", [
     Layout(tp=8, pp=16, dp=128, vpp=4, global_batch=2048, seq_len=8192, recompute="selective", zero_stage=1,
            sequence_parallel=True),
@@ -133,13 +133,13 @@ def test_launcher_round_trip(tmp_path, fmt, layout, llama3_70b):
             launchers.export(layout, fmt)
         return
     text = launchers.export(layout, fmt, llama3_70b)
-    path = tmp_path / {"megatron": "args.sh", "torchtitan": "job.toml", "deepspeed": "ds.json"}[fmt]
+    path = tmp_path / {"megatron": "args.sh", "torchtitan-toml": "job.toml", "deepspeed": "ds.json"}[fmt]
     path.write_text(text)
     back = launchers.load_layout(path, num_gpus=layout.num_gpus, num_layers=llama3_70b.num_layers)
     expect = layout
-    if fmt == "torchtitan" and layout.zero_stage == 1:  # FSDP2 has no ZeRO-1
+    if fmt == "torchtitan-toml" and layout.zero_stage == 1:  # FSDP2 has no ZeRO-1
         expect = dataclasses.replace(expect, zero_stage=2)
-    if fmt == "torchtitan" and layout.vpp > 1:  # interleaved chunks travel as torchtitan's own split points
+    if fmt == "torchtitan-toml" and layout.vpp > 1:  # interleaved chunks travel as torchtitan's own split points
         per = chunk_layers(llama3_70b.num_layers, layout.pp, layout.vpp, split="middle")
         expect = dataclasses.replace(expect, pp_layout=pplayout.from_stage_layers(
             [per[s][c] for c in range(layout.vpp) for s in range(layout.pp)]))
@@ -187,6 +187,9 @@ def test_plan_cli_json_contract_and_export():
     assert len(d["top"]) == 3 and d["evaluated"] >= d["feasible"] > 0 and d["seconds"] > 0
     r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
                             "--export", "torchtitan"])
+    assert "-m torchtitan.train" in r.output and "--config llama3_8b" in r.output
+    r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
+                            "--export", "torchtitan-toml"])
     assert "[parallelism]" in r.output and "tensor_parallel_degree" in r.output
 
 
@@ -341,7 +344,7 @@ def test_torchtitan_split_points_carry_an_explicit_layout_both_ways(tmp_path):
     such setting and torchtitan no MTP module, each a clear error."""
     lay = Layout(tp=8, pp=4, dp=2, global_batch=64, seq_len=8192, zero_stage=2, sequence_parallel=True,
                  pp_layout="Et*20|t*21|t*20|t*19L")
-    text = launchers.export(lay, "torchtitan")
+    text = launchers.export(lay, "torchtitan-toml")
     assert 'pipeline_parallel_split_points = ["layers.20", "layers.41", "layers.61"]' in text
     assert "--parallelism.pipeline_parallel_split_points layers.20,layers.41,layers.61" in \
         launchers.to_torchtitan_overrides(lay)
@@ -354,7 +357,7 @@ def test_torchtitan_split_points_carry_an_explicit_layout_both_ways(tmp_path):
         launchers.export(lay, "deepspeed")
     mtp = Layout(pp=16, dp=16, ep=8, global_batch=1024, seq_len=4096, pp_layout="Et*4|(t*4|)*14,tmL")
     with pytest.raises(InputError, match="^pp_layout: torchtitan has no multi-token-prediction"):
-        launchers.export(mtp, "torchtitan")
+        launchers.export(mtp, "torchtitan-toml")
     r = CliRunner().invoke(app, ["estimate", "--config", str(path), "--model", "llama3-70b", "--gpus", "64",
                                  "--framework", "torchtitan", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["pp_layout"] == "Et*20|t*21|t*20|t*19L"
@@ -461,28 +464,37 @@ def test_a_dualpipe_plan_is_not_exported_to_a_launcher_that_runs_1f1b():
     assert r.exit_code != 0 and "hai-llm does not run a megatron config" in str(r.exception)
 
 
-@pytest.mark.parametrize("framework, fmt, layout", [
-    ("torchtitan", "torchtitan", Layout(tp=8, pp=4, dp=4, vpp=4, global_batch=128, seq_len=8192, zero_stage=2)),
-    ("torchtitan+compile", "torchtitan", Layout(tp=4, pp=8, dp=4, vpp=2, micro_batch=2, global_batch=256,
-                                                seq_len=8192, zero_stage=3, precision="fp8", recompute="full")),
-    ("torchtitan+compile", "torchtitan", Layout(tp=2, dp=16, ep=4, expert_tp=1, global_batch=256, seq_len=8192,
-                                                zero_stage=2)),
-    ("deepspeed", "deepspeed", Layout(tp=2, dp=16, cp=2, global_batch=128, seq_len=8192, zero_stage=3,
-                                      recompute="full")),
+@pytest.mark.parametrize("framework, fmt, name, layout", [
+    ("torchtitan", "torchtitan-toml", "llama3-70b",
+     Layout(tp=8, pp=4, dp=4, vpp=4, global_batch=128, seq_len=8192, zero_stage=2)),
+    ("torchtitan+compile", "torchtitan-toml", "llama3-70b",
+     Layout(tp=4, pp=8, dp=4, vpp=2, micro_batch=2, global_batch=256, seq_len=8192, zero_stage=3, precision="fp8",
+            recompute="full")),
+    ("torchtitan+compile", "torchtitan-toml", "mixtral-8x7b",
+     Layout(tp=2, dp=16, ep=4, expert_tp=1, global_batch=256, seq_len=8192, zero_stage=2)),
+    ("torchtitan", "torchtitan", "llama3-70b",
+     Layout(tp=8, pp=4, dp=4, vpp=4, global_batch=128, seq_len=8192, zero_stage=2)),
+    ("torchtitan+compile", "torchtitan", "llama3-405b",
+     Layout(tp=8, pp=8, dp=4, vpp=2, micro_batch=2, global_batch=256, seq_len=8192, zero_stage=3, precision="fp8",
+            recompute="full")),
+    ("torchtitan+compile", "torchtitan", "qwen3-30b-a3b",
+     Layout(tp=2, dp=16, ep=4, expert_tp=1, global_batch=256, seq_len=4096, zero_stage=2)),
+    ("deepspeed", "deepspeed", "llama3-70b",
+     Layout(tp=2, dp=16, cp=2, global_batch=128, seq_len=8192, zero_stage=3, recompute="full")),
 ])
-def test_an_exported_config_prices_as_it_was_planned(tmp_path, framework, fmt, layout):
+def test_an_exported_config_prices_as_it_was_planned(tmp_path, framework, fmt, name, layout):
     """A job config written for a layout reads back as that layout under the framework it describes
-    (torchtitan, compiled where it says so; DeepSpeed), so estimate --config prices the same step."""
+    (torchtitan, compiled where it says so; DeepSpeed), so estimate --config prices the same step. A
+    torchtitan 0.3 launch line names its model (its config function) and its GPUs (torchrun's)."""
     from supercluster.hardware.specs import get_gpu
     from supercluster.parallelism.framework import get_framework
 
-    name = "mixtral-8x7b" if layout.ep > 1 else "llama3-70b"
     m, fw = load_model(name), get_framework(framework)
     planned = estimate(m, gpu=get_gpu("h100-sxm"), num_gpus=layout.num_gpus, layout=layout, framework=fw)
-    path = tmp_path / ("job.toml" if fmt == "torchtitan" else "ds.json")
+    path = tmp_path / {"torchtitan-toml": "job.toml", "torchtitan": "launch.sh", "deepspeed": "ds.json"}[fmt]
     path.write_text(launchers.export(layout, fmt, m, fw))
-    r = runner.invoke(app, ["estimate", "--config", str(path), "--model", name, "--gpus", str(layout.num_gpus),
-                            "--gpu", "h100-sxm", "--json"])
+    given = [] if fmt == "torchtitan" else ["--model", name, "--gpus", str(layout.num_gpus)]
+    r = runner.invoke(app, ["estimate", "--config", str(path), *given, "--gpu", "h100-sxm", "--json"])
     assert r.exit_code == 0, r.output
     back = json.loads(r.output)
     assert back["framework"] == framework

@@ -27,6 +27,18 @@ def is_whole(v: Any) -> bool:
     return isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
 
 
+def config_int(field: str, v: Any) -> int:
+    """A whole number from a config value (an int, a whole float, or the text of one)."""
+    if isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            pass
+    elif is_whole(v):
+        return int(v)
+    raise InputError(field, f"must be an integer, got {v!r}")
+
+
 def subtable(cfg: dict[str, Any], name: str, field: str | None = None) -> dict[str, Any]:
     """``cfg[name]`` when it is a table (TOML) or object (JSON), empty when absent; anything else is
     an :class:`InputError` for ``field`` (default: ``name``)."""

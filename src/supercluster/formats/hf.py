@@ -133,6 +133,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     fields.update({k: v for k, v in hybrid.items()
                    if k not in ("moe_layers", "first_dense_layers", "num_layers", "ffn")})
     tied = bool(get("tie_word_embeddings", default=_hf_family(cfg) in _TIED_FAMILIES))
+    fields.update(_hf_build(cfg, get, arch, hybrid=bool(hybrid)))
     try:
         return ModelSpec(
             key=key, name=str(get("_name_or_path", default=key)), num_layers=int(layers), d_model=int(h),
@@ -145,6 +146,37 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if isinstance(exc, InputError):
             raise
         raise InputError("config.json", f"malformed field: {exc}") from exc
+
+
+def _hf_build(cfg: dict[str, Any], get: Any, arch: str, hybrid: bool) -> dict[str, Any]:
+    """How the model is built beyond its widths: RMSNorm where the config has ``rms_norm_eps``
+    (LayerNorm for ``layer_norm_eps`` / ``layer_norm_epsilon`` alone); RoPE with ``rope_theta`` (its
+    base), ALiBi for ``alibi`` configs (BLOOM, MPT), learned positions for GPT-2's ``n_positions``
+    without rotary fields, none for a Mamba hybrid without rotary fields; ``attention_bias`` (the
+    attention projections; all linear layers where ``mlp_bias`` too, or GPT-2 / BLOOM / MPT-style
+    ``no_bias`` false); ``qk_norm`` / ``use_qk_norm`` or a Qwen3 architecture (its per-head q / k RMSNorm)."""
+    rope = get("rope_theta", "rotary_emb_base", "rope_embedding_base")
+    if get("alibi", default=False) is True or _hf_family(cfg) == "bloom":
+        position = "alibi"
+    elif rope is not None or get("rotary_dim", "rotary_pct", "partial_rotary_factor") is not None:
+        position = "rope"
+    elif hybrid:
+        position = "none"
+    elif "n_positions" in cfg:
+        position = "learned"
+    else:
+        position = "rope"
+    norm = "layernorm" if get("rms_norm_eps") is None and get("layer_norm_eps", "layer_norm_epsilon") is not None \
+        else "rmsnorm"
+    if rope is not None:
+        require(isinstance(rope, (int, float)) and not isinstance(rope, bool) and 1 <= rope <= 1e12,
+                "config.json rope_theta", f"must be a number in 1 .. 1e12, got {rope!r}")
+    no_bias = get("no_bias")
+    linear_bias = (no_bias is False) or bool(get("mlp_bias", default=False)) or (
+        position in ("learned", "alibi") and no_bias is None)  # GPT-2 and BLOOM carry biases everywhere
+    return dict(norm=norm, position_embedding=position, rope_base=float(rope or 10000.0), linear_bias=linear_bias,
+                qkv_bias=bool(get("attention_bias", "qkv_bias", default=False)) and not linear_bias,
+                qk_norm=bool(get("qk_norm", "use_qk_norm", default=False)) or "qwen3" in arch)
 
 
 def _hf_local_attention(get: Any, arch: str, layers: int) -> dict[str, int]:

@@ -4,8 +4,9 @@ flags say about the run.
 Megatron-LM (``megatron/training/arguments.py``) builds its model from command-line flags; the same
 flags written from a :class:`~supercluster.models.spec` build a model with the same weights and
 FLOPs, and a launch script's flags read back give the model it trains (``--model run.sh``). What
-enters the cost is written and read; what does not (normalisation, biases, position embeddings,
-the tokenizer, router options) is left to the script. The layout flags are read by
+enters the cost is written and read, and so is how the model is built (normalisation, position
+embeddings, biases, QK norms: Megatron-LM's defaults are GPT's, so a Llama needs them said); what is
+neither (the tokenizer, router options) is left to the script. The layout flags are read by
 :func:`supercluster.formats.launchers.from_megatron_args`; the flags that switch framework behaviours
 (overlaps, gradient precision, dropout) by :func:`framework_from_args`.
 
@@ -16,6 +17,9 @@ layers, width, FFN, heads      ``--num-layers --hidden-size --ffn-hidden-size --
 head width, GQA                ``--kv-channels``, ``--group-query-attention --num-query-groups``
 vocabulary, tied embeddings    ``--vocab-size`` (Megatron takes it from the tokenizer, so a script
                                may leave it out: then say it), ``--untie-embeddings-and-output-weights``
+norm, positions, biases        ``--normalization RMSNorm|LayerNorm``, ``--position-embedding-type
+                               rope|learned_absolute|none --rotary-base``, ``--disable-bias-linear``
+                               (``--add-qkv-bias``), ``--qk-layernorm`` (ALiBi: no Megatron flag)
 MLP activation                 ``--swiglu`` (SwiGLU), ``--quick-geglu`` (GeGLU; Megatron's GELU there
                                is the sigmoid approximation, same weights and FLOPs),
                                ``--squared-relu``; none: GELU
@@ -240,6 +244,27 @@ def _layer_pattern(layers: int, marked: int) -> str:
     return f"([1]*{marked}+[0]*{other})" if marked else f"([0]*{layers})"
 
 
+#: ModelSpec.norm and .position_embedding as Megatron-LM's --normalization and --position-embedding-type
+NORMALIZATION = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+POSITION_TYPE = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
+
+
+def _build_args(m: ModelSpec) -> list[str]:
+    """The flags of what Megatron-LM would otherwise build its own way: its defaults are LayerNorm,
+    learned absolute positions and biases on every linear layer (GPT's), so each is written."""
+    require(m.position_embedding in POSITION_TYPE, "model",
+            f"{m.name}: {m.position_embedding} position embeddings have no Megatron-LM argument "
+            f"(--position-embedding-type takes {', '.join(POSITION_TYPE.values())}); this export cannot write it")
+    a = [f"--normalization {NORMALIZATION[m.norm]}", f"--position-embedding-type {POSITION_TYPE[m.position_embedding]}"]
+    if m.position_embedding == "rope":
+        a.append(f"--rotary-base {int(m.rope_base)}")
+    if not m.linear_bias:
+        a.append("--disable-bias-linear" + (" --add-qkv-bias" if m.qkv_bias else ""))
+    if m.qk_norm:
+        a.append("--qk-layernorm")
+    return a
+
+
 def model_args(m: ModelSpec, seq_len: int | None = None) -> list[str]:
     """The Megatron-LM arguments that build ``m`` (``seq_len``: the run's sequence, which
     ``--max-position-embeddings`` must cover)."""
@@ -261,6 +286,7 @@ def model_args(m: ModelSpec, seq_len: int | None = None) -> list[str]:
             a.append(f"--group-query-attention --num-query-groups {m.num_kv_heads}")
     a.append(f"--vocab-size {m.vocab_size}")
     a.append(f"--max-position-embeddings {max(m.seq_len, seq_len or 0)}")
+    a += _build_args(m)
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     act = {"swiglu": "--swiglu", "geglu": "--quick-geglu", "relu2": "--squared-relu"}.get(m.mlp)
@@ -459,6 +485,7 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
             "mtp-hybrid-override-pattern", f"{mtp_pattern!r}: an MTP block other than attention and the model's "
                                            "MLP (*E with experts, *- without) is not modelled")
     seq = _int(args, "seq-length", 0, low=0) or _int(args, "max-position-embeddings", 4096)
+    f.update(_build_from_args(args))
     return ModelSpec(key=key, name=f"{key} (Megatron-LM arguments)", num_layers=layers, d_model=h,
                      ffn_dim=_int(args, "ffn-hidden-size", 4 * h), num_heads=heads, num_kv_heads=kv,
                      head_dim=head_dim, vocab_size=_int(args, "vocab-size" if "vocab-size" in args
@@ -467,6 +494,21 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
                      attn_output_gate=bool(args.get("attention-output-gate")),
                      mtp_layers=_int(args, "mtp-num-layers", 0, low=0),
                      seq_len=seq, source="Megatron-LM arguments", **f)
+
+
+def _build_from_args(args: dict[str, Any]) -> dict[str, Any]:
+    """Norm, positions and biases as Megatron-LM builds them from the flags (its defaults where absent)."""
+    norm = str(args.get("normalization", "LayerNorm"))
+    require(norm in NORMALIZATION.values(), "normalization",
+            f"{norm!r}; allowed: {', '.join(NORMALIZATION.values())}")
+    pos = "rope" if args.get("use-rotary-position-embeddings") else str(args.get("position-embedding-type",
+                                                                                 "learned_absolute"))
+    require(pos in POSITION_TYPE.values(), "position-embedding-type",
+            f"{pos!r} is not modelled; allowed: {', '.join(POSITION_TYPE.values())}")
+    return dict(norm={v: k for k, v in NORMALIZATION.items()}[norm],
+                position_embedding={v: k for k, v in POSITION_TYPE.items()}[pos],
+                rope_base=_float(args, "rotary-base", 10000.0), linear_bias=not args.get("disable-bias-linear"),
+                qkv_bias=bool(args.get("add-qkv-bias")), qk_norm=bool(args.get("qk-layernorm")))
 
 
 # ---- framework behaviours ---------------------------------------------------------------------
@@ -493,8 +535,6 @@ def framework_args(fw: Framework, layout: Layout, sequence_parallel: bool, moe: 
         a.append("--no-overlap-p2p-communication")
     if fw.ep_overlap and ep > 1:
         a.append("--overlap-moe-expert-parallel-comm")
-    if fw.pp_split_counts_head and pp > 1:
-        a.append("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
     if fw.grad_bytes == 2 and precision != "fp16":
         a.append("--grad-reduce-in-bf16")
     elif fw.grad_bytes == 4 and precision == "fp16":

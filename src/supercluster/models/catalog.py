@@ -14,7 +14,8 @@ _OPTIONAL = {"num_layers", "mlp", "tied_embeddings", "num_experts", "top_k", "nu
              "v_head_dim", "seq_len", "sliding_window", "window_layers", "attention_chunk", "mtp_layers", "ssm_heads",
              "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "hybrid_pattern", "index_topk",
              "index_heads", "index_head_dim", "gdn_layers", "gdn_k_heads", "gdn_v_heads", "gdn_k_dim", "gdn_v_dim",
-             "gdn_conv", "attn_output_gate"}
+             "gdn_conv", "attn_output_gate", "norm", "position_embedding", "rope_base", "linear_bias", "qkv_bias",
+             "qk_norm"}
 
 
 @cache

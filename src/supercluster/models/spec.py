@@ -23,6 +23,8 @@ from ..errors import require
 from .recurrent import RecurrentMixers
 
 GATED = {"swiglu": True, "geglu": True, "gelu": False, "relu2": False, "relu": False}
+NORMS = ("rmsnorm", "layernorm")
+POSITIONS = ("rope", "learned", "alibi", "none")
 #: Sanity ceilings on a model's counts, far past any published model (the largest have a few hundred
 #: layers, widths of tens of thousands, vocabularies of a few hundred thousand, 256 experts): a
 #: value beyond them is a typo or a unit slip, refused rather than priced (or looped over layer by layer)
@@ -46,6 +48,18 @@ class ModelSpec(RecurrentMixers):
     vocab_size: int
     mlp: str = "swiglu"
     tied_embeddings: bool = False
+    #: how the model is built beyond its widths (what a launcher must be told; not priced: norms and
+    #: biases are memory-bound elementwise work counted by width, positions a lookup or a rotation):
+    #: ``norm`` rmsnorm | layernorm; ``position_embedding`` rope | learned (absolute, GPT-2/3) | alibi
+    #: (BLOOM) | none (Mamba hybrids); ``rope_base`` the rotary base (theta); ``linear_bias`` biases on
+    #: every linear layer (GPT-3, BLOOM, GPT-OSS); ``qkv_bias`` on the query / key / value projection
+    #: alone (Qwen2.5); ``qk_norm`` an RMSNorm on each query and key head (Qwen3)
+    norm: str = "rmsnorm"
+    position_embedding: str = "rope"
+    rope_base: float = 10000.0
+    linear_bias: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False
     num_experts: int = 0
     top_k: int = 0
     num_shared_experts: int = 0
@@ -141,6 +155,12 @@ class ModelSpec(RecurrentMixers):
             require(all(getattr(self, k) == v for k, v in counts.items()), "model.hybrid_pattern",
                     f"its layer counts {counts} differ from the model's")
         require(self.mlp in GATED, "model.mlp", f"unknown activation {self.mlp!r}; allowed: {sorted(GATED)}")
+        require(self.norm in NORMS, "model.norm", f"unknown {self.norm!r}; allowed: {', '.join(NORMS)}")
+        require(self.position_embedding in POSITIONS, "model.position_embedding",
+                f"unknown {self.position_embedding!r}; allowed: {', '.join(POSITIONS)}")
+        require(isinstance(self.rope_base, (int, float)) and not isinstance(self.rope_base, bool)
+                and 1.0 <= self.rope_base <= 1e12, "model.rope_base",
+                f"must be a number in 1 .. 1e12, got {self.rope_base!r}")
         require(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads",
                 f"{self.num_kv_heads} must divide num_heads {self.num_heads}")
         require(self.mlp_only_layers + self.mixer_only_layers <= self.num_layers, "model.mlp_only_layers",

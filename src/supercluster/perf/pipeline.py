@@ -176,7 +176,9 @@ def stage_times(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, co
     # in the split (Megatron-Core account_for_*_in_pipeline_split) puts the head where a layer would
     # be, and each MTP module in a layer's slot too (as Megatron-Bridge's DeepSeek-V3 layouts place
     # their "m", e.g. "Et|(tt|)*30mL"); it is used where it makes the slowest stage faster, and
-    # allows pp x vpp up to L + 2 + mtp.
+    # allows pp x vpp up to L + 2 + mtp. (Megatron-Core takes it as the account_for_* flags where the
+    # L + 2 slots divide evenly over the chunks, else as an explicit pipeline layout: the export writes
+    # whichever applies, :func:`supercluster.formats.megatron_args.split_args`.)
     Lh = np.ceil(L / (pp * vpp)) * vpp
     t_stage = work_s(Lh + mtp, mtp, 1.0)
     bal = np.zeros(t_layer.shape, dtype=bool)

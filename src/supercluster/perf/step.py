@@ -188,6 +188,9 @@ class StepBreakdown:
     #: as ``mfu``, counting recomputed FLOPs too
     hfu: float
     tokens_per_s: float
+    #: the pipeline split counts the embedding and the loss as a layer each (a profile that can, where it
+    #: makes the slowest stage faster): what an export must tell the framework
+    split_counts_head: bool = False
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -236,5 +239,6 @@ def step_breakdowns(model: ModelSpec, *, layouts: list[Layout], gpu: GpuSpec, ne
             hardware_flops=first["hardware_flops"], peak_flops_per_s=first["peak_flops_per_s"],
             memory={k: first[k] for k in MEMORY_KEYS}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
             mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
+            split_counts_head=bool(first["split_counts_head"]),
         ))
     return res

@@ -1,0 +1,276 @@
+"""Exports checked by the frameworks themselves (the optional ``.[frameworks]`` extra; ``.ci/run``
+installs it and sets SUPERCLUSTER_REQUIRE_FRAMEWORKS=1, so there a missing framework fails instead of
+skipping).
+
+- torchtitan 0.3: its own ``ConfigManager`` parses the launch line (tyro over its config dataclasses,
+  then its validation), the config's model is built on the meta device and its parameters counted.
+  What needs a GPU: torchtitan's Float8 converter checks for SM89+ at build time; it is told it has one.
+- Megatron-Core: ``TransformerConfig`` / ``MLATransformerConfig`` (with ``ModelParallelConfig``) built
+  from the exported arguments, as Megatron-LM's ``core_transformer_config_from_args`` maps them: every
+  flag named like a config field, plus its documented renames. Megatron-LM's own argument parser
+  (``megatron/training/arguments.py``) is not on PyPI, so flag spelling outside the configs is not
+  checked here.
+- DeepSpeed: ``DeepSpeedConfig`` on the JSON (its key validation and batch arithmetic), with the plan's
+  data-parallel size given by an ``mpu`` and rank 0 (no process group without a launched job).
+
+Each export read back by supercluster prices the step it was planned at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import typing
+
+import pytest
+
+from supercluster.formats import launchers
+from supercluster.formats import torchtitan as tt
+from supercluster.formats.megatron_args import _pattern, parse_args
+from supercluster.job import Job, check_job, estimate
+
+REQUIRED = os.environ.get("SUPERCLUSTER_REQUIRE_FRAMEWORKS") == "1"
+# (the frameworks warn about their own deprecations on import; supercluster's warnings stay errors elsewhere)
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
+                                        "ignore::FutureWarning")
+
+
+def _need(module: str):
+    if REQUIRED:
+        return __import__(module)
+    return pytest.importorskip(module)
+
+
+def _job(model: str, label: str, gpus: int, gbs: int, seq: int, framework: str, precision: str = "bf16") -> Job:
+    return check_job(Job.from_label(label, model=model, gpu="h100-sxm", num_gpus=gpus, global_batch=gbs, seq_len=seq,
+                                    framework=framework, precision=precision))
+
+
+# ---- torchtitan 0.3 ------------------------------------------------------------------------------
+TT_PLANS = [
+    ("llama3-8b", "tp1-pp1-dp64-z3-none", 64, 256, 8192, "torchtitan", "bf16"),
+    ("llama3-70b", "tp8-pp4-dp2-vpp2-z2-full", 64, 64, 8192, "torchtitan", "bf16"),
+    ("llama3-405b", "tp8-pp8-dp4-z2-full", 256, 256, 8192, "torchtitan+compile", "fp8"),
+    ("qwen3-30b-a3b", "tp1-pp1-dp16-ep8-z2-full", 16, 64, 4096, "torchtitan+compile", "bf16"),
+    ("deepseek-v3", "tp1-pp8-dp32-ep32-z2-full", 256, 512, 4096, "torchtitan", "bf16"),
+    ("gpt-oss-120b", "tp1-pp1-dp64-ep8-z3-full", 64, 256, 8192, "torchtitan", "bf16"),
+]
+
+
+#: torchtitan's activation-checkpoint config class for each recompute policy
+AC_CONFIG = {"none": "NoneType", "full": "FullAC.Config", "selective": "SelectiveAC.Config"}
+
+
+@pytest.fixture(scope="module")
+def titan():
+    _need("torchtitan")
+    from unittest import mock
+
+    from torchtitan.components.quantization import float8
+    from torchtitan.config.manager import ConfigManager
+
+    with mock.patch.object(float8, "has_cuda_capability", lambda *a: True):  # (the one check that needs a GPU)
+        yield lambda args: ConfigManager().parse_args(args)
+
+
+def _meta_params(cfg) -> int:
+    import torch
+
+    with torch.device("meta"):
+        model = cfg.model_spec.model.build()
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_every_torchtitan_config_named_builds_the_preset(titan):
+    """Each (module, config) the export names builds, in torchtitan, the preset's parameters (0.1 %)."""
+    from supercluster.formats.load import load_model
+
+    counts = {}
+    for key, (module, config) in tt.CONFIGS.items():
+        if (module, config) not in counts:
+            counts[module, config] = _meta_params(titan(["--module", module, "--config", config]))
+        assert load_model(key).num_params == pytest.approx(counts[module, config], rel=1e-3), key
+
+
+@pytest.mark.parametrize("plan", TT_PLANS, ids=[p[0] for p in TT_PLANS])
+def test_torchtitan_parses_each_export_and_it_reads_back_at_the_planned_step(titan, tmp_path, plan):
+    model, label, gpus, gbs, seq, framework, precision = plan
+    job = _job(model, label, gpus, gbs, seq, framework, precision)
+    lay = job.layout
+    text = launchers.export(lay, "torchtitan", job.model, job.framework)
+    tokens = shlex.split(text.replace("\\\n", " "), comments=True)
+    cfg = titan(tokens[tokens.index("torchtitan.train") + 1:])
+    par, tr = cfg.parallelism, cfg.training
+    shard = lay.dp if lay.zero_stage else 1
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree,
+            par.expert_parallel_degree, par.data_parallel_shard_degree, par.data_parallel_replicate_degree) == \
+        (lay.tp, lay.pp, lay.cp, lay.ep, shard, lay.dp // shard)
+    assert (tr.global_batch_size, tr.seq_len) == (lay.global_batch, lay.seq_len)
+    assert type(cfg.activation_checkpoint).__qualname__ == AC_CONFIG[lay.recompute]
+    assert cfg.compile.enable == (job.framework.elementwise == "fused")
+    if lay.pp > 1:
+        assert len(par.module_fqns_per_model_part) == lay.pp * lay.vpp
+    assert int(tokens[tokens.index("--nnodes") + 1]) * int(tokens[tokens.index("--nproc-per-node") + 1]) == gpus
+    path = tmp_path / "launch.sh"
+    path.write_text(text)
+    back = Job.from_config(str(path), gpu="h100-sxm")
+    assert back.model.key == model and back.num_gpus == gpus and back.framework.key == framework
+    assert estimate(back).step_time_s == pytest.approx(estimate(job).step_time_s, rel=1e-3)
+
+
+def test_a_model_torchtitan_has_no_config_for_is_refused_by_name():
+    job = _job("mixtral-8x7b", "tp1-pp1-dp16-ep8", 16, 64, 4096, "torchtitan")
+    with pytest.raises(ValueError, match="^model: torchtitan 0.3 runs the models of its config registry; "
+                                         "mixtral-8x7b has none"):
+        launchers.export(job.layout, "torchtitan", job.model, job.framework)
+
+
+# ---- Megatron-Core -------------------------------------------------------------------------------
+MEGATRON_PLANS = [
+    ("llama3-8b", "tp2-pp1-dp4", 8, 64, 8192),
+    ("llama3-70b", "tp8-pp4-dp2-vpp5-full", 64, 64, 8192),
+    ("mixtral-8x7b", "tp2-pp4-dp8-ep8-vpp2", 64, 256, 4096),
+    ("qwen3-30b-a3b", "tp1-pp2-dp8-ep8", 16, 256, 4096),
+    ("deepseek-v3", "tp2-pp8-dp64-ep64", 1024, 1024, 4096),
+]
+#: Megatron-LM's flags whose config field is named otherwise (arguments.py, core_transformer_config_from_args)
+RENAMED = {"num-experts": "num_moe_experts", "fp8-format": "fp8", "fp4-format": "fp4",
+           "disable-bias-linear": ("add_bias_linear", False), "swiglu": ("gated_linear_unit", True),
+           "recompute-activations": ("recompute_granularity", "selective")}
+
+
+def _typed(field, raw, args, layers):
+    """A flag's value as the config field's type (Megatron-LM's argparse types)."""
+    name = field.name
+    if name == "moe_layer_freq":
+        return _pattern(args, "moe-layer-freq", layers, "first")
+    if name == "recompute_modules":
+        return list(raw) if isinstance(raw, (list, tuple)) else str(raw).split()
+    if raw is True:
+        return True
+    origin = [t for t in typing.get_args(field.type) if t is not type(None)] or [field.type]
+    kind = origin[0]
+    if typing.get_origin(kind) is typing.Literal:
+        assert raw in typing.get_args(kind), f"--{name}: {raw!r} not one of {typing.get_args(kind)}"
+        return raw
+    if kind is bool:
+        return True
+    if kind is int:
+        return int(raw)
+    if kind is float:
+        return float(raw)
+    return raw
+
+
+def _transformer_config(text: str):
+    _need("megatron.core")
+    import torch
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    args = parse_args(text)
+    cls = MLATransformerConfig if args.get("multi-latent-attention") else TransformerConfig
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    layers = int(args["num-layers"])
+    kw = {}
+    for flag, raw in args.items():
+        target = RENAMED.get(flag, flag.replace("-", "_"))
+        if isinstance(target, tuple):
+            kw[target[0]] = target[1]
+        elif target in fields:
+            kw[target] = _typed(fields[target], raw, args, layers)
+    if "num-virtual-stages-per-pipeline-rank" in args:
+        kw["virtual_pipeline_model_parallel_size"] = int(args["num-virtual-stages-per-pipeline-rank"])
+    if "num-layers-per-virtual-pipeline-stage" in args:
+        kw["virtual_pipeline_model_parallel_size"] = layers // (
+            int(args["pipeline-model-parallel-size"]) * int(args["num-layers-per-virtual-pipeline-stage"]))
+    if args.get("swiglu"):
+        kw["activation_func"] = torch.nn.functional.silu
+    if args.get("bf16"):
+        kw["params_dtype"] = kw["pipeline_dtype"] = torch.bfloat16
+    return cls(**kw), args
+
+
+@pytest.mark.parametrize("plan", MEGATRON_PLANS, ids=[p[0] for p in MEGATRON_PLANS])
+def test_megatron_core_builds_its_config_from_each_export(tmp_path, plan):
+    model, label, gpus, gbs, seq = plan
+    job = _job(model, label, gpus, gbs, seq, "nemo-megatron")
+    lay, m = job.layout, job.model
+    text = launchers.export(lay, "megatron", m, job.framework, counts_head=estimate(job).split_counts_head)
+    cfg, _ = _transformer_config(text)
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads) == (m.num_layers, m.d_model, m.num_heads)
+    assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size,
+            cfg.expert_model_parallel_size) == (lay.tp, lay.pp, lay.cp, lay.ep)
+    assert (cfg.virtual_pipeline_model_parallel_size or 1) == lay.vpp and cfg.sequence_parallel == (lay.tp > 1)
+    assert cfg.normalization == "RMSNorm" and cfg.add_bias_linear is False and cfg.gated_linear_unit is True
+    assert cfg.qk_layernorm == m.qk_norm
+    if m.is_moe:
+        assert (cfg.num_moe_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size) == \
+            (m.num_experts, m.top_k, m.moe_ffn_dim)
+        freq = cfg.moe_layer_freq
+        assert (sum(freq) if isinstance(freq, list) else m.num_layers // freq) == m.num_moe_layers
+    if m.kv_lora_rank:
+        assert (cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_pos_emb_head_dim) == \
+            (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim)
+    else:
+        assert cfg.num_query_groups in (None, m.num_kv_heads) and cfg.ffn_hidden_size == m.ffn_dim
+    path = tmp_path / "pretrain.sh"
+    path.write_text(text)
+    back = Job.from_config(str(path), gpu="h100-sxm", num_gpus=gpus)
+    assert back.model.num_params == m.num_params
+    assert estimate(back).step_time_s == pytest.approx(estimate(job).step_time_s, rel=1e-3)
+
+
+def test_megatron_core_refuses_what_the_export_refuses_too():
+    """The export refuses a TP size that does not divide the heads (check_job does), and Megatron-Core's
+    config agrees: the same flags with TP 3 do not build."""
+    job = _job("llama3-8b", "tp2-pp1-dp4", 8, 64, 8192, "nemo-megatron")
+    text = launchers.export(job.layout, "megatron", job.model, job.framework).replace(
+        "--tensor-model-parallel-size 2", "--tensor-model-parallel-size 3")
+    with pytest.raises((AssertionError, ValueError)):
+        _transformer_config(text)
+    with pytest.raises(ValueError, match="^tp: 3 must divide the 32 attention heads"):
+        _job("llama3-8b", "tp3-pp1-dp1", 3, 63, 8192, "nemo-megatron")
+
+
+# ---- DeepSpeed -----------------------------------------------------------------------------------
+class _DataParallel:
+    """What DeepSpeedConfig asks an ``mpu`` for: the data-parallel world (the plan's dp)."""
+
+    def __init__(self, dp: int) -> None:
+        self.dp = dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+    def get_model_parallel_world_size(self) -> int:
+        return 1
+
+    def get_tensor_model_parallel_world_size(self) -> int:
+        return 1
+
+    def get_pipeline_model_parallel_world_size(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("label, gbs", [("tp1-pp1-dp64-mb2-z3-full", 256), ("tp1-pp4-dp16-z1-none", 512)])
+def test_deepspeed_reads_each_export(label, gbs, tmp_path):
+    _need("deepspeed")
+    from unittest import mock
+
+    from deepspeed.runtime import config as ds_config
+
+    job = _job("llama3-70b", label, 64, gbs, 4096, "deepspeed")
+    lay = job.layout
+    text = launchers.export(lay, "deepspeed", job.model, job.framework)
+    # (no process group without a launched job: rank 0 is given, the data-parallel world by the mpu)
+    with mock.patch.object(ds_config.dist, "get_rank", lambda *a, **k: 0):
+        cfg = ds_config.DeepSpeedConfig(json.loads(text), mpu=_DataParallel(lay.dp))
+    assert (cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps) == \
+        (lay.global_batch, lay.micro_batch, lay.num_microbatches)
+    assert cfg.zero_optimization_stage == lay.zero_stage and cfg.bfloat16_config.enabled
+    path = tmp_path / "ds.json"
+    path.write_text(text)
+    back = Job.from_config(str(path), model="llama3-70b", gpu="h100-sxm", num_gpus=64)
+    assert estimate(back).step_time_s == pytest.approx(estimate(job).step_time_s, rel=1e-3)
