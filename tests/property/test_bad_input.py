@@ -138,6 +138,22 @@ def test_any_torchtitan_config_reads_sanely_or_names_its_field(values, gpus, sca
     _checked(lambda: launchers.from_torchtitan_toml(top + body, num_gpus=gpus, num_layers=32))
 
 
+TT_LAUNCH_VALUES = st.one_of(st.integers(-2**40, 2**64).map(str), st.text(max_size=6), st.just("1e400"),
+                             st.just("tok_embeddings,layers.0 norm,output"))
+
+
+@settings(max_examples=200, deadline=2000)
+@given(st.dictionaries(st.sampled_from(TT_KEYS), TT_LAUNCH_VALUES, max_size=5), st.sampled_from([None, 64, 7]),
+       st.sampled_from(["", "activation-checkpoint:full", "activation-checkpoint:memory-budget", "'unclosed"]),
+       st.sampled_from(["--nnodes 8 --nproc-per-node 8", "--nnodes 0 --nproc-per-node 8", "--nnodes 1:4", ""]))
+def test_any_torchtitan_launch_line_reads_sanely_or_names_its_field(values, gpus, tail, torchrun):
+    """torchtitan 0.3's launch line, as a user may write it: any value where a number belongs, an unknown
+    activation-checkpoint subcommand, an unclosed quote, an elastic or empty node count."""
+    args = " ".join(f"--{s}.{k} {shlex.quote(v)}" for (s, k), v in values.items())
+    text = f"torchrun {torchrun} -m torchtitan.train --module llama3 --config llama3_8b {args} {tail}"
+    _checked(lambda: launchers.torchtitan.from_launch(text, gpus)[1])
+
+
 PROFILE_FIGURES = [("memory", "bytes_per_s"), ("memory", "op_overhead_s"), ("gemm.bf16", "rate_flops_per_s"),
                    ("gemm.bf16", "overhead_s"), ("attention", "fwd_flops_per_s"), ("attention", "bwd_flops_per_s"),
                    ("device", "memory_bytes"), ("device", "threads")]
