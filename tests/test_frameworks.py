@@ -138,7 +138,8 @@ MEGATRON_PLANS = [
 #: Megatron-LM's flags whose config field is named otherwise (arguments.py, core_transformer_config_from_args)
 RENAMED = {"num-experts": "num_moe_experts", "fp8-format": "fp8", "fp4-format": "fp4",
            "disable-bias-linear": ("add_bias_linear", False), "swiglu": ("gated_linear_unit", True),
-           "recompute-activations": ("recompute_granularity", "selective")}
+           "recompute-activations": ("recompute_granularity", "selective"),
+           "no-gradient-accumulation-fusion": ("gradient_accumulation_fusion", False)}
 
 
 def _typed(field, raw, args, layers):

@@ -125,8 +125,10 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
         a.append("--use-distributed-optimizer")
     if layout.zero_stage >= 2:
         strategy = "optim_grads" if layout.zero_stage == 2 else "optim_grads_params"
-        # (Megatron-LM refuses Megatron-FSDP with another checkpoint format: arguments.py validate_args)
-        a.append(f"--data-parallel-sharding-strategy {strategy} --use-megatron-fsdp --ckpt-format fsdp_dtensor")
+        # (Megatron-FSDP's required flags, its user guide docs/discussions/megatron-fsdp-user-guide: the
+        # fsdp_dtensor checkpoint format, without which Megatron-LM refuses it, and no gradient-accumulation fusion)
+        a.append(f"--data-parallel-sharding-strategy {strategy} --use-megatron-fsdp --ckpt-format fsdp_dtensor "
+                 "--no-gradient-accumulation-fusion")
     a += split
     if framework is not None:
         a += megatron_args.framework_args(framework, layout, sp, moe=model is not None and model.is_moe)
