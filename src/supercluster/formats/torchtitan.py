@@ -44,6 +44,7 @@ from ..models.spec import ModelSpec
 from ..parallelism import pplayout
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
+from .megatron_args import world_size
 
 #: Preset -> torchtitan 0.3.0's (module, config function) for the same architecture
 #: (torchtitan/models/<module>/config_registry.py); the parameter counts of both are compared in
@@ -189,11 +190,8 @@ def parse_launch(text: str) -> tuple[dict[str, Any], int | None]:
         elif key is not None:
             prev = out[key]
             out[key] = tok if prev is True else ([*prev, tok] if isinstance(prev, list) else [prev, tok])
-    gpus = None
-    n, per = out.get("nnodes"), out.get("nproc_per_node")
-    if isinstance(n, str) and isinstance(per, str) and n.isdigit() and per.isdigit() and len(n + per) < 12:
-        gpus = int(n) * int(per)
-    return out, gpus
+    # (the same torchrun reading as a Megatron-LM launch script's)
+    return out, world_size({"nnodes": out.get("nnodes"), "nproc-per-node": out.get("nproc_per_node")})
 
 
 def is_launch(text: str) -> bool:
