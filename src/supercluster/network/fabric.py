@@ -27,6 +27,7 @@ from .._toml import check_keys, load_package_toml
 from ..errors import InputError, require
 from ..hardware.specs import GpuSpec, SystemSpec
 from .twolevel import (
+    COLLECTIVE_CALL_FLOOR_S,
     NET_HOP_LATENCY_S,
     NVLINK_HOP_LATENCY_S,
     RING_BASE_LATENCY_S,
@@ -411,7 +412,8 @@ class FabricNetwork:
             nvls = np.array([nvls_algbw_bytes_per_s(self.gpu, int(x)) for x in np.unique(n)])
             if nvls.any():
                 alg = np.interp(n, np.unique(n), nvls)
-                t_nvls = np.where(alg > 0, RING_BASE_LATENCY_S + float(_coll()["nvls_latency_s"])  # type: ignore[arg-type]
+                t_nvls = np.where(alg > 0, COLLECTIVE_CALL_FLOOR_S + float(_coll()["nvls_base_latency_s"])  # type: ignore[arg-type]
+                                  + float(_coll()["nvls_latency_s"])  # type: ignore[arg-type]
                                   + np.asarray(size_bytes, dtype=float) / np.where(alg > 0, alg, 1.0), np.inf)
                 t = np.where((k <= 1) & (g > 1), np.minimum(t, t_nvls), t)
         return t

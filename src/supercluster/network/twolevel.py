@@ -33,6 +33,37 @@ NVLINK_HOP_LATENCY_S = 3.4e-6  # per ring step over NVLink
 NET_HOP_LATENCY_S = 14e-6 + 2e-6  # per step over the network, plus the network overhead
 
 
+@dataclass(frozen=True, slots=True)
+class WireProtocol:
+    """One of NCCL's wire protocols as its tuner prices it (src/graph/tuning.cc, [NCCL-TUNE-230]): the
+    per-call base latency and the per-ring-step latencies over NVLink and the network for the ring
+    algorithm, and the share of the Simple protocol's bus bandwidth it reaches (LL sends 8-byte lines
+    of which 4 are a flag; LL128 128-byte lines of which 120 carry data)."""
+
+    name: str
+    base_s: float
+    nvlink_hop_s: float
+    net_hop_s: float
+    bw_share: float          # all-reduce, and any collective across nodes
+    bw_share_1node: float    # all-gather / reduce-scatter inside one node
+
+
+#: NCCL's three protocols; a ring collective (all-reduce, all-gather, reduce-scatter) takes whichever is
+#: fastest for its size, as NCCL's tuner does. Simple is the one priced before protocols were modelled.
+PROTOCOLS = (
+    WireProtocol("LL", 6.6e-6, 0.6e-6, 2.7e-6 + 2e-6, 1.0 / 4.0, 1.0 / 3.0),
+    WireProtocol("LL128", 14.0e-6, 1.9e-6, 4.0e-6 + 2e-6, 0.92, 0.92),
+    WireProtocol("Simple", RING_BASE_LATENCY_S, NVLINK_HOP_LATENCY_S, NET_HOP_LATENCY_S, 1.0, 1.0),
+)
+#: NCCL multiplies LL's NVLink step latency by 1.8 when the communicator spans nodes (tuning.cc).
+LL_MULTINODE_NVLINK_FACTOR = 1.8
+#: What a ring collective costs beyond NCCL's own latency model, per call: the kernel launch and the
+#: ranks' arrival. NCCL's tuner prices the smallest measured all-reduce (32 KiB on 8 H200: 1.44 GB/s
+#: busbw, 39.8 us [STAS-NET], collectives.md section 4) at 15.6 us (LL); the rest, 24.2 us, is this.
+#: With it the model meets the same table's 16 MiB, 128 MiB and 1 GiB points within 3 %.
+COLLECTIVE_CALL_FLOOR_S = 24.2e-6
+
+
 class Network(Protocol):
     """What the cost model needs from a network."""
 
@@ -170,7 +201,6 @@ def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k
     to each rank and cross once to each domain holding their experts (:class:`TokenDispatch`)."""
     require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
     s = np.asarray(size_bytes, dtype=float)
-    log_k = np.log2(np.maximum(k, 1.0))
     if kind == "p2p":
         t = np.where(k > 1, s / bo + ao, s / bu + au) + base
         return np.where(g > 1, t, 0.0)
@@ -184,20 +214,39 @@ def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k
         bw = intra + remote
         lat = (n - 1) * au + (k - 1) * ao
     else:
-        # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a
-        # 1/n shard, all-gather in the domain; half of that for reduce-scatter or all-gather.
-        # NCCL pipelines chunks through the NVLink and network stages, which use different
-        # links, so the slower stage sets the time: this reproduces the measured 4 x 8 B200
-        # all-reduce (busbw 381.8 GB/s from 36.95 GB/s per NIC, collectives.md section 5).
+        return ring_collective_s(kind, s, g, n, k, bu, bo, au, ao, base, in_network)
+    return np.where(g > 1, bw + lat + base, 0.0)
+
+
+def ring_collective_s(kind: str, s: np.ndarray, g: np.ndarray, n: Array, k: Array, bu: Array, bo: Array,
+                      au: Array, ao: Array, base: float, in_network: Array = False) -> np.ndarray:
+    """All-reduce, all-gather or reduce-scatter (see :func:`hierarchical_time_s`) at the fastest of
+    NCCL's protocols (:data:`PROTOCOLS`), plus the per-call floor (:data:`COLLECTIVE_CALL_FLOOR_S`).
+    ``au``, ``ao`` and ``base`` are the Simple protocol's (a fabric's extra switch latency included);
+    the other protocols differ from them by NCCL's own latency differences."""
+    # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a
+    # 1/n shard, all-gather in the domain; half of that for reduce-scatter or all-gather.
+    # NCCL pipelines chunks through the NVLink and network stages, which use different
+    # links, so the slower stage sets the time: this reproduces the measured 4 x 8 B200
+    # all-reduce (busbw 381.8 GB/s from 36.95 GB/s per NIC, collectives.md section 5).
+    log_k = np.log2(np.maximum(k, 1.0))
+    if kind == "all_reduce":
+        inter = (k - 1) / k * s / (n * bo)
+        bw = np.maximum(2 * (n - 1) / n * s / bu, np.where(in_network, 1.0, 2.0) * inter)
+    else:
         bw = np.maximum((n - 1) / n * s / bu, (k - 1) / k * s / (n * bo))
+    multinode = np.asarray(k) > 1
+    best = np.full(np.broadcast(s, g, n, k).shape, np.inf)
+    for p in PROTOCOLS:
+        au_p = au + p.nvlink_hop_s * np.where(multinode & (p.name == "LL"), LL_MULTINODE_NVLINK_FACTOR, 1.0) \
+            - NVLINK_HOP_LATENCY_S
+        ao_p = ao + p.net_hop_s - NET_HOP_LATENCY_S
         # Latency: NCCL runs all-gather / reduce-scatter as a ring over all g ranks (PAT only
         # with one GPU per node), so g - 1 steps of which k - 1 cross the network
         # [NCCL-TUNE-230]; all-reduce takes the better of the ring (2x the steps) and the
         # double binary tree (2 ((n - 1) intra + log2 k inter) steps).
-        ring = (g - k) * au + (k - 1) * ao
-        lat = ring
-        if kind == "all_reduce":
-            inter = (k - 1) / k * s / (n * bo)
-            bw = np.maximum(2 * (n - 1) / n * s / bu, np.where(in_network, 1.0, 2.0) * inter)
-            lat = np.minimum(2 * ring, 2 * ((n - 1) * au + log_k * ao))
-    return np.where(g > 1, bw + lat + base, 0.0)
+        ring = (g - k) * au_p + (k - 1) * ao_p
+        lat = np.minimum(2 * ring, 2 * ((n - 1) * au_p + log_k * ao_p)) if kind == "all_reduce" else ring
+        share = p.bw_share if kind == "all_reduce" else np.where(multinode, p.bw_share, p.bw_share_1node)
+        best = np.minimum(best, bw / share + lat + base + p.base_s - RING_BASE_LATENCY_S)
+    return np.where(g > 1, best + COLLECTIVE_CALL_FLOOR_S, 0.0)

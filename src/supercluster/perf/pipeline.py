@@ -207,7 +207,9 @@ def stage_times(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, co
         # The ledger charges the heaviest stage's work: a middle stage's Lh layers, or the last
         # stage's Lh - 1 layer slots and the head, whichever is longer (not Lh layers and the head).
         middle = bal & (Lh_bal * t_layer >= t_last)
-        Lc, head_on = np.where(bal & ~middle, Lh_bal - 1.0, Lh + mtp), np.where(middle, 0.0, 1.0)
+        # (a middle stage holds no MTP module: those sit on the last stage)
+        Lc = np.where(middle, Lh, np.where(bal, Lh_bal - 1.0, Lh + mtp))
+        head_on = np.where(middle, 0.0, 1.0)
     elif fw.pp_split == "middle":
         # torchtitan's split: the last stage holds its (fewer) layers and the head; the heaviest stage
         # is whichever of it and the fullest middle stage takes longer
