@@ -134,6 +134,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "plan-405b": lambda: shown("plan", "--top", "5", "--no-evidence"),
     "export-megatron": lambda: shown("plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
                                      "--export", "megatron"),
+    "export-megatron-launch": lambda: shown("plan", "--model", "llama3-70b", "--gpus", "64", "--global-batch", "128",
+                                            "--export", "megatron-launch"),
     "export-torchtitan": lambda: shown("plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
                                        "--export", "torchtitan"),
     "export-deepspeed": lambda: shown("plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",

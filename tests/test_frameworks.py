@@ -198,7 +198,8 @@ def test_megatron_core_builds_its_config_from_each_export(tmp_path, plan):
     model, label, gpus, gbs, seq = plan
     job = _job(model, label, gpus, gbs, seq, "nemo-megatron")
     lay, m = job.layout, job.model
-    text = launchers.export(lay, "megatron", m, job.framework, counts_head=estimate(job).split_counts_head)
+    # (the launch script: its torchrun line starts the planned GPUs, its arguments build the config)
+    text = launchers.export(lay, "megatron-launch", m, job.framework, counts_head=estimate(job).split_counts_head)
     cfg, _ = _transformer_config(text)
     assert (cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads) == (m.num_layers, m.d_model, m.num_heads)
     assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size,
@@ -218,8 +219,8 @@ def test_megatron_core_builds_its_config_from_each_export(tmp_path, plan):
         assert cfg.num_query_groups in (None, m.num_kv_heads) and cfg.ffn_hidden_size == m.ffn_dim
     path = tmp_path / "pretrain.sh"
     path.write_text(text)
-    back = Job.from_config(str(path), gpu="h100-sxm", num_gpus=gpus)
-    assert back.model.num_params == m.num_params
+    back = Job.from_config(str(path), gpu="h100-sxm")
+    assert back.num_gpus == gpus and back.model.num_params == m.num_params
     assert estimate(back).step_time_s == pytest.approx(estimate(job).step_time_s, rel=1e-3)
 
 

@@ -44,8 +44,8 @@ def test_a_layout_label_prices_the_same_in_estimate_train_goodput_and_simulate(f
     assert sim == pytest.approx(est, rel=1e-3)
 
 
-@pytest.mark.parametrize("fmt, suffix", [("megatron", ".sh"), ("torchtitan", ".sh"), ("torchtitan-toml", ".toml"),
-                                         ("deepspeed", ".json")])
+@pytest.mark.parametrize("fmt, suffix", [("megatron", ".sh"), ("megatron-launch", ".sh"), ("torchtitan", ".sh"),
+                                         ("torchtitan-toml", ".toml"), ("deepspeed", ".json")])
 def test_a_plans_export_read_back_prices_the_plan(tmp_path, fmt, suffix):
     """plan --export writes the launcher's config; estimate --config reads it back (its framework
     from the config) at the plan's step time."""
@@ -59,6 +59,24 @@ def test_a_plans_export_read_back_prices_the_plan(tmp_path, fmt, suffix):
     path.write_text(r.stdout, encoding="utf-8")
     back = _json(["estimate", "--model", "llama3-8b", "--gpus", "64", "--config", str(path), "--no-evidence"])
     assert back["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-3), (fmt, best["layout"], back["layout"])
+
+
+def test_a_megatron_launch_script_starts_the_planned_gpus_and_reads_back_without_them(tmp_path):
+    """The megatron-launch export is a torchrun script over whole nodes (the GPU's system: 8 a node, one
+    node below that) whose read-back needs no --gpus and no --model: the same job, the same step."""
+    job = ["--model", "llama3-70b", "--gpus", "64", "--global-batch", "128"]
+    best = _json(["plan", *job, "--top", "1"])["best"]
+    r = CliRunner().invoke(app, ["plan", *job, "--export", "megatron-launch"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("#!/bin/bash\n") and "NNODES=${NNODES:-8}\nGPUS_PER_NODE=8\n" in r.stdout
+    assert "  pretrain_gpt.py \\\n" in r.stdout and r.stdout.rstrip().endswith("$DATA_ARGS $TRAIN_ARGS")
+    path = tmp_path / "launch.sh"
+    path.write_text(r.stdout, encoding="utf-8")
+    back = _json(["estimate", "--config", str(path), "--no-evidence"])
+    assert back["gpus"] == 64 and back["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-3)
+    four = CliRunner().invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "4", "--global-batch", "32",
+                                    "--export", "megatron-launch"], catch_exceptions=False).stdout
+    assert "NNODES=${NNODES:-1}\nGPUS_PER_NODE=4\n" in four
 
 
 def test_an_export_is_planned_under_the_framework_that_runs_it():

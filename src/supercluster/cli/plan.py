@@ -62,8 +62,9 @@ def plan(
     zero: KeepZeroOpt = None,
     recompute: KeepRecomputeOpt = None,
     gpu_hour_usd: Annotated[float | None, _num(help="price of a GPU-hour (default: ownership cost)")] = None,
-    export: Annotated[str | None, typer.Option(help="print the winner as megatron | torchtitan (a torchtitan 0.3 "
-                                                    "launch line) | torchtitan-toml | deepspeed")] = None,
+    export: Annotated[str | None, typer.Option(help="print the winner as megatron (its arguments) | megatron-launch (a "
+                                                    "torchrun script) | torchtitan (a torchtitan 0.3 launch line) | "
+                                                    "torchtitan-toml | deepspeed")] = None,
     tokens: Annotated[float | None, _num(help="token budget: also days, dollars and MWh to train it "
                                                  "(failure-free; supercluster train adds failures)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -92,7 +93,10 @@ def plan(
 
         # (how the winner's pipeline split was priced: the export tells the framework the same split)
         step = estimate(m, gpu=g, num_gpus=gpus, layout=res.best.layout, framework=fw)
-        typer.echo(export_layout(res.best.layout, export, m, fw, counts_head=step.split_counts_head), nl=False)
+        from ..hardware.specs import get_system
+
+        typer.echo(export_layout(res.best.layout, export, m, fw, counts_head=step.split_counts_head,
+                                 gpus_per_node=get_system(g.system).gpus_per_node), nl=False)
         return
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens}")

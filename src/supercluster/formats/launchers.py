@@ -52,7 +52,7 @@ from .torchtitan import (  # noqa: F401 (the TOML writers and readers, re-export
 
 #: "torchtitan": torchtitan 0.3's launch line (:mod:`supercluster.formats.torchtitan`); "torchtitan-toml": the job
 #: TOML of torchtitan up to early 2026, still read
-FORMATS = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed")
+FORMATS = ("megatron", "megatron-launch", "torchtitan", "torchtitan-toml", "deepspeed")
 
 
 # ---- export ---------------------------------------------------------------------------------
@@ -137,6 +137,38 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
     return " \\\n  ".join(a)
 
 
+def to_megatron_launch(layout: Layout, model: ModelSpec | None = None, framework: Framework | None = None,
+                       counts_head: bool = False, gpus_per_node: int = 8) -> str:
+    """A runnable Megatron-LM launch script for ``layout``: torchrun over the planned GPUs (``gpus_per_node``
+    a node, NNODES of them) starting ``pretrain_gpt.py`` (``pretrain_mamba.py`` for a hybrid) with
+    :func:`to_megatron_args`, and the data and training settings the plan does not choose as variables
+    to edit (mock data, NullTokenizer, a short cosine schedule). Read back, it is the same job."""
+    world = layout.tp * layout.pp * layout.dp * layout.cp
+    per = min(world, gpus_per_node)
+    require(world % per == 0, "gpus_per_node", f"{world} GPUs do not fill whole nodes of {gpus_per_node}")
+    entry = "pretrain_mamba.py" if model is not None and model.recurrent_layers else "pretrain_gpt.py"
+    name = model.name if model is not None else "the model given by its own flags"
+    return "\n".join([
+        "#!/bin/bash",
+        f"# Megatron-LM: {name}, {layout.label()} on {world} GPUs ({world // per} x {per}); planned by supercluster.",
+        "# Run from a Megatron-LM checkout on every node (NODE_RANK 0 .. NNODES-1, MASTER_ADDR the first node).",
+        "# Set DATA_ARGS and TRAIN_ARGS for a real run; every other flag is the planned job.",
+        "set -euo pipefail",
+        f"NNODES=${{NNODES:-{world // per}}}",
+        f"GPUS_PER_NODE={per}",
+        "NODE_RANK=${NODE_RANK:-0}",
+        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
+        "MASTER_PORT=${MASTER_PORT:-6000}",
+        'DATA_ARGS="--mock-data --tokenizer-type NullTokenizer"',
+        'TRAIN_ARGS="--train-iters 100 --lr 3.0e-4 --min-lr 3.0e-5 --lr-decay-style cosine --lr-warmup-iters 10"',
+        "torchrun --nnodes $NNODES --nproc-per-node $GPUS_PER_NODE --node-rank $NODE_RANK \\",
+        "  --master-addr $MASTER_ADDR --master-port $MASTER_PORT \\",
+        f"  {entry} \\",
+        "  " + to_megatron_args(layout, model, framework, counts_head) + " \\",
+        "  $DATA_ARGS $TRAIN_ARGS",
+        ""])
+
+
 def to_deepspeed_json(layout: Layout) -> str:
     cfg: dict[str, Any] = {
         "train_batch_size": layout.global_batch,
@@ -159,9 +191,11 @@ def to_deepspeed_json(layout: Layout) -> str:
 #: The profile a plan to export is priced under when none is named: the framework that runs the
 #: launcher's config (a Megatron-LM script: Megatron-Core as NVIDIA's recipes run it; read back, its
 #: flags describe the same behaviour). A profile named for the plan must be of the format's family.
-EXPORT_FRAMEWORK = {"megatron": DEFAULT_FRAMEWORK, "torchtitan": "torchtitan", "torchtitan-toml": "torchtitan",
+EXPORT_FRAMEWORK = {"megatron": DEFAULT_FRAMEWORK, "megatron-launch": DEFAULT_FRAMEWORK, "torchtitan": "torchtitan",
+                    "torchtitan-toml": "torchtitan",
                     "deepspeed": "deepspeed"}
-EXPORT_FAMILIES = {"megatron": ("megatron", "nemo-megatron"), "torchtitan": ("torchtitan",),
+EXPORT_FAMILIES = {"megatron": ("megatron", "nemo-megatron"), "megatron-launch": ("megatron", "nemo-megatron"),
+                   "torchtitan": ("torchtitan",),
                    "torchtitan-toml": ("torchtitan",), "deepspeed": ("deepspeed",)}
 
 
@@ -179,11 +213,12 @@ def export_framework(fmt: str, framework: str | None) -> str:
 
 
 def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: Framework | None = None,
-           counts_head: bool = False) -> str:
+           counts_head: bool = False, gpus_per_node: int = 8) -> str:
     """``layout`` as the ``fmt`` launcher's config; ``counts_head``: the step was priced with the embedding
-    and the loss counted in the pipeline split (:attr:`~supercluster.perf.step.StepBreakdown.split_counts_head`)."""
+    and the loss counted in the pipeline split (:attr:`~supercluster.perf.step.StepBreakdown.split_counts_head`);
+    ``gpus_per_node``: the node size a launch line starts (megatron-launch)."""
     require(fmt in FORMATS, "format", f"unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
-    require(fmt == "megatron" or not layout.recompute_modules, "recompute_modules",
+    require(fmt.startswith("megatron") or not layout.recompute_modules, "recompute_modules",
             f"{', '.join(layout.recompute_modules)} are Megatron-Core recompute modules; {fmt} has no such setting "
             "(export to megatron, or leave them out)")
     require(fmt != "torchtitan-toml" or layout.precision != "fp4", "precision",
@@ -200,6 +235,8 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
             f"got vpp {layout.vpp} (use vpp 1, or export to megatron or torchtitan)")
     if fmt == "megatron":
         return to_megatron_args(layout, model, framework, counts_head) + "\n"
+    if fmt == "megatron-launch":
+        return to_megatron_launch(layout, model, framework, counts_head, gpus_per_node)
     if fmt == "torchtitan":
         return torchtitan.to_launch(layout, model, framework)
     if fmt == "torchtitan-toml":
