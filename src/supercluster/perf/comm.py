@@ -33,7 +33,8 @@ class CommTimes:
     ``ring_bytes`` what PyTorch's ring attention holds during a layer's backward; ``ep_hid`` the layer's
     token dispatch and combine seconds (forward, backward and recompute) under its compute, ``ep_share_f`` /
     ``ep_share_b`` the shares of its calls in the forward and in the backward (the rest: a full
-    recompute's forward, ``ep_share_f`` again per recompute)."""
+    recompute's forward, ``ep_share_f`` again per recompute); ``ep_call`` one MoE layer's dispatch (or
+    combine) and ``ep_calls`` how many a layer makes per micro-batch (the busiest rank's, 0 dense)."""
 
     half: np.ndarray
     tp_f: np.ndarray
@@ -54,6 +55,8 @@ class CommTimes:
     ep_hid: np.ndarray
     ep_share_f: np.ndarray
     ep_share_b: np.ndarray
+    ep_call: np.ndarray
+    ep_calls: np.ndarray
 
     @property
     def hidden_f(self) -> np.ndarray:
@@ -113,24 +116,26 @@ def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     tp_head = np.where(sp, 2.0 * half, 2.0 * ar) + 3.0 * net.collective_time_s("all_reduce", T * 4.0, tp, s_tp)
     # compute already hiding TP or CP traffic is not free to hide the token dispatch too
     busy = (tp_f - tp_fx + cp_f - cp_fx) * (1.0 + frc) + (tp_b - tp_bx) + (cp_b - cp_bx)
-    ep_hid, ep_x, calls = _ep_s(model, fw, net, rows, work, busy)
+    ep_hid, ep_x, calls, ep_call = _ep_s(model, fw, net, rows, work, busy)
     comm = CommTimes(half=half, tp_f=tp_f, tp_b=tp_b, tp_fx=tp_fx, tp_bx=tp_bx, tp_x=tp_x, cp_f=cp_f, cp_b=cp_b,
                      cp_fx=cp_fx, cp_bx=cp_bx, cp_x=cp_fx * (1.0 + frc) + cp_bx, cp_mem_f=cp_mem_f,
                      cp_mem_b=cp_mem_b, ring_bytes=ring_bytes, ep_x=ep_x, tp_head=tp_head, ep_hid=ep_hid,
-                     ep_share_f=2.0 / calls, ep_share_b=(2.0 + 2.0 * has["moe"]) / calls)
+                     ep_share_f=2.0 / calls, ep_share_b=(2.0 + 2.0 * has["moe"]) / calls, ep_call=ep_call,
+                     ep_calls=np.where(model.is_moe, calls, 0.0))
     return comm, work
 
 
 def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork, busy: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A layer's token dispatch and combine per micro-batch: its seconds hidden under the layer's
-    compute, those left exposed, and how many all-to-all calls it makes (0 seconds for a dense model).
+    compute, those left exposed, how many all-to-all calls it makes and one call's seconds (0 seconds
+    for a dense model).
     ``busy``: the layer's compute seconds already hiding TP and CP traffic; no more than the rest can
     hide the dispatch."""
     frc, has = rows.frc, rows.has
     calls = (4.0 + 2.0 * frc + 2.0 * has["moe"]) * np.ones_like(rows.tp)
     if not model.is_moe:
-        return np.zeros_like(rows.tp), np.zeros_like(rows.tp), calls
+        return np.zeros_like(rows.tp), np.zeros_like(rows.tp), calls, np.zeros_like(rows.tp)
     tp, ep, etp, T, el = rows.tp, rows.ep, rows.etp, rows.T, rows.el
     f_moe = model.num_moe_layers / model.num_layers
     # Megatron-Core's all-to-all dispatcher: EP all-to-all of each rank's tokens x top_k, then (expert
@@ -145,20 +150,21 @@ def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: Layer
     # its experts; where they are depends on how the router spreads them)
     dedup = {"dedup": TokenDispatch(float(model.num_experts), float(model.top_k), fw.moe_router)
              } if fw.ep_node_dedup else {}
-    a2a = net.collective_time_s("all_to_all", rows.tok_sp * model.top_k * hx * el, ep, s_ep, **dedup)
+    # (the call ends when the busiest rank has received its tokens: work.moe_load times the mean)
+    a2a = net.collective_time_s("all_to_all", rows.tok_sp * model.top_k * hx * el * work.moe_load, ep, s_ep, **dedup)
     tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * hx * el, etp,
                                                         s_tp), 0.0)
     ep_all = f_moe * (a2a + tp_tokens) * calls
     if not fw.ep_overlap:
-        return np.zeros_like(ep_all), ep_all, calls
+        return np.zeros_like(ep_all), ep_all, calls, a2a + tp_tokens
     hid = np.minimum(ep_all, np.maximum(work.t_fwd + work.t_bwd + work.t_rc - busy, 0.0))
     if fw.ep_overlap_bounded:
         # Megatron-Core overlap-moe-expert-parallel-comm: another micro-batch's compute runs under
         # the all-to-alls, so only what exceeds a layer's free compute stays exposed
-        return hid, ep_all - hid, calls
+        return hid, ep_all - hid, calls, a2a + tp_tokens
     # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden (what runs under compute
     # holds SMs from it: at most the compute there is)
-    return hid, np.zeros_like(ep_all), calls
+    return hid, np.zeros_like(ep_all), calls, a2a + tp_tokens
 
 
 def allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv_el: np.ndarray, hq: np.ndarray,

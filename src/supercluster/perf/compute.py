@@ -41,6 +41,7 @@ from ..parallelism.framework import (
     quantize_bytes_per_element,
 )
 from .columns import Rows
+from .spread import moe_load_factor
 
 #: Kernels a transformer layer launches per micro-batch (forward, backward), counted in the layer code.
 #: "fused" (Megatron-Core with Transformer Engine): norm + QKV GEMM (LayerNormLinear), RoPE on q and
@@ -162,6 +163,8 @@ class LayerWork:
     w_moe: float
     w_up: float
     drop: float
+    #: the busiest expert-parallel rank's tokens over the mean (:func:`~.spread.moe_load_factor`; 1 dense)
+    moe_load: np.ndarray
 
 
 def check_kernels(model: ModelSpec, fw: Framework, gpu: GpuSpec) -> None:
@@ -196,13 +199,16 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     # through the selected keys backward; its heads split over TP as the attention's do (0 without DSA)
     idx_fwd, idx_bwd = model.indexer_flops_per_token(seq, causal=True)
     idx_f, idx_b = T * idx_fwd / L / tp, T * idx_bwd / L / tp
-    t_gemm_f = layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, overlap=r.in_situ)
+    # (the experts run the busiest rank's tokens: every rank waits for it at the combine)
+    load = moe_load_factor(T * (etp / tp) * model.top_k, ep, fw.moe_router) if model.is_moe else np.ones_like(tp)
+    t_gemm_f = layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, overlap=r.in_situ,
+                            load=load)
     # The weights are cast once per step (Transformer Engine caches them after the first micro-batch):
     # the layer's weight casts, forward and backward, per step, not per micro-batch (0 in 16 bits)
     t_wcast = np.zeros_like(tp)
     if np.any(r.q_el > 0):
         t_wcast = 3.0 * (layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, r.q_el,
-                                      overlap=r.in_situ) - t_gemm_f)
+                                      overlap=r.in_situ, load=load) - t_gemm_f)
     drop = 1.0 if fw.dropout else 0.0
     if unfused:
         t_attn_f, t_attn_b, t_score_f, t_score_b = unfused_attention(
@@ -258,7 +264,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         t_proj=3.0 * proj_f / r.ceiling,
         # unfused attention keeps the softmax output (and dropout mask and output) per token
         score_tok=(a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
-        w_attn=w_attn, w_mlp=w_mlp, w_dense=w_dense, w_moe=w_moe, w_up=w_up, drop=drop)
+        w_attn=w_attn, w_mlp=w_mlp, w_dense=w_dense, w_moe=w_moe, w_up=w_up, drop=drop,
+        moe_load=load * np.ones_like(tp))
 
 
 def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f: np.ndarray, t_attn_f: np.ndarray,
@@ -365,12 +372,13 @@ def gemm_s(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np
 def layer_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
                      el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None,
                      q_el: np.ndarray | float = 0.0, q_w: np.ndarray | float = 0.0,
-                     overlap: bool = False) -> np.ndarray:
+                     overlap: bool = False, load: np.ndarray | float = 1.0) -> np.ndarray:
     """Forward GEMM seconds of one layer (mean over dense and MoE layers) for T tokens per GPU.
 
     Attention: the input projections (Q, K, V, or MLA's factors) as one GEMM and the output
     projection. MLP: the input (gate + up fused when gated) and output GEMMs. MoE: each of the
-    E / ep local experts sees T (etp / tp) top_k ep / E tokens on average, its width split over the
+    E / ep local experts sees T (etp / tp) top_k ep / E tokens on average (``load`` times that on the
+    busiest rank, which the others wait for), its width split over the
     expert-TP ranks (etp = tp: like the dense MLP); shared experts see every token; the router is a
     T x h x E GEMM. Latent MoE: the experts read and write the latent width, and its two projections
     (h -> latent, latent -> h) run on every token, priced like TP-split linears (the same FLOPs as
@@ -397,7 +405,7 @@ def layer_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray
     if model.num_moe_layers:
         E = float(model.num_experts)
         e_tp = tp if etp is None else etp
-        per_expert = T * (e_tp / tp) * model.top_k * ep / E
+        per_expert = T * (e_tp / tp) * model.top_k * ep / E * load  # (on the busiest rank)
         moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim), e_tp, float(model.expert_width)) + gemm_s(
             T, h, E, rate, el_in, el_out, mem_bw, overlap=overlap)
         if model.moe_latent_dim:  # latent MoE: down to the experts' width before the dispatch, up after

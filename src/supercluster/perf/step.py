@@ -22,12 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
 
 from ..errors import require
 from ..hardware.specs import GpuSpec
 from ..models.spec import ModelSpec
-from ..network.twolevel import Network
+from ..network.twolevel import Network, domain_split
 from ..parallelism import pplayout
 from ..parallelism.framework import Framework, comm_sm_frac, gpu_speed_sigma
 from ..parallelism.layout import Layout
@@ -36,6 +35,7 @@ from .comm import CommTimes, layer_comm
 from .compute import LayerWork, Rates, contended, host_bound, layer_work, rates
 from .memory import memory_bytes
 from .pipeline import PipeTimes, StageTimes, pipeline_times, stage_times
+from .spread import expected_max_normal
 from .sync import SyncTimes, sync_times
 
 #: Ledger lines, in the order they are printed; they sum exactly to ``step_time_s``.
@@ -91,8 +91,20 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         pipeline_by_chunks=pipe.by_chunks.astype(float) * np.ones_like(rows.tp),
         pp_send_s=pipe.pp_send * np.ones_like(rows.tp),
         weight_cast_s=weight_cast_s(st, work) * np.ones_like(rows.tp),
+        # an MoE layer's routing as priced: the busiest EP rank's tokens over the mean, one dispatch (or
+        # combine) call and how many a layer makes, and the share of its bytes that leave the scale-up domain
+        moe_load_factor=work.moe_load, ep_call_s=comm.ep_call, ep_calls=comm.ep_calls,
+        ep_remote_share=_remote_share(rows, gpu),
     )
     return out
+
+
+def _remote_share(rows: Rows, gpu: GpuSpec) -> np.ndarray:
+    """The share of an all-to-all's bytes that cross the scale-out network: (g - n) / g for the EP group
+    of g ranks, n of them in one scale-up domain (before any per-node deduplication)."""
+    g, stride = rows.groups["ep"]
+    n, _ = domain_split(g, stride, float(gpu.scaleup_domain))
+    return np.where(g > 1, (g - n) / np.maximum(g, 1.0), 0.0)
 
 
 def step_ledger(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates, work: LayerWork, comm: CommTimes, st: StageTimes,
@@ -134,13 +146,6 @@ def step_ledger(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates, work: Laye
 def weight_cast_s(st: StageTimes, work: LayerWork) -> np.ndarray:
     """Seconds a step of the heaviest stage's fp8 / fp4 weight casts (its ``Lc`` layer-like blocks)."""
     return st.Lc * work.t_wcast
-
-
-def expected_max_normal(n: np.ndarray | float) -> np.ndarray:
-    """Expected largest of ``n`` independent standard normal draws (Blom's approximation,
-    Phi^-1((n - 0.375) / (n + 0.25)); 0 for one draw, 1.42 for 8, 3.8 for 16,384)."""
-    n = np.maximum(np.asarray(n, dtype=float), 1.0)
-    return ndtri((n - 0.375) / (n + 0.25))
 
 
 def flop_columns(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, step: np.ndarray,
@@ -191,6 +196,11 @@ class StepBreakdown:
     #: the pipeline split counts the embedding and the loss as a layer each (a profile that can, where it
     #: makes the slowest stage faster): what an export must tell the framework
     split_counts_head: bool = False
+    #: an MoE job's routing as priced (None for a dense model): experts, top_k, ep, experts_per_gpu, router
+    #: ("random": balanced, "round-robin": a fixed gate), dropless, load_factor (the busiest EP rank's tokens
+    #: over the mean), dispatch_call_s and dispatch_calls (per MoE layer and micro-batch), remote_byte_share (before
+    #: node_dedup: DeepEP's one copy a node)
+    moe: dict[str, object] | None = None
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -208,6 +218,17 @@ class StepBreakdown:
     @property
     def fits(self) -> bool:
         return self.memory_per_gpu_bytes <= self.hbm_bytes
+
+
+def _moe(model: ModelSpec, fw: Framework, layout: Layout, col: dict[str, float]) -> dict[str, object] | None:
+    """:attr:`StepBreakdown.moe` from one row of :func:`step_columns`."""
+    if not model.is_moe:
+        return None
+    return {"experts": model.num_experts, "top_k": model.top_k, "ep": layout.ep,
+            "experts_per_gpu": model.num_experts / layout.ep, "router": fw.moe_router, "dropless": True,
+            "load_factor": col["moe_load_factor"], "dispatch_call_s": col["ep_call_s"],
+            "dispatch_calls": col["ep_calls"], "remote_byte_share": col["ep_remote_share"],
+            "node_dedup": bool(fw.ep_node_dedup)}
 
 
 def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
@@ -239,6 +260,6 @@ def step_breakdowns(model: ModelSpec, *, layouts: list[Layout], gpu: GpuSpec, ne
             hardware_flops=first["hardware_flops"], peak_flops_per_s=first["peak_flops_per_s"],
             memory={k: first[k] for k in MEMORY_KEYS}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
             mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
-            split_counts_head=bool(first["split_counts_head"]),
+            split_counts_head=bool(first["split_counts_head"]), moe=_moe(model, fw, layouts[i], first),
         ))
     return res

@@ -56,6 +56,7 @@ def breakdown_json(b: StepBreakdown, fit: Fit | None = None, **extra: Any) -> di
         "memory_per_gpu_bytes": b.memory_per_gpu_bytes, "hbm_bytes": b.hbm_bytes, "fits": b.fits,
         "fit_reason": None if b.fits else fit_reason(b, *(fit or ())),
         "memory": b.memory, "ledger": b.ledger, "microbatches": b.microbatches,
+        **({"moe": b.moe} if b.moe else {}),
     }
 
 
@@ -85,6 +86,25 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str, fit: Fit | N
     )
     if not b.fits:
         console.print(f"[yellow]does not fit: {fit_reason(b, *(fit or ()))}[/yellow]")
+    if b.moe:
+        console.print(moe_line(b), markup=False)
+
+
+def moe_line(b: StepBreakdown) -> str:
+    """What an MoE step's expert layers were priced with: the routing assumed, the busiest expert-parallel
+    rank's load, one dispatch call and where its bytes go, and what of it stays exposed."""
+    e = b.moe or {}
+    router = ("a balanced router (tokens spread at random over the experts)" if e["router"] == "random"
+              else "a fixed round-robin gate (every rank the same tokens)")
+    per_gpu = float(e["experts_per_gpu"])  # type: ignore[arg-type]
+    line = (f"MoE: {e['experts']} experts, top-{e['top_k']}, EP {e['ep']} ({per_gpu:g} a GPU), {router}, dropless")
+    if int(e["ep"]) <= 1:  # type: ignore[call-overload]
+        return line + "; no expert parallelism: no dispatch"
+    return (line + f"; busiest EP rank {100 * (float(e['load_factor']) - 1):+.1f} % tokens over the mean; "  # type: ignore[arg-type]
+            f"a dispatch or combine {float(e['dispatch_call_s']) * 1e3:.2f} ms ({float(e['dispatch_calls']):g} a "  # type: ignore[arg-type]
+            f"layer and micro-batch), {100 * float(e['remote_byte_share']):.0f} % of its bytes over the scale-out "  # type: ignore[arg-type]
+            f"network{' before DeepEP sends each token once a node' if e['node_dedup'] else ''}; "
+            f"exposed {b.ledger['exposed_ep_comm']:.2f} s a step")
 
 
 def sensitivity_table(rows: list[Any], title: str) -> Table:
