@@ -672,3 +672,20 @@ def test_the_planner_and_check_model_keep_one_table_of_rules(model):
         assert accepted == bool(mask[i]), row
         seen += 1
     assert seen > 100 and mask.any() and not mask.all()
+
+
+def test_the_planner_offers_only_the_zero_stages_each_framework_has():
+    """torchtitan (FSDP2) has no optimizer-only sharding (ZeRO-1); DeepSpeed's pipeline engine asserts ZeRO
+    below 2 (frameworks.toml zero_stages / zero_max_with_pp), which estimate refuses by the field too."""
+    import supercluster as sc
+
+    tt = sc.plan("llama3-8b", gpu="h100-sxm", num_gpus=64, global_batch=256, seq_len=8192, framework="torchtitan",
+                 top=200)
+    assert tt.top and all(r.layout.zero_stage != 1 for r in tt.top)
+    ds = sc.plan("llama3-70b", gpu="h100-sxm", num_gpus=64, global_batch=256, seq_len=4096, framework="deepspeed",
+                 top=200)
+    assert any(r.layout.pp > 1 for r in ds.top) and all(r.layout.zero_stage <= 1 for r in ds.top if r.layout.pp > 1)
+    with pytest.raises(InputError) as e:
+        estimate("llama3-8b", gpu="h100-sxm", num_gpus=16, framework="deepspeed",
+                 layout=Layout(pp=2, dp=8, global_batch=64, seq_len=4096, zero_stage=3))
+    assert e.value.field == "zero_stage"

@@ -91,6 +91,10 @@ class Framework:
     #: tensor parallelism, sequence parallelism must be used"; Megatron-Core ModelParallelConfig refuses
     #: EP and TP without it): a layout that leaves it unsaid gets it, one that turns it off is refused
     moe_tp_needs_sp: bool = False
+    #: the ZeRO stages the framework has (frameworks.toml zero_stages), and the highest it runs with
+    #: pipeline parallelism (zero_max_with_pp)
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    zero_max_with_pp: int = 3
     era_of: str = ""
     #: gradient reduce-scatters per layer and pass under ZeRO-3 / FSDP; 0 = as many as the gathers
     zero3_reduces_per_layer: int = 0
@@ -200,10 +204,25 @@ class Framework:
                 f"data-parallel rank, at least 2 x pp = {2 * pp}; got {microbatches} (global batch / (dp x "
                 "micro-batch))")
 
+    def zero_ok(self, zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
+        """Which rows' ZeRO stage the framework runs, with their pipeline degree (the vectorised
+        :meth:`check_zero`, for the planner)."""
+        return np.isin(zero, self.zero_stages) & ((pp <= 1) | (zero <= self.zero_max_with_pp))
+
+    def check_zero(self, zero: int, pp: int) -> None:
+        """Refuse a ZeRO stage the framework does not run with pipeline parallelism. (A stage it does not
+        have at all, such as ZeRO-1 under an FSDP stack, is left out of the planner's search but still
+        priced when asked for: every layout's default is ZeRO-1.)"""
+        require(pp <= 1 or zero <= self.zero_max_with_pp, "zero_stage",
+                f"framework {self.key} runs ZeRO stage {self.zero_max_with_pp} at most with pipeline parallelism "
+                f"(pp = {pp}); got {zero}: use zero {self.zero_max_with_pp} or lower, or pp 1")
+
     def runnable(self, layout: Layout, moe: bool) -> Layout:
         """``layout`` as this framework runs it, or an error naming the field it cannot run: its parallel
-        degrees, its pipeline schedule's micro-batches, and sequence parallelism set where required."""
+        degrees, its ZeRO stage, its pipeline schedule's micro-batches, and sequence parallelism set where
+        required."""
         self.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
+        self.check_zero(layout.zero_stage, layout.pp)
         self.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
         sp = self.sequence_parallel_for(moe, layout.tp, layout.sequence_parallel)
         return replace(layout, sequence_parallel=sp) if layout.sequence_parallel is None and \
@@ -266,7 +285,7 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementw
                 "tensor_parallel", "pipeline_parallel", "interleaved_pipeline", "interleave_microbatches",
                 "moe_tp_needs_sp",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "optimizer_bytes_per_param",
-                "compiled_loss_bytes_per_logit"}
+                "compiled_loss_bytes_per_logit", "zero_stages", "zero_max_with_pp"}
 
 
 @cache
@@ -294,7 +313,12 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.pp_split", "must be 'even' or 'middle'")
         if t.get("pp_split", "even") == "middle" and t.get("pp_split_counts_head", False):
             raise InputError(f"framework {key}.pp_split", "'middle' does not combine with pp_split_counts_head")
-        out[key] = Framework(key=key, **t)
+        stages = t.get("zero_stages", [0, 1, 2, 3])
+        if not (isinstance(stages, list) and stages and all(z in (0, 1, 2, 3) for z in stages)):
+            raise InputError(f"framework {key}.zero_stages", "must be a list of ZeRO stages from 0, 1, 2, 3")
+        if t.get("zero_max_with_pp", 3) not in (0, 1, 2, 3):
+            raise InputError(f"framework {key}.zero_max_with_pp", "must be a ZeRO stage: 0, 1, 2 or 3")
+        out[key] = Framework(key=key, **{**t, "zero_stages": tuple(stages)})
     return out
 
 
