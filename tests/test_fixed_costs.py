@@ -90,7 +90,8 @@ def test_the_fp8_recipe_a_run_names_prices_its_own_quantisation():
     and writes the same recipe."""
     from supercluster.errors import InputError
     from supercluster.formats import launchers
-    from supercluster.formats.megatron_args import framework_from_args, parse_args
+    from supercluster.formats.megatron_args import parse_args
+    from supercluster.formats.megatron_flags import framework_from_args
     from supercluster.formats.runs import fp8_recipe
     from supercluster.job import estimate
     from supercluster.parallelism.layout import Layout

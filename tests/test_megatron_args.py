@@ -12,7 +12,8 @@ from supercluster.cli import app
 from supercluster.errors import InputError
 from supercluster.formats import launchers
 from supercluster.formats.load import load_model
-from supercluster.formats.megatron_args import framework_from_args, model_args, model_from_args, parse_args
+from supercluster.formats.megatron_args import model_args, model_from_args, parse_args
+from supercluster.formats.megatron_flags import framework_from_args
 from supercluster.models.catalog import model_catalog
 from supercluster.parallelism.layout import Layout
 

@@ -46,3 +46,86 @@ def test_every_moe_estimate_says_how_its_experts_were_priced():
                                         "--global-batch", "64", "--json", "--no-evidence"],
                                   catch_exceptions=False).output)
     assert "moe" not in dense
+
+
+def test_token_drop_caps_the_busiest_rank_and_padding_fixes_it_at_the_capacity():
+    dropless = float(moe_load_factor(64, 64, "random"))
+    assert dropless > 1.25  # few tokens a rank: a busy rank well above the mean
+    assert float(moe_load_factor(64, 64, "random", 1.25)) == 1.25  # capped
+    assert float(moe_load_factor(64, 64, "random", 2.0)) == pytest.approx(dropless)  # the cap never binds
+    assert float(moe_load_factor(64, 64, "round-robin", 1.5, pad=True)) == 1.5  # padded: capacity, any router
+    assert float(moe_load_factor(64, 1, "random", 1.5, pad=True)) == 1.5  # padded even without EP
+
+
+def _moe_step(framework: str, tp: int = 1) -> dict:
+    args = ["estimate", "--model", "mixtral-8x7b", "--gpus", "64", "--tp", str(tp), "--pp", "1", "--ep", "8",
+            "--global-batch", "64", "--seq-len", "2048", "--framework", framework, "--json", "--no-evidence"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_routing_is_an_input_that_moves_the_step_and_the_memory():
+    """A tight capacity drops the busiest rank's excess (faster than dropless); padding to a capacity
+    above it runs every rank at that capacity (slower, and the experts' activations grow with it)."""
+    dropless = _moe_step("nemo-megatron")
+    tight = _moe_step("nemo-megatron+capacity-1.0")
+    padded = _moe_step("nemo-megatron+capacity-1.5+pad-to-capacity")
+    more = _moe_step("nemo-megatron+capacity-2+pad-to-capacity")
+    assert dropless["moe"]["dropless"] and dropless["moe"]["capacity_factor"] == 0
+    assert tight["moe"]["load_factor"] == 1.0 and not tight["moe"]["dropless"]
+    assert tight["step_time_s"] < dropless["step_time_s"] < padded["step_time_s"] < more["step_time_s"]
+    assert padded["moe"]["padded"] and padded["moe"]["load_factor"] == 1.5
+    assert (dropless["memory"]["mem_activations_bytes"] < padded["memory"]["mem_activations_bytes"]
+            < more["memory"]["mem_activations_bytes"])
+
+
+@pytest.mark.parametrize("framework, words", [
+    ("nemo-megatron+pad-to-capacity", "needs a capacity factor"),
+    ("nemo-megatron+capacity-0", "outside"),
+    ("nemo-megatron+capacity-1.25+deepep+pad-to-capacity", "DeepEP"),
+])
+def test_impossible_routing_is_refused_by_name(framework, words):
+    from supercluster.errors import InputError
+    from supercluster.parallelism.framework import get_framework
+
+    with pytest.raises(InputError, match=words) as err:
+        get_framework(framework)
+    assert err.value.field == "framework"
+
+
+def test_a_runs_row_and_a_megatron_script_state_the_routing():
+    from supercluster.errors import InputError
+    from supercluster.formats.megatron_args import parse_args
+    from supercluster.formats.megatron_flags import framework_args, framework_from_args
+    from supercluster.formats.runs import routing_suffixes
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.parallelism.layout import Layout
+
+    assert routing_suffixes({"moe_capacity_factor": "1.25", "moe_pad_to_capacity": "yes"}) == \
+        "+capacity-1.25+pad-to-capacity"
+    assert routing_suffixes({"moe_capacity_factor": ""}) == ""
+    for bad in ({"moe_capacity_factor": "lots"}, {"moe_capacity_factor": "-1"}, {"moe_pad_to_capacity": "yes"}):
+        with pytest.raises(InputError):
+            routing_suffixes(bad)
+    fw = get_framework("megatron+capacity-1.25+pad-to-capacity")
+    flags = " ".join(framework_args(fw, Layout(tp=1, pp=1, dp=8, ep=8, global_batch=64), False, moe=True))
+    assert "--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity" in flags
+    back = framework_from_args(parse_args(flags))
+    assert (back.moe_capacity_factor, back.moe_pad_to_capacity) == (1.25, True)
+    assert framework_from_args(parse_args("--moe-expert-capacity-factor -1")).moe_capacity_factor == 0.0
+
+
+def test_token_drop_exports_to_megatron_and_is_refused_where_a_launcher_has_no_such_setting():
+    from supercluster.errors import InputError
+    from supercluster.formats.launchers import export
+    from supercluster.models.catalog import model_catalog
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.parallelism.layout import Layout
+
+    layout, model = Layout(tp=1, pp=1, dp=8, ep=8, global_batch=64), model_catalog()["mixtral-8x7b"]
+    flags = export(layout, "megatron", model, get_framework("megatron+capacity-1.5"))
+    assert "--moe-expert-capacity-factor 1.5" in flags
+    for fmt, fw in (("torchtitan", "torchtitan+capacity-1.5"), ("deepspeed", "deepspeed+capacity-1.5")):
+        with pytest.raises(InputError, match="token-drop routing"):
+            export(layout, fmt, model, get_framework(fw))

@@ -16,7 +16,8 @@ from supercluster.errors import InputError
 from supercluster.formats import launchers
 from supercluster.formats.hf import from_hf_config
 from supercluster.formats.load import load_model
-from supercluster.formats.megatron_args import framework_from_args, model_args, model_from_args, parse_args
+from supercluster.formats.megatron_args import model_args, model_from_args, parse_args
+from supercluster.formats.megatron_flags import framework_from_args
 from supercluster.parallelism.framework import get_framework
 from supercluster.parallelism.layout import Layout
 

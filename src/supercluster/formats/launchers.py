@@ -8,7 +8,7 @@ Formats (flag and key names from each project's documentation):
   ``--expert-model-parallel-size``, ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
   ``--bf16`` / ``--fp8-format hybrid`` / ``--fp4-format e2m1``, ``--recompute-granularity``,
   ``--recompute-modules``, ``--sequence-parallel``, ``--use-distributed-optimizer``; with the model,
-  its architecture, and with the framework, the flags of its behaviours (:mod:`supercluster.formats.megatron_args`).
+  its architecture, and with the framework, the flags of its behaviours (:mod:`supercluster.formats.megatron_flags`).
 * torchtitan 0.3's launch line (``--export torchtitan``; :mod:`supercluster.formats.torchtitan`).
 * TorchTitan job TOML (``--export torchtitan-toml``; ``torchtitan/config/job_config.py``, its mid-2025 schema,
   which torchtitan 0.3 replaced by Python configs; FSDP2 has no ZeRO-1:
@@ -41,7 +41,7 @@ from ..models.spec import ModelSpec
 from ..parallelism import pplayout
 from ..parallelism.framework import DEFAULT_FRAMEWORK, MEGATRON_FP8_RECIPE, Framework, get_framework
 from ..parallelism.layout import Layout
-from . import megatron_args, torchtitan
+from . import megatron_args, megatron_flags, torchtitan
 from .torchtitan import (  # noqa: F401 (the TOML writers and readers, re-exported for the launchers' callers)
     from_torchtitan_toml,
     to_torchtitan_overrides,
@@ -78,7 +78,7 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
                      counts_head: bool = False) -> str:
     """Megatron-LM arguments for ``layout``; with ``model`` its architecture, with ``framework`` the
     flags that make Megatron-LM behave as that profile is priced (overlaps, gradient precision,
-    dropout: :func:`supercluster.formats.megatron_args.framework_args`); ``counts_head``: the priced
+    dropout: :func:`supercluster.formats.megatron_flags.framework_args`); ``counts_head``: the priced
     split counts the embedding and the loss as layers (:func:`supercluster.formats.megatron_args.split_args`)."""
     a: list[str] = [
         f"--tensor-model-parallel-size {layout.tp}", f"--pipeline-model-parallel-size {layout.pp}",
@@ -131,7 +131,7 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
                  "--no-gradient-accumulation-fusion")
     a += split
     if framework is not None:
-        a += megatron_args.framework_args(framework, layout, sp, moe=model is not None and model.is_moe)
+        a += megatron_flags.framework_args(framework, layout, sp, moe=model is not None and model.is_moe)
     if model is not None:
         a += megatron_args.model_args(model, layout.seq_len)
     return " \\\n  ".join(a)
@@ -233,6 +233,10 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
     require(fmt != "deepspeed" or layout.vpp == 1, "vpp",
             f"DeepSpeed's pipeline engine runs 1F1B over contiguous stages, with no interleaved schedule; "
             f"got vpp {layout.vpp} (use vpp 1, or export to megatron or torchtitan)")
+    require(fmt.startswith("megatron") or framework is None or framework.moe_capacity_factor <= 0, "framework",
+            f"token-drop routing (capacity factor {framework.moe_capacity_factor if framework else 0:g}) has no "
+            f"setting in a {fmt} config (torchtitan's MoE routes dropless; DeepSpeed sets capacity in its MoE "
+            "layer's code): export to megatron, or plan dropless")
     if fmt == "megatron":
         return to_megatron_args(layout, model, framework, counts_head) + "\n"
     if fmt == "megatron-launch":
@@ -418,7 +422,7 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
     if framework is not None:
         fw = framework
     elif script is not None:
-        fw = megatron_args.framework_from_args(script, name=f"megatron-lm ({path.name})")
+        fw = megatron_flags.framework_from_args(script, name=f"megatron-lm ({path.name})")
     else:
         if kind == "torchtitan":
             fw = "torchtitan+compile" if compiles else "torchtitan"

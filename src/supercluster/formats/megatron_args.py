@@ -8,7 +8,7 @@ enters the cost is written and read, and so is how the model is built (normalisa
 embeddings, biases, QK norms: Megatron-LM's defaults are GPT's, so a Llama needs them said); what is
 neither (the tokenizer, router options) is left to the script. The layout flags are read by
 :func:`supercluster.formats.launchers.from_megatron_args`; the flags that switch framework behaviours
-(overlaps, gradient precision, dropout) by :func:`framework_from_args`.
+(overlaps, gradient precision, dropout, routing) by :mod:`.megatron_flags`.
 
 =============================  ==================================================================
 ModelSpec                      Megatron-LM arguments
@@ -49,7 +49,6 @@ and other MTP block patterns (not modelled) on import.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import operator
 import re
 import shlex
@@ -57,15 +56,6 @@ from typing import Any
 
 from ..errors import InputError, require
 from ..models.spec import MAX_LAYERS, MAX_SEQ, MAX_WIDTH, ModelSpec, hybrid_counts
-from ..parallelism.framework import (
-    DEEPEP_SUFFIX,
-    EP_OVERLAP_SUFFIX,
-    FP8_RECIPE_NAMES,
-    MEGATRON_FP8_RECIPE,
-    Framework,
-    get_framework,
-)
-from ..parallelism.layout import Layout
 
 #: Megatron-LM's defaults for flags a script may leave out (arguments.py)
 _MLA_DEFAULTS = {"kv-lora-rank": 32, "qk-head-dim": 128, "qk-pos-emb-head-dim": 64, "v-head-dim": 128}
@@ -496,6 +486,13 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
                      seq_len=seq, source="Megatron-LM arguments", **f)
 
 
+def float_flag(args: dict[str, Any], flag: str, default: float) -> float:
+    try:
+        return float(args.get(flag, default))
+    except (TypeError, ValueError):
+        raise InputError(flag, f"must be a number, got {args[flag]!r}") from None
+
+
 def _build_from_args(args: dict[str, Any]) -> dict[str, Any]:
     """Norm, positions and biases as Megatron-LM builds them from the flags (its defaults where absent)."""
     norm = str(args.get("normalization", "LayerNorm"))
@@ -507,93 +504,5 @@ def _build_from_args(args: dict[str, Any]) -> dict[str, Any]:
             f"{pos!r} is not modelled; allowed: {', '.join(POSITION_TYPE.values())}")
     return dict(norm={v: k for k, v in NORMALIZATION.items()}[norm],
                 position_embedding={v: k for k, v in POSITION_TYPE.items()}[pos],
-                rope_base=_float(args, "rotary-base", 10000.0), linear_bias=not args.get("disable-bias-linear"),
+                rope_base=float_flag(args, "rotary-base", 10000.0), linear_bias=not args.get("disable-bias-linear"),
                 qkv_bias=bool(args.get("add-qkv-bias")), qk_norm=bool(args.get("qk-layernorm")))
-
-
-# ---- framework behaviours ---------------------------------------------------------------------
-#: profiles whose behaviours Megatron-LM flags can set (others export the layout and model only)
-MEGATRON_FAMILIES = ("megatron", "nemo-megatron")
-
-
-def framework_args(fw: Framework, layout: Layout, sequence_parallel: bool, moe: bool = False) -> list[str]:
-    """The flags that make Megatron-LM run the way ``fw`` is priced on ``layout`` (the inverse of
-    :func:`framework_from_args`; empty for a framework outside :data:`MEGATRON_FAMILIES`); ``moe``:
-    the model has experts (its token dispatcher: DeepEP's, or the all-to-all one)."""
-    if fw.family not in MEGATRON_FAMILIES:
-        return []
-    tp, pp, ep, zero_stage, precision = layout.tp, layout.pp, layout.ep, layout.zero_stage, layout.precision
-    a = []
-    if moe:
-        a.append("--moe-token-dispatcher-type flex --moe-enable-deepep" if fw.ep_node_dedup
-                 else "--moe-token-dispatcher-type alltoall")
-    if fw.dp_overlap:
-        a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if zero_stage >= 1 else ""))
-    if fw.tp_comm_overlap and tp > 1 and sequence_parallel:
-        a.append("--tp-comm-overlap")
-    if not fw.pp_overlap and pp > 1:
-        a.append("--no-overlap-p2p-communication")
-    if fw.ep_overlap and ep > 1:
-        a.append("--overlap-moe-expert-parallel-comm")
-    if fw.grad_bytes == 2 and precision != "fp16":
-        a.append("--grad-reduce-in-bf16")
-    elif fw.grad_bytes == 4 and precision == "fp16":
-        a.append("--accumulate-allreduce-grads-in-fp32")
-    if not fw.dropout:
-        a.append("--attention-dropout 0 --hidden-dropout 0")
-    if fw.fp8_param_gather and precision == "fp8":
-        a.append("--fp8-param-gather")
-    return a
-
-
-def _float(args: dict[str, Any], flag: str, default: float) -> float:
-    try:
-        return float(args.get(flag, default))
-    except (TypeError, ValueError):
-        raise InputError(flag, f"must be a number, got {args[flag]!r}") from None
-
-
-def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") -> Framework:
-    """The Megatron-LM profile with the behaviours these flags switch, at Megatron-LM's defaults
-    where a flag is absent (arguments.py): ``--tp-comm-overlap`` (off), ``--overlap-grad-reduce``
-    (off), ``--no-overlap-p2p-communication`` (pipeline sends overlap by default),
-    ``--overlap-moe-expert-parallel-comm`` (off), ``--moe-enable-deepep`` (DeepEP's dispatcher: each
-    token crosses once per node; off), ``--account-for-embedding-in-pipeline-split`` /
-    ``--account-for-loss-in-pipeline-split`` (either: the pipeline split counts both),
-    ``--grad-reduce-in-bf16`` / ``--accumulate-allreduce-grads-in-fp32`` (bf16 runs keep and reduce
-    gradients in fp32 by default, fp16 runs in fp16), ``--attention-dropout`` /
-    ``--hidden-dropout`` (0.1 each), ``--fp8-param-gather``, ``--attention-backend unfused|local``,
-    ``--fp8-recipe delayed|tensorwise|blockwise|mxfp8`` (delayed)."""
-    fw = get_framework("megatron" + (EP_OVERLAP_SUFFIX if args.get("overlap-moe-expert-parallel-comm") else "")
-                       + (DEEPEP_SUFFIX if args.get("moe-enable-deepep") else ""))
-    # bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16; fp16 in fp16 unless
-    # --accumulate-allreduce-grads-in-fp32 (arguments.py validate_args; DDP grad buffer dtype)
-    fp32 = args.get("accumulate-allreduce-grads-in-fp32") or (not args.get("fp16")
-                                                               and not args.get("grad-reduce-in-bf16"))
-    grad = 4 if fp32 else 2
-    dropout = any(_float(args, f, 0.1) > 0 for f in ("attention-dropout", "hidden-dropout"))
-    backend = str(args.get("attention-backend", "auto")).lower()
-    recipe = str(args.get("fp8-recipe", "delayed")).lower()
-    require(recipe in FP8_RECIPE_NAMES, "fp8-recipe", f"{recipe!r}: allowed {', '.join(MEGATRON_FP8_RECIPE.values())}")
-    out = dataclasses.replace(
-        fw, key=name, era_of="megatron",  # (its family: the evidence line and the notes name Megatron-LM)
-        tp_comm_overlap=bool(args.get("tp-comm-overlap")), dp_overlap=bool(args.get("overlap-grad-reduce")),
-        pp_overlap=not args.get("no-overlap-p2p-communication"),
-        pp_split_counts_head=bool(args.get("account-for-embedding-in-pipeline-split")
-                                  or args.get("account-for-loss-in-pipeline-split")),
-        grad_bytes=grad, grad_reduce_bytes=grad, dropout=dropout, fp8_param_gather=bool(args.get("fp8-param-gather")),
-        attention="unfused" if backend in ("unfused", "local") else fw.attention, fp8_recipe=FP8_RECIPE_NAMES[recipe])
-    return dataclasses.replace(out, doc=describe(out))
-
-
-def describe(fw: Framework) -> str:
-    """One line of what a script-set Megatron-LM profile does, in the flags' words (the estimate
-    prints it, so a slow script shows which switch it left off)."""
-    on = {True: "on", False: "off"}
-    return ("Megatron-LM as the script's flags set it: gradient-sync overlap " + on[fw.dp_overlap]
-            + " (--overlap-grad-reduce), TP overlap " + on[fw.tp_comm_overlap] + " (--tp-comm-overlap), "
-            + "EP overlap " + on[fw.ep_overlap] + ", DeepEP " + on[fw.ep_node_dedup] + ", pipeline sends "
-            + ("overlapped" if fw.pp_overlap else "exposed")
-            + f", gradients {'fp32' if fw.grad_bytes == 4 else '16-bit'} (--grad-reduce-in-bf16), dropout "
-            + on[fw.dropout] + ", embedding and loss " + ("counted" if fw.pp_split_counts_head else "not counted")
-            + " in the pipeline split, attention " + fw.attention + ", fp8 recipe " + fw.fp8_recipe)

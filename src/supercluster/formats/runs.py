@@ -23,12 +23,15 @@ from ..errors import InputError, require
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
 from ..parallelism.framework import (
+    CAPACITY_PREFIX,
+    CAPACITY_RANGE,
     CUDA_GRAPHS_SUFFIX,
     DP_OVERLAP_SUFFIX,
     EMBED_SPLIT_SUFFIX,
     FP8_RECIPE_NAMES,
     NO_DP_OVERLAP_SUFFIX,
     NO_TP_OVERLAP_SUFFIX,
+    PAD_SUFFIX,
     TP_OVERLAP_SUFFIX,
     Framework,
     resolve_framework,
@@ -243,7 +246,25 @@ def run_option_suffixes(row: dict[str, str]) -> str:
         if said is not None and (on if said else off) not in out:
             out += on if said else off
     recipe = fp8_recipe(row)
-    return out + (f"+fp8-{recipe}" if recipe else "")
+    return out + (f"+fp8-{recipe}" if recipe else "") + routing_suffixes(row)
+
+
+def routing_suffixes(row: dict[str, str]) -> str:
+    """Token-drop routing a row states: its moe_capacity_factor column (blank: dropless) and
+    moe_pad_to_capacity (yes / no / blank), as framework-name suffixes."""
+    raw = (row.get("moe_capacity_factor") or "").strip()
+    pad = _yes_no(row, "moe_pad_to_capacity")
+    if not raw:
+        require(not pad, "moe_pad_to_capacity", "yes needs a moe_capacity_factor (padding is to a capacity)")
+        return ""
+    try:
+        factor = float(raw)
+    except ValueError:
+        factor = float("nan")
+    lo, hi = CAPACITY_RANGE
+    require(lo <= factor <= hi, "moe_capacity_factor",
+            f"{raw!r}: a number in [{lo:g}, {hi:g}] (token-drop routing), or blank (dropless)")
+    return f"{CAPACITY_PREFIX}{factor:g}" + (PAD_SUFFIX if pad else "")
 
 
 def _fold(row: dict[str, str]) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
@@ -118,6 +119,14 @@ class Framework:
     #: "random" (a balanced router) or "round-robin" (a benchmark's fixed gate, the "+round-robin-gate"
     #: option); it decides how many ranks and nodes DeepEP's dispatch reaches per token
     moe_router: str = "random"
+    #: token-drop routing (Megatron-Core --moe-expert-capacity-factor): each rank's router keeps at most
+    #: ceil(capacity_factor x its tokens x top_k / experts) tokens for each expert and drops the rest, so
+    #: no expert-parallel rank receives more than capacity_factor times the mean; 0 = dropless (the
+    #: default: every token reaches its experts, the busiest rank takes what the router sends it)
+    moe_capacity_factor: float = 0.0
+    #: with a capacity factor, every expert's input is padded to its capacity
+    #: (--moe-pad-expert-input-to-capacity): static shapes, every rank runs and exchanges capacity tokens
+    moe_pad_to_capacity: bool = False
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
@@ -339,6 +348,12 @@ DEEPEP_SUFFIX = "+deepep"
 #: components/moe/layers.py; every benchmark config sets fake_balanced_gate: true, and its performance
 #: summary notes "Fake balanced gate is enabled to simulate ideal expert routing").
 ROUND_ROBIN_SUFFIX = "+round-robin-gate"
+#: token-drop routing at a capacity factor C ("+capacity-1.25"; see :attr:`Framework.moe_capacity_factor`),
+#: with "+pad-to-capacity" each expert's input padded to its capacity
+CAPACITY_PREFIX, PAD_SUFFIX = "+capacity-", "+pad-to-capacity"
+_CAPACITY_RE = re.compile(r"\+capacity-([0-9]+(?:\.[0-9]+)?)$")
+#: the capacity factors a run may state (beyond the experts over top-k nothing can be dropped)
+CAPACITY_RANGE = (0.01, 1000.0)
 #: run options a published run states and a profile's default may not match: the layers captured in
 #: CUDA graphs (Megatron-Core --enable-cuda-graph); TP communication overlapped with the GEMMs
 #: (Megatron-LM --tp-comm-overlap, which needs --sequence-parallel; torchtitan's async TP) or not;
@@ -351,13 +366,14 @@ FP8_RECIPE_SUFFIXES = {f"+fp8-{r}": r for r in FP8_RECIPES}
 RUN_OPTION_SUFFIXES = (CUDA_GRAPHS_SUFFIX, TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX, DP_OVERLAP_SUFFIX,
                        NO_DP_OVERLAP_SUFFIX, *FP8_RECIPE_SUFFIXES)
 SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX, ROUND_ROBIN_SUFFIX,
-            *RUN_OPTION_SUFFIXES)
+            PAD_SUFFIX, *RUN_OPTION_SUFFIXES)
 
 
 def _split_suffixes(name: str) -> tuple[str, list[str]]:
     """``"torchtitan+compile+ep-overlap"`` -> ``("torchtitan", [suffixes])``, in any order."""
     base, mods = name.strip().lower(), []
-    while found := next((x for x in SUFFIXES if base.endswith(x)), None):
+    while found := next((x for x in SUFFIXES if base.endswith(x)), None) or (
+            m.group(0) if (m := _CAPACITY_RE.search(base)) else None):
         mods.append(found)
         base = base.removesuffix(found)
     return base, mods
@@ -375,7 +391,8 @@ def get_framework(name: str) -> Framework:
     key = ALIASES.get(base, base)
     if key not in cat:
         raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))} "
-                                      f"(each also as <name>{', <name>'.join(SUFFIXES)})")
+                                      f"(each also as <name>{', <name>'.join(SUFFIXES)}, "
+                                      f"<name>{CAPACITY_PREFIX}<factor>)")
     return _with_suffixes(cat[key], mods)
 
 
@@ -398,8 +415,30 @@ def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
     for suffix, recipe in FP8_RECIPE_SUFFIXES.items():
         if suffix in mods:
             fw = replace(fw, key=fw.key + suffix, fp8_recipe=recipe)
+    fw = _with_capacity(fw, mods)
     if EMBED_SPLIT_SUFFIX in mods and not fw.pp_split_counts_head:
         fw = replace(fw, key=fw.key + EMBED_SPLIT_SUFFIX, pp_split_counts_head=True, pp_split="even")
+    return fw
+
+
+def _with_capacity(fw: Framework, mods: list[str]) -> Framework:
+    """The profile with the token-drop routing its ``+capacity-<C>`` / ``+pad-to-capacity`` suffixes state."""
+    said = [m for m in mods if m.startswith(CAPACITY_PREFIX)]
+    if said:
+        factor = float(said[-1].removeprefix(CAPACITY_PREFIX))
+        lo, hi = CAPACITY_RANGE
+        require(lo <= factor <= hi, "framework", f"capacity factor {factor:g} outside [{lo:g}, {hi:g}] "
+                                                 f"({CAPACITY_PREFIX}<factor>, e.g. {CAPACITY_PREFIX}1.25)")
+        fw = replace(fw, key=fw.key + f"{CAPACITY_PREFIX}{factor:g}", moe_capacity_factor=factor)
+    if PAD_SUFFIX in mods:
+        require(fw.moe_capacity_factor > 0, "framework",
+                f"{PAD_SUFFIX} pads each expert's input to its capacity and needs a capacity factor "
+                f"({CAPACITY_PREFIX}<factor>{PAD_SUFFIX})")
+        # (Megatron-Core's flex dispatcher asserts against it: "Flex token dispatcher does not support
+        # --moe-pad-expert-input-to-capacity", token_dispatcher.py)
+        require(not fw.ep_node_dedup, "framework", f"DeepEP's dispatcher does not pad to capacity: drop "
+                                                   f"{PAD_SUFFIX} or {DEEPEP_SUFFIX}")
+        fw = replace(fw, key=fw.key + PAD_SUFFIX, moe_pad_to_capacity=True)
     return fw
 
 

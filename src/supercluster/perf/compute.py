@@ -200,7 +200,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     idx_fwd, idx_bwd = model.indexer_flops_per_token(seq, causal=True)
     idx_f, idx_b = T * idx_fwd / L / tp, T * idx_bwd / L / tp
     # (the experts run the busiest rank's tokens: every rank waits for it at the combine)
-    load = moe_load_factor(T * (etp / tp) * model.top_k, ep, fw.moe_router) if model.is_moe else np.ones_like(tp)
+    load = (moe_load_factor(T * (etp / tp) * model.top_k, ep, fw.moe_router, fw.moe_capacity_factor,
+                            fw.moe_pad_to_capacity) if model.is_moe else np.ones_like(tp))
     t_gemm_f = layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, overlap=r.in_situ,
                             load=load)
     # The weights are cast once per step (Transformer Engine caches them after the first micro-batch):

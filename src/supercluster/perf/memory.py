@@ -90,6 +90,10 @@ def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.n
     mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
     f_moe = model.num_moe_layers / model.num_layers
     f_dense, f_moew, f_routed = mlp_widths(model)
+    # padded to capacity, each expert's input (and all that its FC1 / FC2 save) holds capacity_factor
+    # times the mean tokens (Megatron-Core --moe-pad-expert-input-to-capacity)
+    cap = fw.moe_capacity_factor if fw.moe_pad_to_capacity else 1.0
+    f_act, f_moew, f_routed = f_act + (cap - 1.0) * f_routed, f_moew + (cap - 1.0) * f_routed, cap * f_routed
     sp_frac = np.where(sp, 1.0 / tp, 1.0)  # the share of an h-wide tensor a rank keeps (SP shards it)
     # (a hybrid: per layer on average, attention's tensors on its share of the layers, one norm and one
     # linear input per block, and the Mamba mixers' own)
@@ -113,7 +117,7 @@ def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.n
         attn = np.where(model.sparse_active(seq),
                         2.0 * ((a / tp) * sq + sq + (a / tp) * sv) + low_el * (a / tp) * dv + 4.0 * model.index_topk
                         + 2.0 * (hi + 1.0) * model.index_head_dim + 4.0 * hi, attn)
-    moe_tok = f_moe * model.top_k * model.expert_width * (
+    moe_tok = cap * f_moe * model.top_k * model.expert_width * (
         2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
         + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))

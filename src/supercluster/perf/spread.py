@@ -11,6 +11,12 @@
   1 + z(ep) sqrt((1 - 1/ep) / a) times the mean. Tokens drawn independently is the floor of the
   imbalance: a learned router that correlates tokens does worse, which no published run states. A
   fixed round-robin gate (the benchmarks' forced balance) gives every rank the same count: 1.
+
+  Token-drop routing at capacity factor C (Megatron-Core --moe-expert-capacity-factor) caps what each
+  rank's router keeps for an expert at C times the mean, so no rank receives more than C times the
+  mean: the busiest holds min(dropless figure, C) (the dropped tokens skip the experts, the combine
+  returns zeros for them). Padded to capacity (--moe-pad-expert-input-to-capacity), every rank runs
+  and exchanges exactly C times the mean, under any router.
 """
 
 from __future__ import annotations
@@ -26,11 +32,16 @@ def expected_max_normal(n: np.ndarray | float) -> np.ndarray:
     return ndtri((n - 0.375) / (n + 0.25))
 
 
-def moe_load_factor(assignments: np.ndarray | float, ep: np.ndarray | float, router: str) -> np.ndarray:
+def moe_load_factor(assignments: np.ndarray | float, ep: np.ndarray | float, router: str,
+                    capacity_factor: float = 0.0, pad: bool = False) -> np.ndarray:
     """The busiest of ``ep`` expert-parallel ranks' tokens over the mean, for ``assignments`` token-expert
-    assignments a rank receives on average per micro-batch (see the module's physics); 1 without EP
-    or under a round-robin gate."""
+    assignments a rank receives on average per micro-batch (see the module's physics); dropless
+    (``capacity_factor`` 0): 1 without EP or under a round-robin gate; token-drop: at most
+    ``capacity_factor``, exactly that when each expert's input is padded to capacity (``pad``)."""
     a = np.maximum(np.asarray(assignments, dtype=float), 1.0)
     g = np.maximum(np.asarray(ep, dtype=float), 1.0)
     excess = expected_max_normal(g) * np.sqrt((1.0 - 1.0 / g) / a)
-    return np.where((g > 1) & (router == "random"), 1.0 + excess, 1.0)
+    load = np.where((g > 1) & (router == "random"), 1.0 + excess, 1.0)
+    if capacity_factor <= 0.0:
+        return load
+    return np.full_like(load, capacity_factor) if pad else np.minimum(load, capacity_factor)

@@ -197,9 +197,10 @@ class StepBreakdown:
     #: makes the slowest stage faster): what an export must tell the framework
     split_counts_head: bool = False
     #: an MoE job's routing as priced (None for a dense model): experts, top_k, ep, experts_per_gpu, router
-    #: ("random": balanced, "round-robin": a fixed gate), dropless, load_factor (the busiest EP rank's tokens
-    #: over the mean), dispatch_call_s and dispatch_calls (per MoE layer and micro-batch), remote_byte_share (before
-    #: node_dedup: DeepEP's one copy a node)
+    #: ("random": balanced, "round-robin": a fixed gate), dropless, capacity_factor (token-drop: each expert
+    #: keeps at most that times the mean; 0 dropless) and padded (inputs padded to capacity), load_factor
+    #: (the busiest EP rank's tokens over the mean), dispatch_call_s and dispatch_calls (per MoE layer and
+    #: micro-batch), remote_byte_share (before node_dedup: DeepEP's one copy a node)
     moe: dict[str, object] | None = None
 
     @property
@@ -225,7 +226,9 @@ def _moe(model: ModelSpec, fw: Framework, layout: Layout, col: dict[str, float])
     if not model.is_moe:
         return None
     return {"experts": model.num_experts, "top_k": model.top_k, "ep": layout.ep,
-            "experts_per_gpu": model.num_experts / layout.ep, "router": fw.moe_router, "dropless": True,
+            "experts_per_gpu": model.num_experts / layout.ep, "router": fw.moe_router,
+            "dropless": fw.moe_capacity_factor <= 0, "capacity_factor": fw.moe_capacity_factor,
+            "padded": fw.moe_pad_to_capacity,
             "load_factor": col["moe_load_factor"], "dispatch_call_s": col["ep_call_s"],
             "dispatch_calls": col["ep_calls"], "remote_byte_share": col["ep_remote_share"],
             "node_dedup": bool(fw.ep_node_dedup)}

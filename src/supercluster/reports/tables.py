@@ -97,10 +97,18 @@ def moe_line(b: StepBreakdown) -> str:
     router = ("a balanced router (tokens spread at random over the experts)" if e["router"] == "random"
               else "a fixed round-robin gate (every rank the same tokens)")
     per_gpu = float(e["experts_per_gpu"])  # type: ignore[arg-type]
-    line = (f"MoE: {e['experts']} experts, top-{e['top_k']}, EP {e['ep']} ({per_gpu:g} a GPU), {router}, dropless")
+    cap = float(e.get("capacity_factor") or 0.0)  # type: ignore[arg-type]
+    routing = ("dropless" if cap <= 0 else f"token-drop at capacity factor {cap:g}"
+               + (", inputs padded to capacity" if e.get("padded") else ""))
+    line = f"MoE: {e['experts']} experts, top-{e['top_k']}, EP {e['ep']} ({per_gpu:g} a GPU), {router}, {routing}"
     if int(e["ep"]) <= 1:  # type: ignore[call-overload]
-        return line + "; no expert parallelism: no dispatch"
-    return (line + f"; busiest EP rank {100 * (float(e['load_factor']) - 1):+.1f} % tokens over the mean; "  # type: ignore[arg-type]
+        held = "" if cap <= 0 else f"; experts run {float(e['load_factor']):.2f} x the mean tokens"  # type: ignore[arg-type]
+        return line + held + "; no expert parallelism: no dispatch"
+    load = float(e["load_factor"])  # type: ignore[arg-type]
+    held = (f"every EP rank runs {load:.2f} x the mean tokens" if e.get("padded")
+            else f"busiest EP rank {100 * (load - 1):+.1f} % tokens over the mean"
+            + (" (at most the capacity)" if cap > 0 else ""))
+    return (line + f"; {held}; "  # type: ignore[arg-type]
             f"a dispatch or combine {float(e['dispatch_call_s']) * 1e3:.2f} ms ({float(e['dispatch_calls']):g} a "  # type: ignore[arg-type]
             f"layer and micro-batch), {100 * float(e['remote_byte_share']):.0f} % of its bytes over the scale-out "  # type: ignore[arg-type]
             f"network{' before DeepEP sends each token once a node' if e['node_dedup'] else ''}; "

@@ -1,0 +1,109 @@
+"""What a Megatron-LM launch script's flags say about how the framework runs (overlaps, gradient
+precision, dropout, fp8 recipe, MoE dispatch and routing), and the flags that make Megatron-LM run the
+way a profile is priced: :func:`framework_from_args` and its inverse :func:`framework_args`. The
+model and layout flags are :mod:`.megatron_args`' and :func:`supercluster.formats.launchers.from_megatron_args`'."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..errors import require
+from ..parallelism.framework import (
+    CAPACITY_PREFIX,
+    DEEPEP_SUFFIX,
+    EP_OVERLAP_SUFFIX,
+    FP8_RECIPE_NAMES,
+    MEGATRON_FP8_RECIPE,
+    PAD_SUFFIX,
+    Framework,
+    get_framework,
+)
+from ..parallelism.layout import Layout
+from .megatron_args import float_flag
+
+#: profiles whose behaviours Megatron-LM flags can set (others export the layout and model only)
+MEGATRON_FAMILIES = ("megatron", "nemo-megatron")
+
+
+def framework_args(fw: Framework, layout: Layout, sequence_parallel: bool, moe: bool = False) -> list[str]:
+    """The flags that make Megatron-LM run the way ``fw`` is priced on ``layout`` (the inverse of
+    :func:`framework_from_args`; empty for a framework outside :data:`MEGATRON_FAMILIES`); ``moe``:
+    the model has experts (its token dispatcher: DeepEP's, or the all-to-all one)."""
+    if fw.family not in MEGATRON_FAMILIES:
+        return []
+    tp, pp, ep, zero_stage, precision = layout.tp, layout.pp, layout.ep, layout.zero_stage, layout.precision
+    a = []
+    if moe:
+        a.append("--moe-token-dispatcher-type flex --moe-enable-deepep" if fw.ep_node_dedup
+                 else "--moe-token-dispatcher-type alltoall")
+    if moe and fw.moe_capacity_factor > 0:
+        a.append(f"--moe-expert-capacity-factor {fw.moe_capacity_factor:g}"
+                 + (" --moe-pad-expert-input-to-capacity" if fw.moe_pad_to_capacity else ""))
+    if fw.dp_overlap:
+        a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if zero_stage >= 1 else ""))
+    if fw.tp_comm_overlap and tp > 1 and sequence_parallel:
+        a.append("--tp-comm-overlap")
+    if not fw.pp_overlap and pp > 1:
+        a.append("--no-overlap-p2p-communication")
+    if fw.ep_overlap and ep > 1:
+        a.append("--overlap-moe-expert-parallel-comm")
+    if fw.grad_bytes == 2 and precision != "fp16":
+        a.append("--grad-reduce-in-bf16")
+    elif fw.grad_bytes == 4 and precision == "fp16":
+        a.append("--accumulate-allreduce-grads-in-fp32")
+    if not fw.dropout:
+        a.append("--attention-dropout 0 --hidden-dropout 0")
+    if fw.fp8_param_gather and precision == "fp8":
+        a.append("--fp8-param-gather")
+    return a
+
+
+def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") -> Framework:
+    """The Megatron-LM profile with the behaviours these flags switch, at Megatron-LM's defaults
+    where a flag is absent (arguments.py): ``--tp-comm-overlap`` (off), ``--overlap-grad-reduce``
+    (off), ``--no-overlap-p2p-communication`` (pipeline sends overlap by default),
+    ``--overlap-moe-expert-parallel-comm`` (off), ``--moe-enable-deepep`` (DeepEP's dispatcher: each
+    token crosses once per node; off), ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` (either: the pipeline split counts both),
+    ``--grad-reduce-in-bf16`` / ``--accumulate-allreduce-grads-in-fp32`` (bf16 runs keep and reduce
+    gradients in fp32 by default, fp16 runs in fp16), ``--attention-dropout`` /
+    ``--hidden-dropout`` (0.1 each), ``--fp8-param-gather``, ``--attention-backend unfused|local``,
+    ``--fp8-recipe delayed|tensorwise|blockwise|mxfp8`` (delayed), ``--moe-expert-capacity-factor`` and
+    ``--moe-pad-expert-input-to-capacity`` (token-drop routing; dropless without)."""
+    capacity = float_flag(args, "moe-expert-capacity-factor", -1.0)  # (Megatron-Core: < 0 or absent is dropless)
+    fw = get_framework("megatron" + (EP_OVERLAP_SUFFIX if args.get("overlap-moe-expert-parallel-comm") else "")
+                       + (DEEPEP_SUFFIX if args.get("moe-enable-deepep") else "")
+                       + (f"{CAPACITY_PREFIX}{capacity:g}" if capacity >= 0 else "")
+                       + (PAD_SUFFIX if args.get("moe-pad-expert-input-to-capacity") else ""))
+    # bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16; fp16 in fp16 unless
+    # --accumulate-allreduce-grads-in-fp32 (arguments.py validate_args; DDP grad buffer dtype)
+    fp32 = args.get("accumulate-allreduce-grads-in-fp32") or (not args.get("fp16")
+                                                               and not args.get("grad-reduce-in-bf16"))
+    grad = 4 if fp32 else 2
+    dropout = any(float_flag(args, f, 0.1) > 0 for f in ("attention-dropout", "hidden-dropout"))
+    backend = str(args.get("attention-backend", "auto")).lower()
+    recipe = str(args.get("fp8-recipe", "delayed")).lower()
+    require(recipe in FP8_RECIPE_NAMES, "fp8-recipe", f"{recipe!r}: allowed {', '.join(MEGATRON_FP8_RECIPE.values())}")
+    out = dataclasses.replace(
+        fw, key=name, era_of="megatron",  # (its family: the evidence line and the notes name Megatron-LM)
+        tp_comm_overlap=bool(args.get("tp-comm-overlap")), dp_overlap=bool(args.get("overlap-grad-reduce")),
+        pp_overlap=not args.get("no-overlap-p2p-communication"),
+        pp_split_counts_head=bool(args.get("account-for-embedding-in-pipeline-split")
+                                  or args.get("account-for-loss-in-pipeline-split")),
+        grad_bytes=grad, grad_reduce_bytes=grad, dropout=dropout, fp8_param_gather=bool(args.get("fp8-param-gather")),
+        attention="unfused" if backend in ("unfused", "local") else fw.attention, fp8_recipe=FP8_RECIPE_NAMES[recipe])
+    return dataclasses.replace(out, doc=describe(out))
+
+
+def describe(fw: Framework) -> str:
+    """One line of what a script-set Megatron-LM profile does, in the flags' words (the estimate
+    prints it, so a slow script shows which switch it left off)."""
+    on = {True: "on", False: "off"}
+    return ("Megatron-LM as the script's flags set it: gradient-sync overlap " + on[fw.dp_overlap]
+            + " (--overlap-grad-reduce), TP overlap " + on[fw.tp_comm_overlap] + " (--tp-comm-overlap), "
+            + "EP overlap " + on[fw.ep_overlap] + ", DeepEP " + on[fw.ep_node_dedup] + ", pipeline sends "
+            + ("overlapped" if fw.pp_overlap else "exposed")
+            + f", gradients {'fp32' if fw.grad_bytes == 4 else '16-bit'} (--grad-reduce-in-bf16), dropout "
+            + on[fw.dropout] + ", embedding and loss " + ("counted" if fw.pp_split_counts_head else "not counted")
+            + " in the pipeline split, attention " + fw.attention + ", fp8 recipe " + fw.fp8_recipe)
