@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -20,9 +21,23 @@ runner = CliRunner()
     (["fabric", "--gpus", "4096", "--compare", "--pue", "0.5"], "pue"),
     (["plan", "--model", "llama3-8b", "--gpus", "64", "--objective", "cost", "--gpu-hour-usd", "-1"], "gpu_hour_usd"),
     (["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "1000000"], "top"),
+    (["scale", "--model", "llama3-8b", "--seed", "-1"], "seed"),
+    (["goodput", "--seed", "-1"], "seed"),
+    (["compare", "--model", "llama3-8b", "--gpu-types", "h100-sxm", "--global-batch", "99999999999999999999"],
+     "global_batch"),
+    (["estimate", "--model", "llama3-8b", "--gpus", "8", "--tp", "8", "--pp", "1",
+      "--global-batch", "99999999999999999999"], "global_batch"),
+    (["verify", "--profile", "PROFILE", "--steps", "99999999999999999999"], "steps"),
+    (["calibrate", "--kind", "all_reduce", "--quick"], "kind"),
+    (["calibrate", "--nccl-tests", "NCCL", "--kind", "x", "--gpu", "h100-sxm"], "kind"),
 ])
-def test_nonsense_is_refused_naming_the_field(args, field):
-    r = runner.invoke(app, args)
+def test_nonsense_is_refused_naming_the_field(args, field, tmp_path):
+    fixture = str(Path(__file__).parent / "fixtures" / "all_reduce_perf_h100x8.txt")
+    if "PROFILE" in args:  # (verify checks its own options after reading the profile)
+        runner.invoke(app, ["calibrate", "--nccl-tests", fixture, "--gpu", "h100-sxm", "--out",
+                            str(tmp_path / "p.toml")])
+    args = [{"PROFILE": str(tmp_path / "p.toml"), "NCCL": fixture}.get(a, a) for a in args]
+    r = runner.invoke(app, [*args, *(["--out", str(tmp_path / "o.toml")] if args[0] == "calibrate" else [])])
     assert r.exit_code != 0 and isinstance(r.exception, InputError) and r.exception.field == field, r.output
 
 
@@ -88,6 +103,16 @@ def test_an_output_is_checked_before_the_work_and_never_an_input_or_a_link(tmp_p
     assert r.exception.field == "plot" and "symbolic link" in str(r.exception)
     r = runner.invoke(app, ["estimate", "--plot", str(tmp_path / "missing" / "a.png")])
     assert r.exception.field == "plot" and "does not exist" in str(r.exception)
+
+
+def test_outputs_are_refused_where_they_cannot_be_written_before_any_work(tmp_path):
+    """A name past what the file system (and the temporary file beside it) takes, and a report in a
+    folder that does not exist: one named error, and no folder is made."""
+    long = str(tmp_path / ("x" * 240 + ".png"))
+    r = runner.invoke(app, ["validate", "--plot", long])
+    assert isinstance(r.exception, InputError) and r.exception.field == "plot" and "bytes" in str(r.exception)
+    r = runner.invoke(app, ["report", "--model", "llama3-8b", "--gpus", "8", "--out", str(tmp_path / "a" / "b")])
+    assert isinstance(r.exception, InputError) and r.exception.field == "out" and not (tmp_path / "a").exists()
 
 
 def test_a_report_folder_holding_a_report_is_kept_unless_forced(tmp_path):

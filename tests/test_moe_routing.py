@@ -129,3 +129,29 @@ def test_token_drop_exports_to_megatron_and_is_refused_where_a_launcher_has_no_s
     for fmt, fw in (("torchtitan", "torchtitan+capacity-1.5"), ("deepspeed", "deepspeed+capacity-1.5")):
         with pytest.raises(InputError, match="token-drop routing"):
             export(layout, fmt, model, get_framework(fw))
+
+
+def test_an_moe_plan_shows_the_best_layout_at_each_expert_parallel_degree_and_why():
+    """The planner's answer to "what does EP buy?": one best fitting layout per EP degree searched,
+    the plan's #1 among them, and for each other degree the ledger lines that separate it."""
+    args = ["plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256", "--seq-len", "4096"]
+    d = json.loads(CliRunner().invoke(app, [*args, "--json"], catch_exceptions=False).output)
+    by_ep = d["by_ep"]
+    eps = [_ep(c["layout"]) for c in by_ep]
+    assert eps == sorted(set(eps)) and 1 in eps and len(eps) >= 3
+    best = d["best"]
+    same = next(c for c in by_ep if _ep(c["layout"]) == _ep(best["layout"]))
+    assert same["step_time_s"] == pytest.approx(best["step_time_s"])
+    assert all(c["step_time_s"] >= best["step_time_s"] * (1 - 1e-9) for c in by_ep)
+    text = CliRunner().invoke(app, args, catch_exceptions=False).output
+    assert "expert parallelism: the best layout at each EP degree" in text and "(the plan's #1 EP)" in text
+    dense = json.loads(CliRunner().invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "64",
+                                                "--json"], catch_exceptions=False).output)
+    assert "by_ep" not in dense
+
+
+def _ep(label: str) -> int:
+    import re
+
+    m = re.search(r"-ep(\d+)", label)
+    return int(m.group(1)) if m else 1

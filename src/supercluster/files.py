@@ -27,6 +27,21 @@ def check_output(path: str | Path, field: str, *, force: bool = False,
     under ``field`` if it exists (unless ``force``), is one of ``inputs`` (even with ``force``), is a
     symbolic link, or lies in a folder that does not exist."""
     p = Path(path)
+    try:
+        return _check_output(p, field, force, inputs)
+    except OSError as exc:  # a name too long for the file system, a folder that cannot be read
+        raise InputError(field, f"cannot write {str(p)[:80]}{'...' if len(str(p)) > 80 else ''}: "
+                                f"{exc.strerror or exc}") from None
+
+
+#: the longest output file name (bytes): the file system's 255 less the room write_atomic's temporary
+#: name beside it takes
+MAX_OUTPUT_NAME_BYTES = 200
+
+
+def _check_output(p: Path, field: str, force: bool, inputs: Iterable[str | Path | None]) -> Path:
+    require(len(p.name.encode()) <= MAX_OUTPUT_NAME_BYTES, field,
+            f"file name of {len(p.name.encode())} bytes; at most {MAX_OUTPUT_NAME_BYTES}")
     require(not p.is_symlink(), field, f"{p} is a symbolic link; give the file itself")
     if p.exists():
         for other in inputs:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,7 +38,22 @@ OPTIONS: dict[str, dict[str, list[str]]] = {
                "--oversubscription": ["1", "2,2", "0.5", "x", "1,1,1,1,1"], "--gpu": ["h100-sxm", "gb200", "tpu"]},
     "simulate": {"--gpus": NUMBERS, "--layout": ["tp4-pp4-dp4-vpp5", "tp1-pp2-dp32", "zz"], "--jitter": FLOATS,
                  "--global-batch": NUMBERS, "--model": ["llama3-8b", "llama3-70b"]},
+    "compare": {"--model": ["llama3-8b", "mixtral-8x7b", "nope"], "--gpu-types": ["h100-sxm,b200", "tpu", ","],
+                "--gpus": NUMBERS, "--global-batch": NUMBERS, "--seq-len": NUMBERS, "--tokens": FLOATS,
+                "--objective": ["time", "cost", "x"], "--framework": ["megatron", "nemo-megatron+capacity-1.2", "x"]},
+    "scale": {"--model": ["llama3-8b", "x"], "--gpu": ["gb200", "x"], "--max-gpus": NUMBERS, "--tokens": FLOATS,
+              "--seq-len": NUMBERS, "--rates": ["llama3", "none", "x"], "--trials": NUMBERS, "--seed": NUMBERS},
+    "validate": {"--runs": ["public", "heldout", "x", "/nonexistent.csv"], "--by": ["gpu", "kind", "x"]},
+    "sweep": {"--models": ["llama3-8b", "llama3-8b,mixtral-8x7b", "x", ""], "--gpu-types": ["h100-sxm", "x"],
+              "--sizes": ["8", "8,16", "0", "x", "8,1048576", "2147483648"], "--tp": ["1", "1,2", "0", "x"],
+              "--pp": ["1", "2", "-1"], "--micro-batch": ["1", "1,2", "0"], "--zero": ["0", "1,3", "9"],
+              "--seq-len": ["2048", "0", "x"], "--global-batch": ["64", "0", "2147483648"], "--workers": NUMBERS,
+              "--chunk": NUMBERS, "--precision": ["bf16", "bf16,fp8", "x"]},
+    "report": {"--model": ["llama3-8b", "x"], "--gpus": NUMBERS, "--global-batch": NUMBERS, "--seq-len": NUMBERS,
+               "--tokens": FLOATS, "--gpu-types": ["h100-sxm", "x"], "--trials": NUMBERS, "--seed": NUMBERS},
 }
+#: the file each writing command is given (in a fresh folder per example), and whether it prints JSON
+WRITES = {"sweep": ("--db", "grid.duckdb"), "report": ("--out", "report")}
 #: what an answer may never hold below zero
 NON_NEGATIVE = ("_s", "_bytes", "_w", "_usd", "_mw", "_mwh", "_flops", "days", "hours", "power", "cost")
 
@@ -73,6 +89,15 @@ EXAMPLES = int(os.environ.get("SUPERCLUSTER_FUZZ_EXAMPLES", "120"))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(invocations())
 def test_any_options_give_an_answer_or_one_named_error(argv):
+    if argv[0] in WRITES:  # (no --json: a table or the files written)
+        flag, name = WRITES[argv[0]]
+        with tempfile.TemporaryDirectory() as folder:
+            r = CliRunner().invoke(app, [*argv, flag, os.path.join(folder, name)])
+        if r.exception is not None and not isinstance(r.exception, SystemExit):
+            assert isinstance(r.exception, InputError), (argv, repr(r.exception))
+        else:
+            assert r.exit_code in (0, 2), (argv, r.output[-500:])
+        return
     r = CliRunner().invoke(app, [*argv, "--json"])
     if r.exception is not None and not isinstance(r.exception, SystemExit):
         assert isinstance(r.exception, InputError), (argv, repr(r.exception))

@@ -20,6 +20,10 @@ from typing import Any
 
 from ..errors import require
 
+#: the largest small GPT verify trains (each field of :class:`VerifyConfig`)
+VERIFY_LIMITS = {"layers": 1024, "hidden": 65536, "heads": 1024, "seq_len": 1 << 20, "micro_batch": 4096,
+                 "vocab": 1 << 20, "dp": 1024, "tp": 1024, "steps": 10_000}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VerifyConfig:
@@ -37,9 +41,10 @@ class VerifyConfig:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        # (a check of the machinery on this machine: each bound is far past what one host trains)
         for f in ("layers", "hidden", "heads", "seq_len", "micro_batch", "vocab", "dp", "tp", "steps"):
-            v = getattr(self, f)
-            require(isinstance(v, int) and v >= 1, f, f"must be a positive integer, got {v!r}")
+            v, most = getattr(self, f), VERIFY_LIMITS[f]
+            require(isinstance(v, int) and 1 <= v <= most, f, f"must be an integer from 1 to {most:,}, got {v!r}")
         require(self.hidden % self.heads == 0, "hidden", f"{self.hidden} must be divisible by heads {self.heads}")
         require(self.heads % self.tp == 0, "tp", f"{self.tp} must divide the {self.heads} heads")
         require((4 * self.hidden) % self.tp == 0, "tp", f"{self.tp} must divide the MLP width {4 * self.hidden}")

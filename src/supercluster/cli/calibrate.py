@@ -41,6 +41,11 @@ def calibrate(
 
     from ..calibration import calibrate as cal
 
+    if kind is not None:  # (checked before any measuring)
+        if not nccl_tests:
+            raise InputError("kind", "--kind names the collective of --nccl-tests files; give it with them")
+        if kind not in cal.KINDS:
+            raise InputError("kind", f"unknown {kind!r}; allowed: {', '.join(cal.KINDS)}")
     if gpu is not None:
         if not nccl_tests:
             raise InputError("gpu", "--gpu replaces the device measurement only together with --nccl-tests")

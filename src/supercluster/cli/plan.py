@@ -152,8 +152,8 @@ def compare(
     m, fw = load_model(model), get_framework(framework)
     kinds = [get_gpu(k) for k in parse_axis(gpu_types, str, "gpu_types")]
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
-    for p in precs:  # an unknown precision is one error, not a row per GPU
-        Layout(precision=p)
+    for p in precs:  # an unknown precision, a batch or sequence out of range: one error, not a row per GPU
+        Layout(precision=p, global_batch=global_batch, seq_len=seq_len)
     fixed = fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
     rows = []
     for g in track(kinds, description="planning", disable=as_json or len(kinds) < 2, transient=True,

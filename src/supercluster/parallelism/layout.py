@@ -16,6 +16,10 @@ from ..errors import InputError, require
 from ..models.spec import ModelSpec
 from . import pplayout
 
+#: the largest degree, batch or sequence a layout may hold (2^31: beyond any machine, and within the
+#: 64-bit integer columns the step and the planner price it in)
+MAX_COUNT = 2**31
+
 RECOMPUTE = ("none", "selective", "full")
 #: Megatron-Core ``--recompute-modules`` (selective granularity) the cost model prices; an empty
 #: tuple is the framework's own selective policy (Megatron: core_attn).
@@ -63,8 +67,8 @@ class Layout:
         # (each check raises its own message; no message is built for a layout that passes them all)
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len", "grad_accum"):
             v = getattr(self, f)
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-                raise InputError(f, f"must be a positive integer, got {v!r}")
+            if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COUNT):
+                raise InputError(f, f"must be a positive integer up to {MAX_COUNT:,}, got {v!r}")
         if self.precision not in PRECISION:
             raise InputError("precision", f"unknown {self.precision!r}; allowed: {', '.join(PRECISION)}")
         if self.recompute not in RECOMPUTE:

@@ -29,7 +29,7 @@ from ..network import costs
 from ..network.twolevel import Network
 from ..parallelism import rules
 from ..parallelism.framework import Framework
-from ..parallelism.layout import Layout
+from ..parallelism.layout import MAX_COUNT, Layout
 from ..perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
 from ..perf.compute import check_kernels
 from ..perf.step import LEDGER, step_columns
@@ -107,12 +107,15 @@ class PlanResult:
     #: a layout's score by the objective, priced by the cost model as the search prices it, or None
     #: where it does not fit
     score_of: Callable[[Layout], float | None] | None = field(default=None, repr=False, compare=False)
+    #: an MoE plan: the best fitting layout at each expert-parallel degree searched, by EP
+    by_ep: list[Candidate] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """What ``supercluster plan --json`` prints (besides a budget and the evidence)."""
         return {"best": self.best.to_json(), "top": [c.to_json() for c in self.top],
                 "pareto": [c.to_json() for c in self.pareto], "why": dict(self.why), "evaluated": self.evaluated,
-                "feasible": self.feasible, "seconds": self.seconds, "objective": self.objective}
+                "feasible": self.feasible, "seconds": self.seconds, "objective": self.objective,
+                **({"by_ep": [c.to_json() for c in self.by_ep]} if self.by_ep else {})}
 
     def rank_of(self, layout: Layout) -> int | None:
         """1-based rank of ``layout`` among the feasible layouts by the objective: one more than the
@@ -290,7 +293,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     require(1 <= top <= MAX_TOP, "top", f"must be 1-{MAX_TOP:,} (the rows of the table), got {top}")
     require(gpu_hour_usd is None or gpu_hour_usd >= 0.0, "gpu_hour_usd", f"must be >= 0 USD, got {gpu_hour_usd}")
     require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
-    require(global_batch >= 1 and seq_len >= 1, "global_batch", "global batch and seq_len must be positive")
+    require(1 <= global_batch <= MAX_COUNT, "global_batch", f"must be 1-{MAX_COUNT:,} sequences, got {global_batch}")
+    require(1 <= seq_len <= MAX_COUNT, "seq_len", f"must be 1-{MAX_COUNT:,} tokens, got {seq_len}")
     for p in precisions:
         gpu.peak(p)
     check_kernels(model, framework, gpu)
@@ -395,6 +399,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         front = live[pareto_mask(cols["score"][live], other()[live])]
         if not refine(np.concatenate([best[feasible[best]], front]), ranks=False):
             break
+    ep_rows = _best_by_ep(cols, feasible, refine) if model.is_moe else []
     rescore()
     step, usd_per_mtok, j_per_tok, order = out["step_time_s"], out["usd_per_mtok"], out["j_per_tok"], out["order"]
     score, rank = cols["score"], cols["rank"]
@@ -410,6 +415,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                          ledger={k: float(out[k][i]) for k in LEDGER}, rank=int(rank[i]),
                          rank_exact=bool(score[i] < lowest_bound))
 
+    by_ep = [cand(i) for i in ep_rows]
     top_c = [cand(int(i)) for i in order[:min(top, n_feasible)]]
     pareto = sorted((cand(int(i)) for i in front), key=lambda c: c.rank)[:50]
     why: list[tuple[str, float]] = []
@@ -418,7 +424,23 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         why = sorted(((k, a[k] - b[k]) for k in LEDGER if abs(a[k] - b[k]) > 1e-12), key=lambda kv: kv[1])
     return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=why, evaluated=len(order), feasible=n_feasible,
                       seconds=time.perf_counter() - t0, objective=objective, columns=cols, refine=refine,
-                      score_of=score_of)
+                      score_of=score_of, by_ep=by_ep)
+
+
+def _best_by_ep(cols: dict[str, np.ndarray], feasible: np.ndarray, refine: Callable[..., bool]) -> list[int]:
+    """The best fitting row at each expert-parallel degree searched (an MoE plan's answer to "what does
+    EP buy?"), each priced exactly: a row still holding its schedule's lower bound is priced and the
+    degree's best sought again."""
+    out = []
+    for ep in np.unique(cols["ep"]):
+        while True:
+            masked = np.where(feasible & (cols["ep"] == ep), cols["score"], np.inf)
+            i = int(np.argmin(masked))
+            if not np.isfinite(masked[i]) or not refine(np.array([i]), False):
+                break
+        if np.isfinite(masked[i]):
+            out.append(i)
+    return out
 
 
 def compare_gpus(model: ModelSpec, gpus: list[GpuSpec], num_gpus: int, *, global_batch: int, seq_len: int,

@@ -257,6 +257,7 @@ class SimResult:
 def simulate(spec: RunSpec, trials: int = 10_000, seed: int = 0) -> SimResult:
     """Monte Carlo of whole runs (see module doc); arrays of one entry per trial."""
     require(isinstance(trials, int) and trials >= 1, "trials", f"must be a positive integer, got {trials!r}")
+    require(isinstance(seed, int) and seed >= 0, "seed", f"must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
     lam = spec.rate_per_s
     jobs = max(1, math.ceil(spec.work_s / spec.interval_s))

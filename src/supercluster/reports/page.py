@@ -69,7 +69,7 @@ def write(report: dict[str, Any], out_dir: str | Path) -> Path:
     figures as PNG files beside it, and ``report.json`` into ``out_dir``; returns report.html's path."""
     out = Path(out_dir)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(exist_ok=True)
     except OSError as exc:
         raise InputError("out", f"cannot create {out}: {exc.strerror or exc}") from None
     job, step, run = report["job"], report["step"], report["run"]
@@ -227,12 +227,19 @@ REPORT_FILES = ("report.html", "report.md", "report.json", "plan.png", "step.png
 
 def check_out(out_dir: str, force: bool = False) -> None:
     """The report's directory: refused up front if it is a file or a symbolic link, if it holds a
-    report already (unless ``force``), or if matplotlib is missing."""
+    report already (unless ``force``), if the folder it would be made in does not exist (only the
+    report's own folder is created), or if matplotlib is missing."""
     from ..files import check_output
 
     p = Path(out_dir)
-    require(not p.is_symlink(), "out", f"{out_dir} is a symbolic link; give the folder itself")
-    require(not p.exists() or p.is_dir(), "out", f"{out_dir} exists and is not a directory")
+    try:
+        require(not p.is_symlink(), "out", f"{out_dir} is a symbolic link; give the folder itself")
+        require(not p.exists() or p.is_dir(), "out", f"{out_dir} exists and is not a directory")
+        parent = p.parent if str(p.parent) else Path(".")
+        require(p.is_dir() or parent.is_dir(), "out", f"folder {parent} does not exist (the report makes only "
+                                                      f"its own folder, {p.name})")
+    except OSError as exc:  # a name too long for the file system
+        raise InputError("out", f"cannot use {str(p)[:80]}: {exc.strerror or exc}") from None
     if p.is_dir():
         for name in REPORT_FILES:
             check_output(p / name, "out", force=force)

@@ -284,10 +284,29 @@ def print_plan(console: Console, result: Any, title: str) -> None:
                       f"{b.step_time_s:.4f} s vs {r.step_time_s:.4f} s; ledger lines that differ (s):")
         for name, d in result.why[:6]:
             console.print(f"  {name:24s} {d:+.4f}  ({LEDGER_HELP[name]})")
+    if len(result.by_ep) > 1:
+        console.print(ep_lines(result))
     if result.pareto:
         console.print(f"Pareto front ({result.objective} vs {'memory' if result.objective == 'time' else 'time'}): "
                       + ", ".join(f"{c.layout.label()} ({c.step_time_s:.3f} s, "
                                   f"{c.memory_per_gpu_bytes / GiB:.0f} GiB)" for c in result.pareto[:8]))
+
+
+def ep_lines(result: Any) -> str:
+    """An MoE plan: the best fitting layout at each expert-parallel degree, and for each the ledger
+    lines that most separate it from the plan's best (why EP is kept where it pays, dropped where not)."""
+    best = result.best
+    lines = [f"expert parallelism: the best layout at each EP degree (#1 at EP {best.layout.ep}):"]
+    width = max(len(c.layout.label()) for c in result.by_ep)
+    for c in result.by_ep:
+        head = (f"  EP {c.layout.ep:<4d} {c.layout.label():{width}s} {c.step_time_s:9.3f} s  "
+                f"{100 * (c.step_time_s / best.step_time_s - 1):+6.1f} %")
+        if c.layout.ep == best.layout.ep:
+            lines.append(head + "  (the plan's #1 EP)")
+            continue
+        diff = sorted(((k, c.ledger[k] - best.ledger[k]) for k in c.ledger), key=lambda kv: -abs(kv[1]))[:3]
+        lines.append(head + "  " + ", ".join(f"{k} {d:+.2f} s" for k, d in diff if abs(d) > 1e-9))
+    return "\n".join(lines)
 
 
 RUN_HELP = {
