@@ -22,6 +22,7 @@ runner = CliRunner()
     (["plan", "--model", "llama3-8b", "--gpus", "64", "--objective", "cost", "--gpu-hour-usd", "-1"], "gpu_hour_usd"),
     (["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "1000000"], "top"),
     (["scale", "--model", "llama3-8b", "--seed", "-1"], "seed"),
+    (["simulate", "--global-batch", "2147483648"], "global_batch"),  # 10^10 tasks: refused, not a MemoryError
     (["goodput", "--seed", "-1"], "seed"),
     (["compare", "--model", "llama3-8b", "--gpu-types", "h100-sxm", "--global-batch", "99999999999999999999"],
      "global_batch"),

@@ -461,7 +461,9 @@ def host_bound(fw: Framework, rows: Rows, work: LayerWork, tp_f: np.ndarray, tp_
     The host launches a layer pass's kernels one after another (:data:`OPS_PER_LAYER`, plus its TP
     collectives) at the PyTorch launch cost (data/kernels.toml [host] op_launch_s) while the GPU runs
     the ones already queued; the pass takes the longer of the two, so a layer whose kernels each take
-    less than a launch (few tokens per GPU, wide TP) is host-bound. Under CUDA graphs the captured
+    less than a launch (few tokens per GPU, wide TP) is host-bound. The GPU's side of a pass is its
+    compute and the TP communication left exposed (``tp_f`` / ``tp_b``; what hides under the GEMMs is
+    already inside the compute's time). Under CUDA graphs the captured
     kernels are replayed by one launch (0 per kernel). A calibrated profile has measured its own
     per-kernel cost (``op_overhead_s``) and is not host-priced again. Full recompute's forward
     launches its kernels again."""

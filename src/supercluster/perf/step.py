@@ -70,7 +70,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     r = rates(gpu, fw, rows)
     work = layer_work(model, gpu, fw, rows, r)
     comm, work = layer_comm(model, fw, net, rows, work, r.mem_bw)
-    work = host_bound(fw, rows, work, comm.tp_f, comm.tp_b, r.in_situ)
+    work = host_bound(fw, rows, work, comm.tp_fx, comm.tp_bx, r.in_situ)
     frac = 0.0 if r.in_situ else comm_sm_frac()
     work = contended(rows, work, comm.hidden_f, comm.hidden_b, frac)
     st = stage_times(model, fw, rows, work, comm, stages)

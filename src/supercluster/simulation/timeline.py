@@ -158,6 +158,10 @@ class Timeline:
         return {"traceEvents": ev, "displayTimeUnit": "ms"}
 
 
+#: the most forward / backward tasks one timeline lays out (about 5 s on one core)
+MAX_TASKS = 500_000
+
+
 def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
              jitter: float = 0.0, seed: int = 0, exact_stages: bool = False) -> Timeline:
     """Lay one training step of ``layout`` out on its pipeline schedule (see the module docstring)."""
@@ -171,6 +175,10 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     p, v = layout.pp, layout.vpp
     m, ga = layout.num_microbatches, layout.grad_accum
     ms = layout.schedule_microbatches  # each of the ga schedules runs ms micro-batches
+    tasks = 2 * p * v * m  # (a forward and a backward of each chunk and micro-batch, on each stage)
+    require(tasks <= MAX_TASKS, "global_batch",
+            f"the step has {m:,} micro-batches on {p} x {v} pipeline chunks: {tasks:,} tasks to lay out, past "
+            f"{MAX_TASKS:,}; simulate a smaller global batch (the step's shape repeats) or use estimate")
     require(v == 1 or ms % p == 0, "micro_batch",
             f"the interleaved schedule needs the micro-batches per schedule ({ms}) to be a multiple of pp = {p}")
     stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
