@@ -22,8 +22,10 @@ runner = CliRunner()
     (["plan", "--model", "llama3-8b", "--gpus", "64", "--objective", "cost", "--gpu-hour-usd", "-1"], "gpu_hour_usd"),
     (["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "1000000"], "top"),
     (["scale", "--model", "llama3-8b", "--seed", "-1"], "seed"),
-    (["simulate", "--global-batch", "2147483648"], "global_batch"),  # 10^10 tasks: refused, not a MemoryError
+    (["simulate", "--global-batch", "2147483648"], "global_batch"),
+    (["scale", "--model", "llama3-8b", "--trials", "2147483648"], "trials"),  # (a MemoryError before)
     (["goodput", "--seed", "-1"], "seed"),
+    (["sweep", "--db", "DB", "--sizes", "8", "--workers", "2147483648"], "workers"),
     (["compare", "--model", "llama3-8b", "--gpu-types", "h100-sxm", "--global-batch", "99999999999999999999"],
      "global_batch"),
     (["estimate", "--model", "llama3-8b", "--gpus", "8", "--tp", "8", "--pp", "1",
@@ -37,7 +39,8 @@ def test_nonsense_is_refused_naming_the_field(args, field, tmp_path):
     if "PROFILE" in args:  # (verify checks its own options after reading the profile)
         runner.invoke(app, ["calibrate", "--nccl-tests", fixture, "--gpu", "h100-sxm", "--out",
                             str(tmp_path / "p.toml")])
-    args = [{"PROFILE": str(tmp_path / "p.toml"), "NCCL": fixture}.get(a, a) for a in args]
+    args = [{"PROFILE": str(tmp_path / "p.toml"), "NCCL": fixture, "DB": str(tmp_path / "s.duckdb")}.get(a, a)
+            for a in args]
     r = runner.invoke(app, [*args, *(["--out", str(tmp_path / "o.toml")] if args[0] == "calibrate" else [])])
     assert r.exit_code != 0 and isinstance(r.exception, InputError) and r.exception.field == field, r.output
 

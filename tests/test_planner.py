@@ -163,7 +163,7 @@ def test_launcher_import_errors(tmp_path):
     ("job.toml", "parallelism = 3\n", "parallelism"),  # a value where a table belongs
     ("job.toml", "[parallelism]\ntensor_parallel_degree = 1.5\n", "tensor_parallel_degree"),
     ("job.toml", "[parallelism]\ntensor_parallel_degree = true\n", "tensor_parallel_degree"),
-    ("job.toml", "[parallelism]\ntensor_parallel_degree = 0\n", "parallelism"),
+    ("job.toml", "[parallelism]\ntensor_parallel_degree = 0\n", "tensor_parallel_degree"),
     ("job.toml", "[training]\nseq_len = inf\n", "seq_len"),
     ("ds.json", '{"train_batch_size": 64, "zero_optimization": 3}', "zero_optimization"),
     ("ds.json", '{"train_batch_size": 64, "pipeline": {"stages": 0}}', "config"),

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from supercluster.errors import InputError
@@ -59,6 +59,9 @@ def mutated(draw: st.DrawFn, bases: list[dict], values: st.SearchStrategy = ODD)
 
 @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated(HF_BASES))
+# found by exploring: an MPT expansion ratio of 4e304 made an infinite MLP width (OverflowError)
+@example(cfg={"model_type": "mpt", "d_model": 4096, "n_layers": 32, "n_heads": 32, "expansion_ratio": 4.4e304,
+              "vocab_size": 50432, "attn_config": {"kv_n_heads": 32}})
 def test_any_config_json_imports_sanely_or_names_its_field(cfg):
     try:
         m = from_hf_config(json.loads(json.dumps(cfg)))
@@ -129,6 +132,10 @@ TT_KEYS = [("parallelism", k) for k in ("tensor_parallel_degree", "pipeline_para
 @settings(max_examples=200, deadline=2000)
 @given(st.dictionaries(st.sampled_from(TT_KEYS), ODD, max_size=5), st.sampled_from([None, 64, 7]),
        st.sampled_from([None, "parallelism", "training"]))
+# found by exploring: 7 GPUs under pp 8 left a data-parallel degree of 0 (ZeroDivisionError)
+@example(values={("parallelism", "pipeline_parallel_degree"): 8}, gpus=7, scalar_section=None)
+@example(values={("parallelism", "pipeline_parallel_degree"): 0, ("parallelism", "data_parallel_shard_degree"): 0},
+         gpus=None, scalar_section=None)
 def test_any_torchtitan_config_reads_sanely_or_names_its_field(values, gpus, scalar_section):
     tables: dict[str, list[str]] = {}
     for (section, key), v in values.items():

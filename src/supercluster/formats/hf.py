@@ -62,8 +62,10 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         require(isinstance(val, int) and val > 0, f"config.json {field}", f"must be a positive integer, got {val!r}")
         cap = MAX_LAYERS if field == "num_hidden_layers" else MAX_WIDTH
         require(val <= cap, f"config.json {field}", f"{val} is past any real model (at most {cap:,})")
-    ffn = get("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size",
-              default=int(get("expansion_ratio", default=4) * h))  # MPT: expansion_ratio x d_model
+    ratio = get("expansion_ratio", default=4)  # MPT: the MLP is expansion_ratio x d_model wide
+    require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= MAX_WIDTH,
+            "config.json expansion_ratio", f"must be a positive number up to {MAX_WIDTH:,}, got {ratio!r}")
+    ffn = get("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size", default=int(ratio * h))
     if hybrid.get("ffn") is not None:  # a dense Granite 4.0-H: its MLP is the shared one
         ffn = hybrid["ffn"]
     # (Falcon-7B, StarCoder: multi_query = one K/V head shared by all query heads)

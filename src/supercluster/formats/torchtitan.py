@@ -338,12 +338,20 @@ def torchtitan_layout(cfg: dict[str, Any], num_gpus: int | None, num_layers: int
     cp = config_int("context_parallel_degree", par.get("context_parallel_degree", 1))
     rep = config_int("data_parallel_replicate_degree", par.get("data_parallel_replicate_degree", 1))
     shard = config_int("data_parallel_shard_degree", par.get("data_parallel_shard_degree", -1))
+    for name, v in (("tensor_parallel_degree", tp), ("pipeline_parallel_degree", pp),
+                    ("context_parallel_degree", cp), ("data_parallel_replicate_degree", rep)):
+        require(v >= 1, name, f"must be at least 1, got {v}")
+    require(shard >= 1 or shard == -1, "data_parallel_shard_degree", f"must be at least 1, or -1 (what is left), "
+                                                                    f"got {shard}")
     if shard == -1:  # TorchTitan: -1 = whatever is left
         require(num_gpus is not None, "gpus", "data_parallel_shard_degree = -1 needs --gpus")
         assert num_gpus is not None
-        require(tp * pp * cp * rep > 0, "parallelism", "every degree must be at least 1")
-        shard = num_gpus // (tp * pp * cp * rep)
+        per = tp * pp * cp * rep
+        require(num_gpus % per == 0, "gpus", f"{num_gpus} GPUs are not a multiple of tp x pp x cp x data-parallel "
+                                             f"replicas = {tp} x {pp} x {cp} x {rep} = {per}")
+        shard = num_gpus // per
     local = config_int("local_batch_size", tr.get("local_batch_size", tr.get("batch_size", 1)))
+    require(local >= 1, "local_batch_size", f"must be at least 1, got {local}")
     dp = rep * shard
     gbs = config_int("global_batch_size", tr.get("global_batch_size", -1))
     if gbs <= 0:

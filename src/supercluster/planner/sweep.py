@@ -198,7 +198,11 @@ def run_sweep(grid: SweepGrid, db: str | Path, *, executor: str = "local", worke
               address: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Price every scenario not yet in ``db``; returns counts (total, stored before, stored now)."""
     require(executor in ("local", "ray"), "executor", f"unknown {executor!r}; allowed: local, ray")
-    require(chunk >= 1 and workers >= 1, "chunk", "chunk and workers must be positive")
+    require(chunk >= 1, "chunk", f"must be a positive integer, got {chunk}")
+    # (pricing is CPU-bound: more processes than cores only share them; Ray's cluster may be larger)
+    most = max(os.cpu_count() or 1, 2) if executor == "local" else 4096
+    require(1 <= workers <= most, "workers",
+            f"must be 1-{most} processes ({'the cores here' if executor == 'local' else 'Ray'}), got {workers}")
     con = _connect(db, grid)
     done = {r[0] for r in con.execute("SELECT scenario_id FROM results").fetchall()}
     todo = [i for i in range(grid.size) if i not in done]

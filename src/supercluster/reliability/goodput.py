@@ -254,9 +254,14 @@ class SimResult:
         return self.unplanned + self.planned
 
 
+#: the most Monte Carlo trials one run draws (a few seconds, a few hundred MB)
+MAX_TRIALS = 1_000_000
+
+
 def simulate(spec: RunSpec, trials: int = 10_000, seed: int = 0) -> SimResult:
     """Monte Carlo of whole runs (see module doc); arrays of one entry per trial."""
-    require(isinstance(trials, int) and trials >= 1, "trials", f"must be a positive integer, got {trials!r}")
+    require(isinstance(trials, int) and 1 <= trials <= MAX_TRIALS, "trials",
+            f"must be an integer from 1 to {MAX_TRIALS:,}, got {trials!r}")
     require(isinstance(seed, int) and seed >= 0, "seed", f"must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
     lam = spec.rate_per_s
