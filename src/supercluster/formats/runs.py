@@ -24,7 +24,6 @@ from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
 from ..parallelism.framework import (
     CAPACITY_PREFIX,
-    CAPACITY_RANGE,
     CUDA_GRAPHS_SUFFIX,
     DP_OVERLAP_SUFFIX,
     EMBED_SPLIT_SUFFIX,
@@ -34,6 +33,7 @@ from ..parallelism.framework import (
     PAD_SUFFIX,
     TP_OVERLAP_SUFFIX,
     Framework,
+    capacity_factor,
     resolve_framework,
 )
 from ..parallelism.layout import UNPRICED_MODULES, Layout
@@ -257,13 +257,7 @@ def routing_suffixes(row: dict[str, str]) -> str:
     if not raw:
         require(not pad, "moe_pad_to_capacity", "yes needs a moe_capacity_factor (padding is to a capacity)")
         return ""
-    try:
-        factor = float(raw)
-    except ValueError:
-        factor = float("nan")
-    lo, hi = CAPACITY_RANGE
-    require(lo <= factor <= hi, "moe_capacity_factor",
-            f"{raw!r}: a number in [{lo:g}, {hi:g}] (token-drop routing), or blank (dropless)")
+    factor = capacity_factor(raw, "moe_capacity_factor")
     return f"{CAPACITY_PREFIX}{factor:g}" + (PAD_SUFFIX if pad else "")
 
 

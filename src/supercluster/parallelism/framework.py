@@ -421,14 +421,24 @@ def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
     return fw
 
 
+def capacity_factor(text: str, field: str) -> float:
+    """A token-drop capacity factor as a run states it (a suffix, a runs column), checked against
+    :data:`CAPACITY_RANGE`; an InputError under ``field`` otherwise."""
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = float("nan")
+    lo, hi = CAPACITY_RANGE
+    require(lo <= factor <= hi, field, f"capacity factor {text!r} is not a number or lies outside [{lo:g}, "
+                                       f"{hi:g}] (e.g. {CAPACITY_PREFIX}1.25; dropless: none)")
+    return factor
+
+
 def _with_capacity(fw: Framework, mods: list[str]) -> Framework:
     """The profile with the token-drop routing its ``+capacity-<C>`` / ``+pad-to-capacity`` suffixes state."""
     said = [m for m in mods if m.startswith(CAPACITY_PREFIX)]
     if said:
-        factor = float(said[-1].removeprefix(CAPACITY_PREFIX))
-        lo, hi = CAPACITY_RANGE
-        require(lo <= factor <= hi, "framework", f"capacity factor {factor:g} outside [{lo:g}, {hi:g}] "
-                                                 f"({CAPACITY_PREFIX}<factor>, e.g. {CAPACITY_PREFIX}1.25)")
+        factor = capacity_factor(said[-1].removeprefix(CAPACITY_PREFIX), "framework")
         fw = replace(fw, key=fw.key + f"{CAPACITY_PREFIX}{factor:g}", moe_capacity_factor=factor)
     if PAD_SUFFIX in mods:
         require(fw.moe_capacity_factor > 0, "framework",

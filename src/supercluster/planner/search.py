@@ -29,7 +29,7 @@ from ..network import costs
 from ..network.twolevel import Network
 from ..parallelism import rules
 from ..parallelism.framework import Framework
-from ..parallelism.layout import MAX_COUNT, Layout
+from ..parallelism.layout import Layout
 from ..perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
 from ..perf.compute import check_kernels
 from ..perf.step import LEDGER, step_columns
@@ -293,8 +293,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     require(1 <= top <= MAX_TOP, "top", f"must be 1-{MAX_TOP:,} (the rows of the table), got {top}")
     require(gpu_hour_usd is None or gpu_hour_usd >= 0.0, "gpu_hour_usd", f"must be >= 0 USD, got {gpu_hour_usd}")
     require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
-    require(1 <= global_batch <= MAX_COUNT, "global_batch", f"must be 1-{MAX_COUNT:,} sequences, got {global_batch}")
-    require(1 <= seq_len <= MAX_COUNT, "seq_len", f"must be 1-{MAX_COUNT:,} tokens, got {seq_len}")
+    Layout(global_batch=global_batch, seq_len=seq_len)  # (the one range check of a batch and a sequence)
     for p in precisions:
         gpu.peak(p)
     check_kernels(model, framework, gpu)
