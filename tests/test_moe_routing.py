@@ -38,6 +38,7 @@ def test_every_moe_estimate_says_how_its_experts_were_priced():
     text = run.invoke(app, args, catch_exceptions=False).output
     line = next(x for x in text.splitlines() if x.startswith("MoE: "))
     assert "8 experts, top-2, EP 8 (1 a GPU), a balanced router" in line and "busiest EP rank +" in line
+    assert "kernels more a layer and micro-batch" in " ".join(text.split())
     d = json.loads(run.invoke(app, [*args, "--json"], catch_exceptions=False).output)
     moe = d["moe"]
     assert moe["ep"] == 8 and moe["router"] == "random" and 1.0 < moe["load_factor"] < 1.1

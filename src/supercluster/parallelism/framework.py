@@ -127,6 +127,12 @@ class Framework:
     #: with a capacity factor, every expert's input is padded to its capacity
     #: (--moe-pad-expert-input-to-capacity): static shapes, every rank runs and exchanges capacity tokens
     moe_pad_to_capacity: bool = False
+    #: how the experts' grouped GEMM launches: "per_expert" (a GEMM, and its quantisations, per local
+    #: expert: Transformer Engine 2.x GroupedLinear) or "grouped" (one kernel per GEMM); and whether a
+    #: dropless dispatcher makes the host wait for the router's counts (frameworks.toml's header;
+    #: both priced in perf.compute.host_bound)
+    moe_expert_launches: str = "grouped"
+    moe_dispatch_sync: bool = True
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
@@ -294,7 +300,8 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementw
                 "tensor_parallel", "pipeline_parallel", "interleaved_pipeline", "interleave_microbatches",
                 "moe_tp_needs_sp",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "optimizer_bytes_per_param",
-                "compiled_loss_bytes_per_logit", "zero_stages", "zero_max_with_pp"}
+                "compiled_loss_bytes_per_logit", "zero_stages", "zero_max_with_pp", "moe_expert_launches",
+                "moe_dispatch_sync"}
 
 
 @cache
@@ -310,6 +317,8 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.cp_rotate", "must be 'p2p' or 'allgather'")
         if t.get("moe_router", "random") not in ROUTERS:
             raise InputError(f"framework {key}.moe_router", f"must be one of {', '.join(ROUTERS)}")
+        if t.get("moe_expert_launches", "grouped") not in ("grouped", "per_expert"):
+            raise InputError(f"framework {key}.moe_expert_launches", "must be 'grouped' or 'per_expert'")
         if t.get("fp8_recipe", "delayed") not in FP8_RECIPES:
             raise InputError(f"framework {key}.fp8_recipe", f"must be one of {', '.join(FP8_RECIPES)}")
         if t.get("pipeline_schedule", "1f1b") not in ("1f1b", "dualpipe"):

@@ -19,6 +19,10 @@ T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
   (reads saved input and incoming gradient, writes one).
 * Recompute: full recompute runs the forward again (of the first ``rcl`` layers of a chunk where
   set); selective recompute runs the recomputed modules' forward again.
+* The host launches each pass's kernels (counted in the frameworks' layer code, an MoE layer's router,
+  dispatcher and per-expert GEMMs included) while the GPU runs them; a pass takes the longer of the
+  two. A dropless MoE dispatcher makes the host wait for the router's counts, so the experts' kernels
+  cannot be launched ahead under the attention's compute: :func:`host_bound`.
 """
 
 from __future__ import annotations
@@ -55,6 +59,25 @@ OPS_PER_LAYER = {"fused": (12.0, 24.0), "eager": (34.0, 68.0)}
 #: TP collectives per layer and pass (attention and MLP: an all-reduce each, or an all-gather and a
 #: reduce-scatter each under sequence parallelism; Megatron-Core's TE linears)
 TP_CALLS_PER_LAYER = (2.0, 4.0)
+#: Kernels an MoE layer launches per micro-batch besides its dense part and its experts' GEMMs,
+#: counted in Megatron-Core 0.15 (moe/router.py TopKRouter with moe_router_fusion, an fp32 router and
+#: an auxiliary loss; moe/token_dispatcher.py MoEAlltoAllTokenDispatcher with moe_permute_fusion;
+#: moe/experts.py TEGroupedMLP). "pre", before the dispatcher waits for the router's counts: the router
+#: input cast and gating GEMM, the fused top-k, the aux-loss scores, counts, reduction and loss and its
+#: attachment (9); the counts' sums, reshape-sums and slices and their all-gather over the TP x EP group
+#: (8); five device-to-host copies of the splits and counts; the fused permute (row map, permute: 2) = 24.
+#: "post", after it: the tokens' and probabilities' all-to-alls, the fused sort by local expert, the
+#: weighted activation, the unsort, the combine all-to-all, the fused unpermute = 7. "bwd": the
+#: backward of those: unpermute, combine all-to-all, unsort, activation, sort, two all-to-alls,
+#: permute, aux loss (2), top-k, router dgrad and wgrad GEMMs and casts (4) = 16. "low": in fp8 / fp4
+#: the experts' inputs are padded to the GEMM alignment (tokens, probabilities) and unpadded (3, and 3
+#: in the backward). "shared": a shared expert's FC1, activation and FC2 (3; 6 in the backward).
+#: Other frameworks' dispatchers are priced with these counts (an assumption).
+MOE_OPS = {"pre": 24.0, "post": 7.0, "bwd": 16.0, "low": 3.0, "shared": 3.0}
+#: Quantisation kernels per quantised tensor, by fp8 recipe (Transformer Engine 2.9 quantizer.cpp:
+#: current scaling computes the amax, the scale and the cast: 3; MXFP8 and blockwise one cast; delayed
+#: scaling's split_quantize is one fused multi-tensor cast per call, counted per call; NVFP4 one cast)
+QUANT_KERNELS = {"delayed": 0.0, "current": 3.0, "blockwise": 1.0, "mxfp8": 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +188,8 @@ class LayerWork:
     drop: float
     #: the busiest expert-parallel rank's tokens over the mean (:func:`~.spread.moe_load_factor`; 1 dense)
     moe_load: np.ndarray
+    #: forward GEMM seconds of one MoE layer's routed experts on the busiest rank (0 dense)
+    t_experts_f: np.ndarray
 
 
 def check_kernels(model: ModelSpec, fw: Framework, gpu: GpuSpec) -> None:
@@ -204,6 +229,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
                             fw.moe_pad_to_capacity) if model.is_moe else np.ones_like(tp))
     t_gemm_f = layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, overlap=r.in_situ,
                             load=load)
+    t_experts_f = (routed_expert_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el,
+                                        overlap=r.in_situ, load=load) if model.is_moe else np.zeros_like(tp))
     # The weights are cast once per step (Transformer Engine caches them after the first micro-batch):
     # the layer's weight casts, forward and backward, per step, not per micro-batch (0 in 16 bits)
     t_wcast = np.zeros_like(tp)
@@ -266,7 +293,7 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         # unfused attention keeps the softmax output (and dropout mask and output) per token
         score_tok=(a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
         w_attn=w_attn, w_mlp=w_mlp, w_dense=w_dense, w_moe=w_moe, w_up=w_up, drop=drop,
-        moe_load=load * np.ones_like(tp))
+        moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f)
 
 
 def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f: np.ndarray, t_attn_f: np.ndarray,
@@ -405,10 +432,8 @@ def layer_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray
         total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
     if model.num_moe_layers:
         E = float(model.num_experts)
-        e_tp = tp if etp is None else etp
-        per_expert = T * (e_tp / tp) * model.top_k * ep / E * load  # (on the busiest rank)
-        moe = (E / ep) * mlp(per_expert, float(model.moe_ffn_dim), e_tp, float(model.expert_width)) + gemm_s(
-            T, h, E, rate, el_in, el_out, mem_bw, overlap=overlap)
+        moe = routed_expert_gemm_s(model, T, tp, ep, rate, el_in, el_out, mem_bw, etp, q_el, q_w, overlap,
+                                   load) + gemm_s(T, h, E, rate, el_in, el_out, mem_bw, overlap=overlap)
         if model.moe_latent_dim:  # latent MoE: down to the experts' width before the dispatch, up after
             lat = float(model.moe_latent_dim)
             moe = moe + gemm_s(T, h, lat / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + gemm_s(
@@ -417,6 +442,21 @@ def layer_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray
             moe = moe + mlp(T, float(model.shared_width))
         total = total + model.num_moe_layers * moe
     return total / model.num_layers
+
+
+def routed_expert_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
+                         el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None,
+                         q_el: np.ndarray | float = 0.0, q_w: np.ndarray | float = 0.0, overlap: bool = False,
+                         load: np.ndarray | float = 1.0) -> np.ndarray:
+    """Forward GEMM seconds of one MoE layer's routed experts on the busiest expert-parallel rank: each
+    of its E / ep experts sees T (etp / tp) top_k ep / E tokens on average, ``load`` times that on the
+    busiest rank, its width split over the expert-TP ranks (see :func:`layer_gemm_s`)."""
+    E, up, width, h_in = float(model.num_experts), model.mlp_mats - 1.0, float(model.moe_ffn_dim), float(
+        model.expert_width)
+    e_tp = tp if etp is None else etp
+    per_expert = T * (e_tp / tp) * model.top_k * ep / E * load
+    return (E / ep) * (gemm_s(per_expert, h_in, up * width / e_tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
+                       + gemm_s(per_expert, width / e_tp, h_in, rate, el_in, el_out, mem_bw, q_el, q_w, overlap))
 
 
 def op_sac_recompute_frac(model: ModelSpec) -> float:
@@ -454,26 +494,70 @@ def unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop:
 
 
 
-def host_bound(fw: Framework, rows: Rows, work: LayerWork, tp_f: np.ndarray, tp_b: np.ndarray,
-               in_situ: bool) -> LayerWork:
+def host_bound(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, tp_f: np.ndarray, tp_b: np.ndarray,
+               ep_f: np.ndarray, ep_b: np.ndarray, in_situ: bool) -> LayerWork:
     """The layer with the seconds its GPU waits for the host to launch its kernels.
 
     The host launches a layer pass's kernels one after another (:data:`OPS_PER_LAYER`, plus its TP
-    collectives) at the PyTorch launch cost (data/kernels.toml [host] op_launch_s) while the GPU runs
-    the ones already queued; the pass takes the longer of the two, so a layer whose kernels each take
-    less than a launch (few tokens per GPU, wide TP) is host-bound. The GPU's side of a pass is its
-    compute and the TP communication left exposed (``tp_f`` / ``tp_b``; what hides under the GEMMs is
-    already inside the compute's time). Under CUDA graphs the captured
-    kernels are replayed by one launch (0 per kernel). A calibrated profile has measured its own
-    per-kernel cost (``op_overhead_s``) and is not host-priced again. Full recompute's forward
-    launches its kernels again."""
+    collectives, plus an MoE layer's :func:`moe_host_ops`) at the PyTorch launch cost (data/kernels.toml
+    [host] op_launch_s) while the GPU runs the ones already queued; the pass takes the longer of the
+    two, so a layer whose kernels each take less than a launch (few tokens per GPU, wide TP, many small
+    experts) is host-bound. The GPU's side of a pass is its compute and the TP and EP communication
+    left exposed (``tp_f`` / ``tp_b``, ``ep_f`` / ``ep_b``; what hides under the GEMMs is already inside
+    the compute's time).
+
+    Where the MoE dispatcher makes the host wait for the router's counts (:attr:`Framework.moe_dispatch_sync`,
+    dropless or unpadded token-drop routing), the GPU's queue is empty when the host resumes: the
+    experts' kernels (post) cannot have been launched under the attention's compute (pre), so the
+    forward takes max(G, H, H_post + G_pre) for GPU seconds G = G_pre + G_post and host seconds
+    H = H_pre + H_post; the GPU's post part is the experts' GEMMs and the dispatch and combine left
+    exposed. The backward reuses the forward's counts and never waits.
+
+    Under CUDA graphs the captured kernels are replayed by one launch (0 per kernel). A calibrated
+    profile has measured its own per-kernel cost (``op_overhead_s``) and is not host-priced again. Full
+    recompute's forward launches its kernels (and waits) again."""
     launch = 0.0 if (in_situ or fw.cuda_graphs) else host_op_launch_s()
     ops_f, ops_b = OPS_PER_LAYER[fw.elementwise]
     calls = np.where(rows.tp > 1, np.where(rows.sp, TP_CALLS_PER_LAYER[1], TP_CALLS_PER_LAYER[0]), 0.0)
-    host_f = np.maximum((ops_f + calls) * launch - (work.t_fwd + tp_f), 0.0)
-    host_b = np.maximum((ops_b + calls) * launch - (work.t_bwd + tp_b), 0.0)
+    f_moe = model.num_moe_layers / model.num_layers
+    pre, post, bwd = moe_host_ops(model, fw, rows)
+    gpu_f, gpu_b = work.t_fwd + tp_f + ep_f, work.t_bwd + tp_b + ep_b
+    h_pre = (ops_f + calls + f_moe * pre) * launch
+    h_post = f_moe * post * launch
+    host_f = np.maximum(h_pre + h_post - gpu_f, 0.0)
+    host_b = np.maximum((ops_b + calls + f_moe * bwd) * launch - gpu_b, 0.0)
+    waits = model.is_moe and fw.moe_dispatch_sync and not fw.moe_pad_to_capacity
+    if waits:
+        # (on the mean layer: exact where every layer is MoE, a dense layer's share spread over them else)
+        g_post = f_moe * work.t_experts_f + ep_f
+        stall = np.maximum(np.minimum(h_post - g_post, (gpu_f - g_post) - h_pre), 0.0)
+        host_f = host_f + stall
     return replace(work, t_fwd=work.t_fwd + host_f, t_bwd=work.t_bwd + host_b, t_host_f=host_f, t_host_b=host_b,
                    t_rc=work.t_rc + np.where(rows.rc == 2, rows.frc * host_f, 0.0))
+
+
+def moe_host_ops(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kernels one MoE layer launches per micro-batch besides its dense part: before the dispatcher
+    waits for the router's counts, after it (the experts), and in the backward (:data:`MOE_OPS`;
+    0 for a dense model). With one launch per local expert (:attr:`Framework.moe_expert_launches`
+    "per_expert") each of the E / ep local experts launches its FC1 and FC2 GEMMs forward, their
+    data- and weight-gradient GEMMs backward, and :data:`QUANT_KERNELS` per quantised input and output
+    gradient; a grouped kernel launches once per GEMM and quantises once per call."""
+    zero = np.zeros_like(rows.tp)
+    if not model.is_moe:
+        return zero, zero, zero
+    low = np.where(rows.fp8 | rows.fp4, 1.0, 0.0)
+    if fw.moe_expert_launches == "per_expert":
+        q = np.where(rows.fp8, QUANT_KERNELS[fw.fp8_recipe], np.where(rows.fp4, 1.0, 0.0))
+        fused = 2.0 * np.where(rows.fp8 & (fw.fp8_recipe == "delayed"), 1.0, 0.0)
+        n = float(model.num_experts) / rows.ep
+        gemm_f, gemm_b = n * 2.0 * (1.0 + q) + fused, n * 2.0 * (2.0 + q) + fused
+    else:
+        gemm_f, gemm_b = 2.0 * (1.0 + low), 2.0 * (2.0 + low)
+    shared = MOE_OPS["shared"] if model.shared_width else 0.0
+    post = MOE_OPS["post"] + MOE_OPS["low"] * low + shared + gemm_f
+    bwd = MOE_OPS["bwd"] + MOE_OPS["low"] * low + 2.0 * shared + gemm_b
+    return MOE_OPS["pre"] + zero, post, bwd
 
 
 def contended(rows: Rows, work: LayerWork, hidden_f: np.ndarray, hidden_b: np.ndarray, frac: float) -> LayerWork:

@@ -32,7 +32,7 @@ from ..parallelism.framework import Framework, comm_sm_frac, gpu_speed_sigma
 from ..parallelism.layout import Layout
 from .columns import DEFAULT_RANK_ORDER, Rows, layout_columns, read_rows
 from .comm import CommTimes, layer_comm
-from .compute import LayerWork, Rates, contended, host_bound, layer_work, rates
+from .compute import LayerWork, Rates, contended, host_bound, layer_work, moe_host_ops, rates
 from .memory import memory_bytes
 from .pipeline import PipeTimes, StageTimes, pipeline_times, stage_times
 from .spread import expected_max_normal
@@ -70,7 +70,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     r = rates(gpu, fw, rows)
     work = layer_work(model, gpu, fw, rows, r)
     comm, work = layer_comm(model, fw, net, rows, work, r.mem_bw)
-    work = host_bound(fw, rows, work, comm.tp_fx, comm.tp_bx, r.in_situ)
+    ep_f = comm.ep_x * comm.ep_share_f  # the dispatch and combine left exposed in the forward
+    work = host_bound(model, fw, rows, work, comm.tp_fx, comm.tp_bx, ep_f, comm.ep_x - ep_f, r.in_situ)
     frac = 0.0 if r.in_situ else comm_sm_frac()
     work = contended(rows, work, comm.hidden_f, comm.hidden_b, frac)
     st = stage_times(model, fw, rows, work, comm, stages)
@@ -95,6 +96,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # combine) call and how many a layer makes, and the share of its bytes that leave the scale-up domain
         moe_load_factor=work.moe_load, ep_call_s=comm.ep_call, ep_calls=comm.ep_calls,
         ep_remote_share=_remote_share(rows, gpu),
+        # ... and the kernels an MoE layer launches per micro-batch beyond a dense layer's (forward + backward)
+        moe_host_kernels=sum(moe_host_ops(model, fw, rows)),
     )
     return out
 
@@ -200,7 +203,9 @@ class StepBreakdown:
     #: ("random": balanced, "round-robin": a fixed gate), dropless, capacity_factor (token-drop: each expert
     #: keeps at most that times the mean; 0 dropless) and padded (inputs padded to capacity), load_factor
     #: (the busiest EP rank's tokens over the mean), dispatch_call_s and dispatch_calls (per MoE layer and
-    #: micro-batch), remote_byte_share (before node_dedup: DeepEP's one copy a node)
+    #: micro-batch), remote_byte_share (before node_dedup: DeepEP's one copy a node), host_kernels (the
+    #: kernels an MoE layer launches per micro-batch beyond a dense layer's, forward and backward) and
+    #: host_waits (the host waits for the router's counts before the experts' kernels)
     moe: dict[str, object] | None = None
 
     @property
@@ -231,7 +236,8 @@ def _moe(model: ModelSpec, fw: Framework, layout: Layout, col: dict[str, float])
             "padded": fw.moe_pad_to_capacity,
             "load_factor": col["moe_load_factor"], "dispatch_call_s": col["ep_call_s"],
             "dispatch_calls": col["ep_calls"], "remote_byte_share": col["ep_remote_share"],
-            "node_dedup": bool(fw.ep_node_dedup)}
+            "node_dedup": bool(fw.ep_node_dedup), "host_kernels": col["moe_host_kernels"],
+            "host_waits": bool(fw.moe_dispatch_sync and not fw.moe_pad_to_capacity)}
 
 
 def step_breakdown(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,

@@ -101,9 +101,12 @@ def moe_line(b: StepBreakdown) -> str:
     routing = ("dropless" if cap <= 0 else f"token-drop at capacity factor {cap:g}"
                + (", inputs padded to capacity" if e.get("padded") else ""))
     line = f"MoE: {e['experts']} experts, top-{e['top_k']}, EP {e['ep']} ({per_gpu:g} a GPU), {router}, {routing}"
+    host = (f"; the host launches {float(e['host_kernels']):.0f} kernels more a layer and micro-batch than "  # type: ignore[arg-type]
+            "a dense layer's" + (" and waits for the router's counts before the experts'" if e.get("host_waits")
+                                 else ""))
     if int(e["ep"]) <= 1:  # type: ignore[call-overload]
         held = "" if cap <= 0 else f"; experts run {float(e['load_factor']):.2f} x the mean tokens"  # type: ignore[arg-type]
-        return line + held + "; no expert parallelism: no dispatch"
+        return line + held + "; no expert parallelism: no dispatch" + host
     load = float(e["load_factor"])  # type: ignore[arg-type]
     held = (f"every EP rank runs {load:.2f} x the mean tokens" if e.get("padded")
             else f"busiest EP rank {100 * (load - 1):+.1f} % tokens over the mean"
@@ -112,7 +115,7 @@ def moe_line(b: StepBreakdown) -> str:
             f"a dispatch or combine {float(e['dispatch_call_s']) * 1e3:.2f} ms ({float(e['dispatch_calls']):g} a "  # type: ignore[arg-type]
             f"layer and micro-batch), {100 * float(e['remote_byte_share']):.0f} % of its bytes over the scale-out "  # type: ignore[arg-type]
             f"network{' before DeepEP sends each token once a node' if e['node_dedup'] else ''}; "
-            f"exposed {b.ledger['exposed_ep_comm']:.2f} s a step")
+            f"exposed {b.ledger['exposed_ep_comm']:.2f} s a step" + host)
 
 
 def sensitivity_table(rows: list[Any], title: str) -> Table:
