@@ -70,8 +70,10 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     r = rates(gpu, fw, rows)
     work = layer_work(model, gpu, fw, rows, r)
     comm, work = layer_comm(model, fw, net, rows, work, r.mem_bw)
-    ep_f = comm.ep_x * comm.ep_share_f  # the dispatch and combine left exposed in the forward
-    work = host_bound(model, fw, rows, work, comm.tp_fx, comm.tp_bx, ep_f, comm.ep_x - ep_f, r.in_situ)
+    # the dispatch and combine left exposed in the forward and in the backward (a full recompute's
+    # share runs in its own forward, priced as the forward again)
+    ep_f, ep_b = comm.ep_x * comm.ep_share_f, comm.ep_x * comm.ep_share_b
+    work = host_bound(model, fw, rows, work, comm.tp_fx, comm.tp_bx, ep_f, ep_b, r.in_situ)
     frac = 0.0 if r.in_situ else comm_sm_frac()
     work = contended(rows, work, comm.hidden_f, comm.hidden_b, frac)
     st = stage_times(model, fw, rows, work, comm, stages)
