@@ -92,3 +92,24 @@ def test_a_dense_model_has_no_moe_host_work():
     lay = sc.Layout(tp=1, dp=8, global_batch=64, seq_len=4096)
     rows = read_rows(model, layout_columns(lay, fw), "tp-cp-ep-dp-pp")
     assert all(np.all(x == 0) for x in moe_host_ops(model, fw, rows))
+
+
+def test_a_grace_host_launches_the_same_kernels_slower():
+    """GB200's kernels are launched by a Grace CPU, which runs PyTorch's host work 2.75x slower than an
+    x86 server's Xeon (kernels.toml [host] grace_op_factor): the same host-bound layer waits longer for
+    its launches, and a layer the GPU keeps busy is not slowed at all."""
+    from supercluster.hardware.specs import get_gpu
+
+    grace = get_gpu("gb200")
+    assert grace.host_cpu == "grace" and get_gpu("b200").host_cpu == "x86"
+    x86 = replace(grace, host_cpu="x86")
+    fw = get_framework("nemo-megatron+fp8-current")
+    lay = _layout(micro_batch=2)
+    on_grace, on_x86 = (sc.estimate(MODEL, gpu=g, num_gpus=8, layout=lay, framework=fw) for g in (grace, x86))
+    assert on_grace.ledger["kernel_launch"] > on_x86.ledger["kernel_launch"] > 0.0
+    assert on_grace.step_time_s > on_x86.step_time_s
+    assert host_op_launch_s("grace") == pytest.approx(host_op_launch_s() * 37.08 / 13.48, rel=1e-3)
+    dense = sc.Layout(tp=1, dp=8, global_batch=64, seq_len=4096)
+    a, b = (sc.estimate("llama3-8b", gpu=g, num_gpus=8, layout=dense, framework="nemo-megatron") for g in (grace, x86))
+    assert a.ledger["kernel_launch"] == b.ledger["kernel_launch"] == 0.0
+    assert a.step_time_s == b.step_time_s

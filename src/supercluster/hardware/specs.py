@@ -13,6 +13,7 @@ from ..errors import InputError, require
 from ..units import GBIT, TERA, GiB
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "tf32")  # catalog columns; calibrated profiles may add fp32
+HOST_CPUS = ("x86", "grace")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +50,9 @@ class GpuSpec:
     #: traffic is priced apart (:func:`tensor_frac` of ``gemm_frac``, at the catalog's HBM rate);
     #: empty for a calibrated profile, whose GEMM rate was measured in situ
     gemm_tensor_frac: dict[str, float] = field(default_factory=dict)
+    #: the CPU that launches the GPU's kernels (:data:`HOST_CPUS`): "grace" for a Grace superchip
+    #: (GB200, GB300), whose PyTorch host work runs slower than an x86 server's (kernels.toml [host])
+    host_cpu: str = "x86"
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s of ``precision``; an :class:`InputError` if the GPU lacks it."""
@@ -134,7 +138,9 @@ _SYSTEM_REQUIRED = {
 
 def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
     """Build and validate a :class:`GpuSpec` from one TOML table (human units)."""
-    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac"})
+    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac", "host_cpu"})
+    host = t.get("host_cpu", "x86")
+    require(host in HOST_CPUS, f"gpu {key}.host_cpu", f"{host!r}: allowed {', '.join(HOST_CPUS)}")
     num = {k: float(v) for k, v in t.items() if isinstance(v, int | float) and k != "year"}
     for k, v in num.items():
         require(v >= 0, f"gpu {key}.{k}", f"must be >= 0, got {v}")
@@ -157,7 +163,7 @@ def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
         scaleup_bytes_per_s=num["scaleup_gb_per_s"] * 1e9, scaleup_domain=int(num["scaleup_domain"]),
         allreduce_busbw_bytes_per_s=num["allreduce_busbw_gb_per_s"] * 1e9, tdp_w=num["tdp_w"],
         price_usd=num["price_usd"], system=str(t["system"]), sources=str(t["sources"]),
-        gemm_tensor_frac=_tensor_fracs(key, num, peaks),
+        gemm_tensor_frac=_tensor_fracs(key, num, peaks), host_cpu=str(host),
     )
 
 

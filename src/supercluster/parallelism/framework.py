@@ -565,9 +565,10 @@ def fp8_kernel_frac(arch: str, recipe: str) -> float:
     return float(row.get("mxfp8_kernel_frac", 1.0)) if recipe in ("mxfp8", "blockwise") else 1.0
 
 
-def host_op_launch_s() -> float:
-    """Host seconds PyTorch takes to launch one small GPU op (kernels.toml [host])."""
-    return float(_kernels()["host"]["op_launch_s"])  # type: ignore[index]
+def host_op_launch_s(host_cpu: str = "x86") -> float:
+    """Host seconds PyTorch takes to launch one small GPU op from ``host_cpu`` (kernels.toml [host])."""
+    host = _kernels()["host"]
+    return float(host["op_launch_s"]) * (float(host["grace_op_factor"]) if host_cpu == "grace" else 1.0)  # type: ignore[index]
 
 
 def host_view_op_s() -> float:

@@ -84,8 +84,9 @@ QUANT_KERNELS = {"delayed": 0.0, "current": 3.0, "blockwise": 1.0, "mxfp8": 1.0}
 class Rates:
     """What the GPU does per second for each row: dense ``peak`` and measured GEMM ``ceiling`` of the
     GEMM precision (``peak16`` / ``ceiling16``: 16-bit, or fp32 on a CPU profile), the tensor-core
-    ``tensor`` rate GEMMs are priced at, memory-bound bytes per second, and the HBM bytes fp8 / fp4
-    quantisation moves per element (``q_el``)."""
+    ``tensor`` rate GEMMs are priced at, memory-bound bytes per second, the HBM bytes fp8 / fp4
+    quantisation moves per element (``q_el``), and the host seconds to launch one op (``host_op_s``,
+    by the GPU's host CPU; 0 for a calibrated profile, which measured its own per-kernel cost)."""
 
     peak16: np.ndarray
     ceiling16: np.ndarray
@@ -96,6 +97,7 @@ class Rates:
     att: AttentionEfficiency | None
     mem_bw: float
     q_el: np.ndarray
+    host_op_s: float
 
 
 def rates(gpu: GpuSpec, fw: Framework, rows: Rows) -> Rates:
@@ -138,7 +140,8 @@ def rates(gpu: GpuSpec, fw: Framework, rows: Rows) -> Rates:
     q_fp8 = quantize_bytes_per_element(gpu.arch, "fp8", fw.fp8_recipe) if np.any(fp8) else 0.0
     q_el = np.where(fp4, quantize_bytes_per_element(gpu.arch, "fp4"), np.where(fp8, q_fp8, 0.0))
     return Rates(peak16=peak16, ceiling16=ceiling16, peak=peak, ceiling=ceiling, tensor=tensor, in_situ=in_situ,
-                 att=att, mem_bw=gpu.hbm_bytes_per_s * hbm_frac(), q_el=q_el)
+                 att=att, mem_bw=gpu.hbm_bytes_per_s * hbm_frac(), q_el=q_el,
+                 host_op_s=0.0 if in_situ else host_op_launch_s(gpu.host_cpu))
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,16 +498,16 @@ def unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop:
 
 
 def host_bound(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, tp_f: np.ndarray, tp_b: np.ndarray,
-               ep_f: np.ndarray, ep_b: np.ndarray, in_situ: bool) -> LayerWork:
+               ep_f: np.ndarray, ep_b: np.ndarray, host_op_s: float) -> LayerWork:
     """The layer with the seconds its GPU waits for the host to launch its kernels.
 
     The host launches a layer pass's kernels one after another (:data:`OPS_PER_LAYER`, plus its TP
-    collectives, plus an MoE layer's :func:`moe_host_ops`) at the PyTorch launch cost (data/kernels.toml
-    [host] op_launch_s) while the GPU runs the ones already queued; the pass takes the longer of the
-    two, so a layer whose kernels each take less than a launch (few tokens per GPU, wide TP, many small
-    experts) is host-bound. The GPU's side of a pass is its compute and the TP and EP communication
-    left exposed (``tp_f`` / ``tp_b``, ``ep_f`` / ``ep_b``; what hides under the GEMMs is already inside
-    the compute's time).
+    collectives, plus an MoE layer's :func:`moe_host_ops`) at the PyTorch launch cost ``host_op_s``
+    (data/kernels.toml [host] op_launch_s, slower from a Grace host) while the GPU runs the ones
+    already queued; the pass takes the longer of the two, so a layer whose kernels each take less
+    than a launch (few tokens per GPU, wide TP, many small experts) is host-bound. The GPU's side of
+    a pass is its compute and the TP and EP communication left exposed (``tp_f`` / ``tp_b``,
+    ``ep_f`` / ``ep_b``; what hides under the GEMMs is already inside the compute's time).
 
     Where the MoE dispatcher makes the host wait for the router's counts (:attr:`Framework.moe_dispatch_sync`,
     dropless or unpadded token-drop routing), the GPU's queue is empty when the host resumes: the
@@ -516,7 +519,7 @@ def host_bound(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, tp_
     Under CUDA graphs the captured kernels are replayed by one launch (0 per kernel). A calibrated
     profile has measured its own per-kernel cost (``op_overhead_s``) and is not host-priced again. Full
     recompute's forward launches its kernels (and waits) again."""
-    launch = 0.0 if (in_situ or fw.cuda_graphs) else host_op_launch_s()
+    launch = 0.0 if fw.cuda_graphs else host_op_s
     ops_f, ops_b = OPS_PER_LAYER[fw.elementwise]
     calls = np.where(rows.tp > 1, np.where(rows.sp, TP_CALLS_PER_LAYER[1], TP_CALLS_PER_LAYER[0]), 0.0)
     f_moe = model.num_moe_layers / model.num_layers

@@ -73,7 +73,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     # the dispatch and combine left exposed in the forward and in the backward (a full recompute's
     # share runs in its own forward, priced as the forward again)
     ep_f, ep_b = comm.ep_x * comm.ep_share_f, comm.ep_x * comm.ep_share_b
-    work = host_bound(model, fw, rows, work, comm.tp_fx, comm.tp_bx, ep_f, ep_b, r.in_situ)
+    work = host_bound(model, fw, rows, work, comm.tp_fx, comm.tp_bx, ep_f, ep_b, r.host_op_s)
     frac = 0.0 if r.in_situ else comm_sm_frac()
     work = contended(rows, work, comm.hidden_f, comm.hidden_b, frac)
     st = stage_times(model, fw, rows, work, comm, stages)
