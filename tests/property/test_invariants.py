@@ -115,7 +115,7 @@ def test_more_flops_or_memory_bandwidth_is_never_slower(d, flops, hbm, fw, model
 
 
 # fp4 GEMMs need a part with fp4 tensor cores: the GPUs the batch and recompute properties run on
-GPUS = st.sampled_from(["h100-sxm", "b200", "mi355x"]).map(get_gpu)
+GPUS = st.sampled_from(["h100-sxm", "b200", "gb200", "mi355x"]).map(get_gpu)
 
 
 def _step(d, fw, model, gpu, **change) -> float:
@@ -130,6 +130,15 @@ def _step(d, fw, model, gpu, **change) -> float:
 def test_a_bigger_batch_on_the_same_layout_is_never_faster(d, fw, model, gpu):
     """Twice the micro-batches a step (the same layout, twice the global batch) never takes less time."""
     assert _step(d, fw, model, gpu, accum=d["accum"] * 2) >= _step(d, fw, model, gpu) * (1 - 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts, FRAMEWORKS, MODELS, GPUS)
+def test_a_slower_host_is_never_faster(d, fw, model, gpu):
+    """The same GPU launched from a Grace host (slower per kernel launch) never takes less time than
+    from an x86 one."""
+    x86, grace = (dataclasses.replace(gpu, host_cpu=h) for h in ("x86", "grace"))
+    assert _step(d, fw, model, grace) >= _step(d, fw, model, x86) * (1 - 1e-12)
 
 
 @settings(max_examples=100, deadline=None)
