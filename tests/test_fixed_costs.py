@@ -53,6 +53,20 @@ def test_a_short_layer_waits_for_its_kernel_launches_unless_graphed(tmp_path):
     assert long.ledger["kernel_launch"] == 0.0
 
 
+def test_a_grace_host_runs_zero3s_per_rank_python_slower():
+    """DeepSpeed's 2021 ZeRO-3 builds a view and launches a copy per data-parallel rank for each
+    collective, on the host: from a Grace host (kernels.toml [host] grace_op_factor) that loop, and the
+    exposed gather time it sets, takes longer; the GPU's own work is the same."""
+    from supercluster.hardware.specs import get_gpu
+
+    grace = get_gpu("gb200")
+    lay = sc.Layout(tp=1, dp=256, micro_batch=1, global_batch=256, seq_len=2048, zero_stage=3, recompute="full")
+    on = {g.host_cpu: sc.estimate("gpt3-175b", gpu=g, num_gpus=256, layout=lay, framework="deepspeed-legacy")
+          for g in (grace, replace(grace, host_cpu="x86"))}
+    assert on["grace"].ledger["exposed_dp_comm"] > 2.0 * on["x86"].ledger["exposed_dp_comm"] > 0.0
+    assert on["grace"].ledger["ideal_compute"] == on["x86"].ledger["ideal_compute"]
+
+
 def test_hidden_tp_traffic_costs_the_sms_it_holds():
     """Under TP overlap (NeMo) the hidden TP traffic slows the compute beside it; without overlap
     (plain Megatron-LM) nothing is hidden and nothing is charged."""

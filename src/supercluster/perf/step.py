@@ -78,7 +78,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     work = contended(rows, work, comm.hidden_f, comm.hidden_b, frac)
     st = stage_times(model, fw, rows, work, comm, stages)
     pipe = pipeline_times(model, fw, net, rows, work, comm, st, stages, schedule_bound)
-    sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw, frac)
+    sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw, frac, gpu.host_cpu)
     ledger = step_ledger(model, gpu, rows, r, work, comm, st, pipe, sync)
     out = {name: np.asarray(v, dtype=float) * np.ones_like(rows.tp) for name, v in ledger.items()}
     out.update(flop_columns(model, fw, rows, work, sum(ledger[k] for k in LEDGER), r.peak))

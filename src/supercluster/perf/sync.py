@@ -63,9 +63,9 @@ def local_params(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarra
 
 
 def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork, comm: CommTimes,
-               Lh: np.ndarray, mem_bw: float, sm_frac: float = 0.0) -> SyncTimes:
+               Lh: np.ndarray, mem_bw: float, sm_frac: float = 0.0, host_cpu: str = "x86") -> SyncTimes:
     """Data-parallel traffic left exposed and the optimizer step (see the module's physics); ``Lh``
-    layers of compute on the heaviest stage hide the traffic."""
+    layers of compute on the heaviest stage hide the traffic; ``host_cpu`` runs the host's part."""
     dense_params, expert_params = local_params(model, fw, rows)
     dpg = rows.dp * rows.cp
     s_dpcp = rows.groups["dp"][1]
@@ -94,7 +94,7 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
                           np.maximum(rs - win_b, rs * bucket) + np.maximum(ag - win_f, ag * bucket))
     else:
         dp_low = dp_all
-    dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw)
+    dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
     total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs), dp_all)
@@ -116,8 +116,10 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
 
 
 def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.ndarray, rs: np.ndarray,
-            pg: np.ndarray, win_f: np.ndarray, win_b: np.ndarray, Lh: np.ndarray, mem_bw: float) -> np.ndarray:
-    """Exposed seconds of ZeRO-3 / FSDP's per-layer gathers and reduce-scatters per step."""
+            pg: np.ndarray, win_f: np.ndarray, win_b: np.ndarray, Lh: np.ndarray, mem_bw: float,
+            host_cpu: str = "x86") -> np.ndarray:
+    """Exposed seconds of ZeRO-3 / FSDP's per-layer gathers and reduce-scatters per step (the host's
+    part run by ``host_cpu``)."""
     dpg, s_dpcp, m, ga, pp = rows.dp * rows.cp, rows.groups["dp"][1], rows.m, rows.ga, rows.pp
     # ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (and again for a
     # recomputed forward where the framework releases parameters), one reduce-scatter, split into
@@ -134,11 +136,11 @@ def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.
     # copies follow its NCCL kernel, launched while it runs (the gather takes the longer of the two); a
     # reduce-scatter's copies come before its kernel, and no compute hides them (the host launches that
     # compute; the device is synchronised around the gathers).
-    launch = float(fw.zero3_list_collectives) * dpg * host_op_launch_s()
+    launch = float(fw.zero3_list_collectives) * dpg * host_op_launch_s(host_cpu)
     # ... and where the framework builds the per-rank views in its own Python loop, that loop runs
     # first, on the host, before the call is made
-    view_ag = fw.zero3_gather_views_per_rank * dpg * host_view_op_s()
-    view_rs = fw.zero3_reduce_views_per_rank * dpg * host_view_op_s()
+    view_ag = fw.zero3_gather_views_per_rank * dpg * host_view_op_s(host_cpu)
+    view_rs = fw.zero3_reduce_views_per_rank * dpg * host_view_op_s(host_cpu)
     ag3 = n_coll * view_ag + np.maximum(ag3, n_coll * launch)
     # (per micro-batch; once a schedule where FSDP keeps a pipeline stage gathered, below)
     host = np.where((pp > 1) & fw.fsdp_pp_unsharded, ga, m) * n_rs * (launch + view_rs)
