@@ -565,17 +565,20 @@ def fp8_kernel_frac(arch: str, recipe: str) -> float:
     return float(row.get("mxfp8_kernel_frac", 1.0)) if recipe in ("mxfp8", "blockwise") else 1.0
 
 
+def _host_slowdown(host_cpu: str) -> float:
+    """How much slower ``host_cpu`` runs PyTorch's host work than an x86 server (kernels.toml [host])."""
+    return float(_kernels()["host"]["grace_op_factor"]) if host_cpu == "grace" else 1.0  # type: ignore[index]
+
+
 def host_op_launch_s(host_cpu: str = "x86") -> float:
-    """Host seconds PyTorch takes to launch one small GPU op from ``host_cpu`` (kernels.toml [host]:
-    a Grace host runs PyTorch's host work grace_op_factor slower)."""
-    host = _kernels()["host"]
-    return float(host["op_launch_s"]) * (float(host["grace_op_factor"]) if host_cpu == "grace" else 1.0)  # type: ignore[index]
+    """Host seconds PyTorch takes to launch one small GPU op from ``host_cpu`` (kernels.toml [host])."""
+    return float(_kernels()["host"]["op_launch_s"]) * _host_slowdown(host_cpu)  # type: ignore[index]
 
 
 def host_view_op_s(host_cpu: str = "x86") -> float:
     """Host seconds one tensor op called from Python takes when it launches no kernel (a view), from
-    ``host_cpu``: kernels.toml [host] view_op_s, grace_op_factor slower on a Grace host."""
-    return host_op_launch_s(host_cpu) * float(_kernels()["host"]["view_op_s"]) / host_op_launch_s()  # type: ignore[index]
+    ``host_cpu``: kernels.toml [host] view_op_s."""
+    return float(_kernels()["host"]["view_op_s"]) * _host_slowdown(host_cpu)  # type: ignore[index]
 
 
 def comm_sm_frac() -> float:

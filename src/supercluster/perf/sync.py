@@ -63,7 +63,7 @@ def local_params(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarra
 
 
 def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork, comm: CommTimes,
-               Lh: np.ndarray, mem_bw: float, sm_frac: float = 0.0, host_cpu: str = "x86") -> SyncTimes:
+               Lh: np.ndarray, mem_bw: float, sm_frac: float, host_cpu: str) -> SyncTimes:
     """Data-parallel traffic left exposed and the optimizer step (see the module's physics); ``Lh``
     layers of compute on the heaviest stage hide the traffic; ``host_cpu`` runs the host's part."""
     dense_params, expert_params = local_params(model, fw, rows)
@@ -117,7 +117,7 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
 
 def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.ndarray, rs: np.ndarray,
             pg: np.ndarray, win_f: np.ndarray, win_b: np.ndarray, Lh: np.ndarray, mem_bw: float,
-            host_cpu: str = "x86") -> np.ndarray:
+            host_cpu: str) -> np.ndarray:
     """Exposed seconds of ZeRO-3 / FSDP's per-layer gathers and reduce-scatters per step (the host's
     part run by ``host_cpu``)."""
     dpg, s_dpcp, m, ga, pp = rows.dp * rows.cp, rows.groups["dp"][1], rows.m, rows.ga, rows.pp
