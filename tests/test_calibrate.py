@@ -202,8 +202,8 @@ def _busy() -> str | None:
 # compared with the prediction. The machinery is asserted always; the accuracy only on a quiet machine
 # (any other load on two cores moves a wall-clock step by 10-50 %), else the test is skipped with the
 # load it met. Wall-clock accuracy over more sizes: python benchmarks/verify_cpu.py.
-@pytest.mark.parametrize("args", [["--dp", "2", "--hidden", "768", "--layers", "3"],
-                                  ["--tp", "2", "--hidden", "768", "--layers", "3"]])
+@pytest.mark.parametrize("args", [["--dp", "2", "--hidden", "768", "--layers", "3", "--steps", "4"],
+                                  ["--tp", "2", "--hidden", "768", "--layers", "3", "--steps", "4"]])
 def test_verify_real_steps_against_prediction(cpu_profile, args):
     before = _busy()
     r = runner.invoke(app, ["verify", "--profile", str(cpu_profile), "--nproc", "2", *args, "--json"])

@@ -5,17 +5,37 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import traceback
 
 import pytest
 from typer.testing import CliRunner
 
 from supercluster.cli import app
+from supercluster.errors import InputError
 
 runner = CliRunner()
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supercluster", *args], capture_output=True, text=True, timeout=120)
+    """A command run in this process as the installed entry point runs it (``supercluster.cli.main``):
+    an :class:`InputError` becomes one ``error:`` line and exit 2; any other exception its traceback
+    on stderr and exit 1. (In-process: a new interpreter per call would cost more than most commands;
+    :func:`test_the_installed_entry_point_prints_one_error_line` runs the real one.)"""
+    r = runner.invoke(app, list(args))
+    err, code = r.stderr, r.exit_code
+    if isinstance(r.exception, InputError):
+        err, code = err + f"error: {r.exception}\n", 2
+    elif r.exception is not None and not isinstance(r.exception, SystemExit):
+        err, code = err + "".join(traceback.format_exception(r.exception)), 1
+    return subprocess.CompletedProcess(["supercluster", *args], code, r.stdout, err)
+
+
+def test_the_installed_entry_point_prints_one_error_line():
+    """The real entry point in a new interpreter: a user mistake is one line on stderr, exit 2."""
+    r = subprocess.run([sys.executable, "-m", "supercluster", "estimate", "--gpu", "nope"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.startswith("error: gpu: unknown GPU 'nope'; known: ") and r.stderr.count("\n") == 1
 
 
 def test_estimate_json_has_the_contract_keys():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import tomllib
 from importlib import resources
 from typing import Any
@@ -10,7 +12,13 @@ from .errors import InputError
 
 
 def load_package_toml(name: str) -> dict[str, Any]:
-    """Parse ``data/<name>`` shipped inside the package."""
+    """Parse ``data/<name>`` shipped inside the package (parsed once a process; each caller gets its
+    own copy, free to change)."""
+    return copy.deepcopy(_parsed(name))
+
+
+@functools.cache
+def _parsed(name: str) -> dict[str, Any]:
     text = resources.files("supercluster").joinpath("data").joinpath(name).read_text(encoding="utf-8")
     return tomllib.loads(text)
 
