@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 import supercluster as sc
-from supercluster.parallelism.framework import comm_sm_frac, get_framework, gpu_speed_sigma
+from supercluster.hardware.kernels import comm_sm_frac, gpu_speed_sigma
+from supercluster.parallelism.framework import get_framework
 from supercluster.perf.step import expected_max_normal
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import supercluster as sc
-from supercluster.parallelism.framework import get_framework, host_op_launch_s
+from supercluster.hardware.kernels import host_op_launch_s
+from supercluster.parallelism.framework import get_framework
 from supercluster.perf.columns import layout_columns, read_rows
 from supercluster.perf.compute import MOE_OPS, QUANT_KERNELS, moe_host_ops
 

@@ -489,8 +489,9 @@ def test_deepspeed_2021_zero3_gathers_pay_their_copies_at_hbm_speed():
     from dataclasses import replace
 
     from supercluster.formats.load import load_model
+    from supercluster.hardware.kernels import hbm_frac
     from supercluster.hardware.specs import get_gpu
-    from supercluster.parallelism.framework import get_framework, hbm_frac
+    from supercluster.parallelism.framework import get_framework
 
     model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
     lay = Layout(tp=1, pp=1, dp=64, micro_batch=1, global_batch=128, seq_len=2048, recompute="full", zero_stage=3)
@@ -518,8 +519,9 @@ def test_deepspeed_2021_zero3_gathers_the_four_linear_weights_and_reduces_every_
     from dataclasses import replace
 
     from supercluster.formats.load import load_model
+    from supercluster.hardware.kernels import host_op_launch_s, host_view_op_s
     from supercluster.hardware.specs import get_gpu
-    from supercluster.parallelism.framework import get_framework, host_op_launch_s, host_view_op_s
+    from supercluster.parallelism.framework import get_framework
 
     model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
     lay = Layout(tp=1, pp=1, dp=64, micro_batch=1, global_batch=128, seq_len=2048, recompute="full", zero_stage=3)
@@ -683,9 +685,9 @@ def test_fp8_gemms_reproduce_the_te_guide_they_are_derived_from():
     micro-batch): pre-quantised FP8 kernel 0.684 of 1,671 TFLOP/s plus 7.21 B of HBM traffic per
     quantised element at 0.85 x 4.8 TB/s gives back its delayed-scaling autocast 18.978 ms per layer;
     on H100 (3.35 TB/s) the same casts take 4.8 / 3.35 as long."""
+    from supercluster.hardware.kernels import quantize_bytes_per_element
     from supercluster.hardware.specs import tensor_frac
     from supercluster.models.spec import ModelSpec
-    from supercluster.parallelism.framework import quantize_bytes_per_element
     from supercluster.perf.compute import layer_gemm_s
 
     m = ModelSpec(key="te", name="TE guide 5B", num_layers=24, d_model=4096, ffn_dim=16384, num_heads=32,
@@ -769,7 +771,8 @@ def test_multi_token_prediction_is_priced_on_the_last_pipeline_stage():
 def test_flashattention_in_triton_runs_at_the_fa2_papers_ratios_below_fa2():
     """FA2 paper section 4.1: FA2 is 1.3-1.5x faster than FlashAttention in Triton forward, about 2x
     backward. MPT's Composer runs (attn_impl 'triton') price attention from those ratios."""
-    from supercluster.parallelism.framework import attention_efficiency, get_framework
+    from supercluster.hardware.kernels import attention_efficiency
+    from supercluster.parallelism.framework import get_framework
 
     assert get_framework("composer").attention == "triton"
     for arch, fa2 in (("ampere", "sdpa"), ("hopper", "sdpa")):
@@ -840,8 +843,9 @@ def test_deepspeed_2021_list_collectives_cost_one_host_launch_per_rank_and_call(
     from dataclasses import replace
 
     from supercluster.formats.load import load_model
+    from supercluster.hardware.kernels import host_op_launch_s
     from supercluster.hardware.specs import get_gpu
-    from supercluster.parallelism.framework import get_framework, host_op_launch_s
+    from supercluster.parallelism.framework import get_framework
 
     model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
     fw = get_framework("deepspeed-legacy")
@@ -870,8 +874,9 @@ def test_deepspeed_2021_builds_its_per_rank_views_on_the_host_before_each_call()
     from dataclasses import replace
 
     from supercluster.formats.load import load_model
+    from supercluster.hardware.kernels import host_view_op_s
     from supercluster.hardware.specs import get_gpu
-    from supercluster.parallelism.framework import get_framework, host_view_op_s
+    from supercluster.parallelism.framework import get_framework
 
     model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
     fw = get_framework("deepspeed-legacy")
@@ -973,7 +978,7 @@ def test_dualpipe_needs_an_even_pipeline_and_enough_micro_batches():
 def test_fused_attention_runs_slower_on_short_sequences_as_measured():
     # kernels.toml [attention_length]: FlashAttention-3 on H100 at 512 ... 16K tokens (pytorch/benchmark
     # PR #2391), relative to 16K; held at both ends, log-linear between
-    from supercluster.parallelism.framework import attention_length_factor
+    from supercluster.hardware.kernels import attention_length_factor
 
     f = attention_length_factor(np.array([256.0, 512, 1024, 1448.15, 16384, 65536]))
     assert f[0] == f[1] == pytest.approx(430.32 / 620.73)
@@ -987,7 +992,8 @@ def test_context_parallelism_shortens_what_each_rank_attends_over(h100, llama3_7
     # the same 8K sequence attended over by 1 or 8 ranks: each rank's query blocks walk 1K keys, where
     # the kernel runs at 0.83 of its long-sequence rate; the GEMM and attention FLOPs per GPU are the
     # same, but each GEMM now has 1K tokens to spread its weights' traffic over, not 8K
-    from supercluster.parallelism.framework import attention_length_factor, get_framework
+    from supercluster.hardware.kernels import attention_length_factor
+    from supercluster.parallelism.framework import get_framework
 
     def ledger(cp: int) -> dict[str, float]:
         lay = Layout(tp=1, pp=4, dp=256 // cp, cp=cp, vpp=10, global_batch=1024, seq_len=8192, zero_stage=2)

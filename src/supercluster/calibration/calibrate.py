@@ -37,9 +37,9 @@ import numpy as np
 
 from ..errors import InputError, is_whole, require, subtable
 from ..files import parse_toml, read_input
+from ..hardware.kernels import hbm_frac
 from ..hardware.specs import GpuSpec
 from ..network.twolevel import KINDS, Array, TokenDispatch
-from ..parallelism.framework import hbm_frac
 
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -254,7 +254,7 @@ class MeasuredNetwork:
 
 def catalog_profile(gpu: GpuSpec) -> Profile:
     """A profile carrying a catalog GPU's compute figures, for clusters that bring only nccl-tests output."""
-    from ..parallelism.framework import attention_efficiency
+    from ..hardware.kernels import attention_efficiency
 
     att = attention_efficiency("flash", gpu.arch)
     peak = gpu.peak("bf16") * gpu.clock_frac

@@ -33,11 +33,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import require
-from ..hardware.specs import GpuSpec
-from ..models.spec import GATED, ModelSpec
-from ..parallelism.framework import (
+from ..hardware.kernels import (
     AttentionEfficiency,
-    Framework,
     attention_efficiency,
     attention_length_factor,
     fp8_kernel_frac,
@@ -45,6 +42,9 @@ from ..parallelism.framework import (
     host_op_launch_s,
     quantize_bytes_per_element,
 )
+from ..hardware.specs import GpuSpec
+from ..models.spec import GATED, ModelSpec
+from ..parallelism.framework import Framework
 from .columns import Rows
 from .spread import moe_load_factor
 

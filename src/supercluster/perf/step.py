@@ -24,11 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import require
+from ..hardware.kernels import comm_sm_frac, gpu_speed_sigma
 from ..hardware.specs import GpuSpec
 from ..models.spec import ModelSpec
 from ..network.twolevel import Network, domain_split
 from ..parallelism import pplayout
-from ..parallelism.framework import Framework, comm_sm_frac, gpu_speed_sigma
+from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from .columns import DEFAULT_RANK_ORDER, Rows, layout_columns, read_rows
 from .comm import CommTimes, layer_comm

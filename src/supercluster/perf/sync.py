@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..hardware.kernels import host_op_launch_s, host_view_op_s
 from ..models.spec import ModelSpec
 from ..network.twolevel import Network
-from ..parallelism.framework import Framework, host_op_launch_s, host_view_op_s
+from ..parallelism.framework import Framework
 from .columns import Rows
 from .comm import CommTimes
 from .compute import LayerWork

@@ -1,0 +1,111 @@
+"""The measured kernel figures of ``data/kernels.toml`` the cost model reads: fused attention's
+efficiency and its fall-off at short sequences, fp8 / fp4 quantisation bytes and kernel rates per
+recipe, the host's cost to launch an op, the SM share a collective holds, the achievable HBM fraction
+and the spread of GPU speeds. Each figure cites its source in the TOML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from .._toml import load_package_toml
+from ..errors import InputError
+
+#: Transformer Engine's fp8 recipes (Megatron-LM --fp8-recipe: delayed, tensorwise = current scaling,
+#: blockwise, mxfp8), each priced by its own quantisation cost (kernels.toml [quantize]); "delayed" is
+#: Megatron-LM's and Transformer Engine's default
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionEfficiency:
+    fwd_frac: float
+    bwd_frac: float
+    source: str
+
+
+@cache
+def _kernels() -> dict[str, object]:
+    return load_package_toml("kernels.toml")
+
+
+def attention_efficiency(family: str, arch: str) -> AttentionEfficiency:
+    table = _kernels().get(family)
+    if not isinstance(table, dict) or arch not in table:
+        raise InputError("attention", f"no efficiency for kernel {family!r} on {arch!r}")
+    t = table[arch]
+    return AttentionEfficiency(fwd_frac=float(t["fwd_frac"]), bwd_frac=float(t["bwd_frac"]), source=t["source"])
+
+
+def attention_length_factor(tokens: np.ndarray | float) -> np.ndarray:
+    """A fused attention kernel's rate at ``tokens`` of sequence per rank relative to its long-sequence
+    rate (kernels.toml [attention_length]): interpolated in log2 of the length, held at the ends."""
+    t = _kernels()["attention_length"]  # type: ignore[index]
+    xs = np.log2(np.asarray(t["tokens"], dtype=float))  # type: ignore[index]
+    ys = np.asarray(t["fa3_tflops"], dtype=float)  # type: ignore[index]
+    return np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1.0)), xs, ys / ys[-1])
+
+
+def _recipe_key(precision: str, recipe: str) -> str:
+    return precision if precision == "fp4" or recipe == "delayed" else "mxfp8" if recipe == "mxfp8" \
+        else f"fp8_{recipe}"
+
+
+def quantize_bytes_per_element(arch: str, precision: str, recipe: str = "delayed") -> float:
+    """HBM bytes Transformer Engine's autocast moves per element it quantises to ``precision`` (fp8 /
+    fp4) for a GEMM under the fp8 ``recipe`` (kernels.toml [quantize]); 0 for 16-bit GEMMs or where no
+    figure applies. A recipe measured on no GPU of ``arch``'s generation is refused by name."""
+    if precision not in ("fp8", "fp4"):
+        return 0.0
+    table = _kernels()["quantize"]  # type: ignore[index]
+    row = table.get(arch, {})  # type: ignore[union-attr]
+    key = _recipe_key(precision, recipe)
+    if precision == "fp8" and recipe != "delayed" and f"{key}_bytes_per_element" not in row:
+        here = ", ".join(r for r in FP8_RECIPES
+                         if r == "delayed" or f"{_recipe_key('fp8', r)}_bytes_per_element" in row)
+        if recipe == "mxfp8":
+            raise InputError("fp8_recipe", f"MXFP8 runs on block-scaled tensor cores (Blackwell) only, not on "
+                                           f"{arch} GPUs; allowed here: {here}")
+        raise InputError("fp8_recipe", f"{recipe!r} has no measurement on {arch} GPUs; allowed here: {here}")
+    return float(row.get(f"{key}_bytes_per_element", 0.0))
+
+
+def fp8_kernel_frac(arch: str, recipe: str) -> float:
+    """The fp8 GEMM kernel's rate under ``recipe`` relative to the tensorwise kernel the catalog's fp8
+    fractions measure (kernels.toml [quantize] mxfp8_kernel_frac; 1 for the other recipes)."""
+    row = _kernels()["quantize"].get(arch, {})  # type: ignore[union-attr]
+    return float(row.get("mxfp8_kernel_frac", 1.0)) if recipe in ("mxfp8", "blockwise") else 1.0
+
+
+def _host_slowdown(host_cpu: str) -> float:
+    """How much slower ``host_cpu`` runs PyTorch's host work than an x86 server (kernels.toml [host])."""
+    return float(_kernels()["host"]["grace_op_factor"]) if host_cpu == "grace" else 1.0  # type: ignore[index]
+
+
+def host_op_launch_s(host_cpu: str = "x86") -> float:
+    """Host seconds PyTorch takes to launch one small GPU op from ``host_cpu`` (kernels.toml [host])."""
+    return float(_kernels()["host"]["op_launch_s"]) * _host_slowdown(host_cpu)  # type: ignore[index]
+
+
+def host_view_op_s(host_cpu: str = "x86") -> float:
+    """Host seconds one tensor op called from Python takes when it launches no kernel (a view), from
+    ``host_cpu``: kernels.toml [host] view_op_s."""
+    return float(_kernels()["host"]["view_op_s"]) * _host_slowdown(host_cpu)  # type: ignore[index]
+
+
+def comm_sm_frac() -> float:
+    """Share of a GPU's SMs a collective running beside compute holds (kernels.toml [overlap])."""
+    return float(_kernels()["overlap"]["comm_sm_frac"])  # type: ignore[index]
+
+
+def hbm_frac() -> float:
+    """Achievable fraction of HBM bandwidth for memory-bound kernels."""
+    return float(_kernels()["memory"]["hbm_frac"])  # type: ignore[index]
+
+
+def gpu_speed_sigma() -> float:
+    """Relative standard deviation of the sustained speed of identical GPUs (kernels.toml
+    [synchronization])."""
+    return float(_kernels()["synchronization"]["gpu_speed_sigma"])  # type: ignore[index]
