@@ -149,7 +149,7 @@ def check_job(job: Job) -> Job:
     require(not lay.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
             f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
             f"({fw.selective_recompute}); leave them out")
-    lay = fw.runnable(lay, m.is_moe)
+    lay = fw.runnable(lay, m)
     job.gpu.peak(lay.precision)
     check_kernels(m, fw, job.gpu)
     return job if lay == job.layout else dataclasses.replace(job, layout=lay)

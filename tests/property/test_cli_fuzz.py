@@ -24,7 +24,7 @@ OPTIONS: dict[str, dict[str, list[str]]] = {
                  "--tp": NUMBERS, "--pp": NUMBERS, "--cp": NUMBERS, "--ep": NUMBERS, "--micro-batch": NUMBERS,
                  "--global-batch": NUMBERS, "--seq-len": NUMBERS, "--precision": ["bf16", "fp8", "fp4", "int3"],
                  "--recompute": ["none", "full", "half"], "--zero": ["0", "3", "9"],
-                 "--framework": ["megatron", "torchtitan", "deepspeed", "unknown"],
+                 "--framework": ["megatron", "torchtitan", "deepspeed", "unknown", "megatron+cp-a2a"],
                  "--layout": ["tp2-pp2", "tp8-pp1-dp8", "tpx", "tp0"]},
     "plan": {"--model": ["llama3-8b", "gpt-oss-20b"], "--gpus": NUMBERS, "--global-batch": NUMBERS,
              "--seq-len": NUMBERS, "--top": NUMBERS, "--objective": ["time", "cost", "energy", "speed"],

@@ -45,7 +45,7 @@ FRAMEWORKS = st.sampled_from(["megatron", "nemo-megatron", "deepspeed", "torchti
                               "deepspeed-legacy", "hai-llm", "nemo-megatron+deepep",
                               "automodel+round-robin-gate", "nemo-megatron+ep-overlap", "torchtitan+cuda-graphs",
                               "megatron+tp-overlap", "nemo-megatron+capacity-1.25",
-                              "megatron+capacity-1+pad-to-capacity"]).map(get_framework)
+                              "megatron+capacity-1+pad-to-capacity", "nemo-megatron+cp-a2a"]).map(get_framework)
 NET = default_network(GPU)
 
 layouts = st.fixed_dictionaries({
@@ -268,7 +268,7 @@ def test_the_planner_returns_only_layouts_its_framework_runs(model_key, gpus, gb
     except InputError:
         return  # nothing fits, or no layout the schedule can run: said, not priced
     for c in res.top:
-        lay = fw.runnable(c.layout, model.is_moe)  # never refused: schedule, heads, sequence parallelism
+        lay = fw.runnable(c.layout, model)  # never refused: schedule, heads, sequence parallelism
         lay.check_model(model, extra_pp_layers=fw.extra_pp_layers)
         assert model.num_kv_heads % lay.tp == 0
         assert estimate(model, gpu=GPU, num_gpus=lay.num_gpus, layout=lay, framework=fw).step_time_s == \

@@ -76,7 +76,8 @@ FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deep
                                                   "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
                                                   "+embedding-split (embedding and head take a layer's place in "
                                                   "the pipeline split), +round-robin-gate (a benchmark's fixed "
-                                                  "gate: token i to experts ik ... ik + k - 1); run options "
+                                                  "gate: token i to experts ik ... ik + k - 1), +cp-a2a "
+                                                  "(all-to-all, Ulysses, context parallelism); run options "
                                                   "+cuda-graphs, +tp-overlap / +no-tp-overlap, +dp-overlap / "
                                                   "+no-dp-overlap, fp8 recipe +fp8-delayed (default) / "
                                                   "+fp8-current / +fp8-blockwise / +fp8-mxfp8")]

@@ -78,7 +78,8 @@ def estimate(
                                                   "composer | hai-llm | megatron-legacy | deepspeed-legacy | "
                                                   "torchtitan-2024 | automodel (supercluster catalog frameworks); "
                                                   "+compile, +ep-overlap, +deepep, +embedding-split, "
-                                                  "+round-robin-gate; run options +cuda-graphs, "
+                                                  "+round-robin-gate, +cp-a2a (all-to-all CP); run options "
+                                                  "+cuda-graphs, "
                                                   "+tp-overlap / +no-tp-overlap, +dp-overlap / +no-dp-overlap, "
                                                   "fp8 recipe +fp8-delayed (default) / +fp8-current / "
                                                   "+fp8-blockwise / +fp8-mxfp8",

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import require
 from ..parallelism.framework import (
     CAPACITY_PREFIX,
+    CP_A2A_SUFFIX,
     DEEPEP_SUFFIX,
     EP_OVERLAP_SUFFIX,
     FP8_RECIPE_NAMES,
@@ -48,6 +49,8 @@ def framework_args(fw: Framework, layout: Layout, sequence_parallel: bool, moe: 
         a.append("--no-overlap-p2p-communication")
     if fw.ep_overlap and ep > 1:
         a.append("--overlap-moe-expert-parallel-comm")
+    if fw.cp_rotate == "a2a" and layout.cp > 1:
+        a.append("--cp-comm-type a2a")
     if fw.grad_bytes == 2 and precision != "fp16":
         a.append("--grad-reduce-in-bf16")
     elif fw.grad_bytes == 4 and precision == "fp16":
@@ -70,12 +73,17 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
     gradients in fp32 by default, fp16 runs in fp16), ``--attention-dropout`` /
     ``--hidden-dropout`` (0.1 each), ``--fp8-param-gather``, ``--attention-backend unfused|local``,
     ``--fp8-recipe delayed|tensorwise|blockwise|mxfp8`` (delayed), ``--moe-expert-capacity-factor`` and
-    ``--moe-pad-expert-input-to-capacity`` (token-drop routing; dropless without)."""
+    ``--moe-pad-expert-input-to-capacity`` (token-drop routing; dropless without), ``--cp-comm-type
+    p2p|a2a`` (p2p; a2a: all-to-all CP; TE's allgather and hierarchical a2a+p2p are refused by name)."""
     capacity = float_flag(args, "moe-expert-capacity-factor", -1.0)  # (Megatron-Core: < 0 or absent is dropless)
+    cp_comm = str(args.get("cp-comm-type", "p2p")).lower()
+    require(cp_comm in ("p2p", "a2a"), "cp-comm-type", f"{cp_comm!r} is not modelled; allowed: p2p (the ring) or a2a "
+                                                       "(all-to-all), one type for every layer")
     fw = get_framework("megatron" + (EP_OVERLAP_SUFFIX if args.get("overlap-moe-expert-parallel-comm") else "")
                        + (DEEPEP_SUFFIX if args.get("moe-enable-deepep") else "")
                        + (f"{CAPACITY_PREFIX}{capacity:g}" if capacity >= 0 else "")
-                       + (PAD_SUFFIX if args.get("moe-pad-expert-input-to-capacity") else ""))
+                       + (PAD_SUFFIX if args.get("moe-pad-expert-input-to-capacity") else "")
+                       + (CP_A2A_SUFFIX if cp_comm == "a2a" else ""))
     # bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16; fp16 in fp16 unless
     # --accumulate-allreduce-grads-in-fp32 (arguments.py validate_args; DDP grad buffer dtype)
     fp32 = args.get("accumulate-allreduce-grads-in-fp32") or (not args.get("fp16")
@@ -106,4 +114,5 @@ def describe(fw: Framework) -> str:
             + ("overlapped" if fw.pp_overlap else "exposed")
             + f", gradients {'fp32' if fw.grad_bytes == 4 else '16-bit'} (--grad-reduce-in-bf16), dropout "
             + on[fw.dropout] + ", embedding and loss " + ("counted" if fw.pp_split_counts_head else "not counted")
-            + " in the pipeline split, attention " + fw.attention + ", fp8 recipe " + fw.fp8_recipe)
+            + " in the pipeline split, attention " + fw.attention + ", fp8 recipe " + fw.fp8_recipe
+            + ", CP " + ("all-to-all" if fw.cp_rotate == "a2a" else "ring") + " (--cp-comm-type)")

@@ -318,7 +318,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         grad_accum=_int(row, "grad_accum", 1) or 1,
     )
     layout.check_gpus(_int(row, "num_gpus"))
-    layout = fw.runnable(layout, model.is_moe)
+    layout = fw.runnable(layout, model)
     folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
               if layout.expert_tp == 1 and not _int(row, "expert_tp", 0) else [])
     note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None

@@ -14,6 +14,7 @@ from ..errors import InputError, require
 from ..hardware.kernels import FP8_RECIPES
 
 if TYPE_CHECKING:
+    from ..models.spec import ModelSpec
     from .layout import Layout
 
 ALIASES = {
@@ -35,6 +36,8 @@ DEFAULT_FRAMEWORK = "nemo-megatron"
 #: logits); "round-robin" = token i of a micro-batch goes to experts i k ... i k + k - 1 (mod E)
 #: (NeMo AutoModel's FakeBalancedGate, its benchmark configs' fake_balanced_gate: true)
 ROUTERS = ("random", "round-robin")
+#: how context parallelism can move K/V (:attr:`Framework.cp_rotate`)
+CP_ROTATES = ("p2p", "allgather", "a2a")
 
 #: each recipe as Megatron-LM's --fp8-recipe spells it (current scaling is its "tensorwise")
 MEGATRON_FP8_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
@@ -134,7 +137,9 @@ class Framework:
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
     #: torchtitan): one all-gather of K/V hidden only under the first block, the K/V gradients
-    #: passed around the ring in fp32, partial outputs merged in fp32 by eager ops
+    #: passed around the ring in fp32, partial outputs merged in fp32 by eager ops; "a2a" = all-to-all
+    #: (Ulysses) CP, Transformer Engine's cp_comm_type "a2a" (:data:`CP_A2A_SUFFIX`): Q, K and V
+    #: exchanged for whole heads over the full sequence before the attention, its output back after it
     cp_rotate: str = "p2p"
     #: the pipeline schedule: "1f1b" (1F1B, or Megatron's interleaved 1F1B with vpp > 1) or "dualpipe"
     #: (DeepSeek-V3 report sec. 3.2.1, deepseek-ai/DualPipe: micro-batches fed from both ends, each rank
@@ -229,11 +234,16 @@ class Framework:
                 f"framework {self.key} runs ZeRO stage {self.zero_max_with_pp} at most with pipeline parallelism "
                 f"(pp = {pp}); got {zero}: use zero {self.zero_max_with_pp} or lower, or pp 1")
 
-    def runnable(self, layout: Layout, moe: bool) -> Layout:
-        """``layout`` as this framework runs it, or an error naming the field it cannot run: its parallel
-        degrees, its ZeRO stage, its pipeline schedule's micro-batches, and sequence parallelism set where
-        required."""
+    def runnable(self, layout: Layout, model: ModelSpec) -> Layout:
+        """``layout`` as this framework runs ``model`` with it, or an error naming the field it cannot run:
+        its parallel degrees, the heads all-to-all CP splits, its ZeRO stage, its pipeline schedule's
+        micro-batches, and sequence parallelism set where required."""
+        moe = model.is_moe
         self.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
+        require(bool(self.cp_heads_ok(model, np.int64(layout.tp), np.int64(layout.cp))), "cp",
+                f"all-to-all CP (framework {self.key}) gives each of the {layout.cp} CP ranks whole heads of its TP "
+                f"rank: cp must divide the {model.num_heads // layout.tp} query and {model.num_kv_heads // layout.tp} "
+                f"KV heads per TP rank of {model.name} (tp = {layout.tp}; Transformer Engine asserts it)")
         self.check_zero(layout.zero_stage, layout.pp)
         self.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
         sp = self.sequence_parallel_for(moe, layout.tp, layout.sequence_parallel)
@@ -249,6 +259,13 @@ class Framework:
                              f"model with tp > 1 (tp = {tp}), as Megatron-LM refuses MoE with tensor parallelism "
                              "without --sequence-parallel; turn it on or use tp 1")
         return bool(self.sequence_parallel or needed) if sequence_parallel is None else sequence_parallel
+
+    def cp_heads_ok(self, model: ModelSpec, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
+        """Which rows all-to-all CP can run: it splits each TP rank's query and KV heads over the CP ranks
+        (the vectorised check of :meth:`runnable`, for the planner); any row under the other rotations."""
+        if self.cp_rotate != "a2a":
+            return np.ones(np.shape(cp), dtype=bool)
+        return (cp <= 1) | ((model.num_heads // tp % cp == 0) & (model.num_kv_heads // tp % cp == 0))
 
     def sequence_parallel_ok(self, moe: bool, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
         """Which rows keep sequence parallelism where the framework requires it (the vectorised
@@ -303,8 +320,8 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.selective_recompute", "must be 'attention' or 'op'")
         if t.get("elementwise", "fused") not in ("fused", "eager"):
             raise InputError(f"framework {key}.elementwise", "must be 'fused' or 'eager'")
-        if t.get("cp_rotate", "p2p") not in ("p2p", "allgather"):
-            raise InputError(f"framework {key}.cp_rotate", "must be 'p2p' or 'allgather'")
+        if t.get("cp_rotate", "p2p") not in CP_ROTATES:
+            raise InputError(f"framework {key}.cp_rotate", f"must be one of {', '.join(CP_ROTATES)}")
         if t.get("moe_router", "random") not in ROUTERS:
             raise InputError(f"framework {key}.moe_router", f"must be one of {', '.join(ROUTERS)}")
         if t.get("moe_expert_launches", "grouped") not in ("grouped", "per_expert"):
@@ -342,6 +359,9 @@ EP_OVERLAP_SUFFIX = "+ep-overlap"
 EMBED_SPLIT_SUFFIX = "+embedding-split"
 #: DeepEP's dispatcher (see :attr:`Framework.ep_node_dedup`)
 DEEPEP_SUFFIX = "+deepep"
+#: all-to-all (Ulysses) context parallelism: Megatron-Core --cp-comm-type a2a, Transformer Engine's
+#: AttnFuncWithCPAndQKVOA2A (see :attr:`Framework.cp_rotate`); a p2p (Transformer Engine) profile only
+CP_A2A_SUFFIX = "+cp-a2a"
 #: the run routes with a fixed round-robin gate instead of its learned router: token i of a micro-batch
 #: to experts i k ... i k + k - 1 (mod E). NeMo AutoModel's FakeBalancedGate (nemo_automodel
 #: components/moe/layers.py; every benchmark config sets fake_balanced_gate: true, and its performance
@@ -365,7 +385,7 @@ FP8_RECIPE_SUFFIXES = {f"+fp8-{r}": r for r in FP8_RECIPES}
 RUN_OPTION_SUFFIXES = (CUDA_GRAPHS_SUFFIX, TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX, DP_OVERLAP_SUFFIX,
                        NO_DP_OVERLAP_SUFFIX, *FP8_RECIPE_SUFFIXES)
 SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX, ROUND_ROBIN_SUFFIX,
-            PAD_SUFFIX, *RUN_OPTION_SUFFIXES)
+            PAD_SUFFIX, CP_A2A_SUFFIX, *RUN_OPTION_SUFFIXES)
 
 
 def _split_suffixes(name: str) -> tuple[str, list[str]]:
@@ -399,13 +419,13 @@ def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
     if COMPILE_SUFFIX in mods:
         fw = replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused",
                      loss_bytes_per_logit=fw.compiled_loss_bytes_per_logit or fw.loss_bytes_per_logit)
-    if EP_OVERLAP_SUFFIX in mods:
-        fw = replace(fw, key=fw.key + EP_OVERLAP_SUFFIX, ep_overlap=True, ep_overlap_bounded=True)
-    if DEEPEP_SUFFIX in mods:
-        fw = replace(fw, key=fw.key + DEEPEP_SUFFIX, ep_node_dedup=True)
-    if ROUND_ROBIN_SUFFIX in mods:
-        fw = replace(fw, key=fw.key + ROUND_ROBIN_SUFFIX, moe_router="round-robin")
-    for suffix, change in ((CUDA_GRAPHS_SUFFIX, {"cuda_graphs": True}),
+    require(CP_A2A_SUFFIX not in mods or fw.cp_rotate == "p2p", "framework",
+            f"{CP_A2A_SUFFIX} is Transformer Engine's all-to-all context parallelism; {fw.key} rings K/V with "
+            f"PyTorch's ring attention ({fw.cp_rotate}), which has no all-to-all form")
+    for suffix, change in ((EP_OVERLAP_SUFFIX, {"ep_overlap": True, "ep_overlap_bounded": True}),
+                           (DEEPEP_SUFFIX, {"ep_node_dedup": True}),
+                           (ROUND_ROBIN_SUFFIX, {"moe_router": "round-robin"}), (CP_A2A_SUFFIX, {"cp_rotate": "a2a"}),
+                           (CUDA_GRAPHS_SUFFIX, {"cuda_graphs": True}),
                            (TP_OVERLAP_SUFFIX, {"tp_comm_overlap": True, "sequence_parallel": True}),
                            (NO_TP_OVERLAP_SUFFIX, {"tp_comm_overlap": False}),
                            (DP_OVERLAP_SUFFIX, {"dp_overlap": True}), (NO_DP_OVERLAP_SUFFIX, {"dp_overlap": False})):

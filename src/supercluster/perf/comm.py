@@ -5,7 +5,8 @@ interface (the two-level model, a sized fabric, or a device profile's measuremen
 * TP: attention and a dense MLP each all-gather / reduce-scatter (sequence parallelism) or
   all-reduce their activations; TP overlap pipelines them in tp chunks with the GEMMs.
 * CP: the ring passes K and V (Megatron-Core's p2p ring) or all-gathers them (PyTorch's ring
-  attention, :func:`allgather_ring_attention`), hidden under the attention blocks where it can be.
+  attention, :func:`allgather_ring_attention`), hidden under the attention blocks where it can be;
+  all-to-all (Ulysses) CP exchanges heads for sequence around the attention (:func:`all_to_all_attention`).
 * EP: Megatron-Core's all-to-all dispatcher (and DeepEP's node-deduplicated dispatch), exposed
   unless the framework overlaps it.
 * The head: a vocabulary-parallel embedding and loss (Megatron).
@@ -102,6 +103,12 @@ def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     if fw.cp_rotate == "allgather":
         cp_f, cp_fx, cp_b, cp_bx, cp_mem_f, cp_mem_b, ring_bytes = allgather_ring_attention(
             net, cp, s_cp, kv_el, T * (a / tp), dq, dv, el, work.t_attn_f, work.t_attn_b, mem_bw)
+        work = dataclasses.replace(work, t_fwd=work.t_fwd + cp_mem_f, t_bwd=work.t_bwd + cp_mem_b,
+                                   t_rc=work.t_rc + np.where(rows.rc == 2, frc * cp_mem_f, 0.0))
+    elif fw.cp_rotate == "a2a":
+        cp_f, cp_mem_f = all_to_all_attention(net, cp, s_cp, T * (a / tp), T * rows.kv_local, dq, dv, el, mem_bw)
+        cp_b, cp_mem_b, ring_bytes = cp_f, cp_mem_f, np.zeros_like(tp)
+        cp_fx, cp_bx = cp_f, cp_b  # (the attention needs all of them, nothing runs beside them)
         work = dataclasses.replace(work, t_fwd=work.t_fwd + cp_mem_f, t_bwd=work.t_bwd + cp_mem_b,
                                    t_rc=work.t_rc + np.where(rows.rc == 2, frc * cp_mem_f, 0.0))
     else:
@@ -208,3 +215,25 @@ def allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv_
                  for x in (comm_f, exp_f, comm_b, exp_b, merge_f / mem_bw, merge_b / mem_bw, held))
 
 
+
+
+def all_to_all_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, q_el: np.ndarray, kv_heads_el: np.ndarray,
+                         dq: float, dv: float, el: np.ndarray, mem_bw: float) -> tuple[np.ndarray, np.ndarray]:
+    """All-to-all (Ulysses) context parallelism per layer and micro-batch, as Transformer Engine runs it
+    (AttnFuncWithCPAndQKVOA2A, flash_attn_a2a_communicate; Megatron-Core --cp-comm-type a2a): seconds
+    of its all-to-alls and of the copies around them, in each pass (forward and backward alike).
+
+    ``q_el``: this rank's query head-elements (tokens x query heads of its TP rank), ``kv_heads_el``
+    its tokens x KV heads. Forward: Q, K and V each go through one all-to-all over the cp ranks
+    (sequence-sharded to head-sharded), the attention runs over the whole sequence for 1/cp of the
+    heads, and its output goes back through one more; the backward does the same for the output
+    gradient and the Q, K, V gradients. Each all-to-all is its own call, issued ahead of the next
+    tensor's reshuffle, and the attention waits for them all: none hides under compute. Around each
+    call the tensor is copied three times (a contiguous movedim before it; after it a movedim and an
+    index_select that restore the load-balanced chunk order; the output the other way round): each a
+    read and a write of the tensor."""
+    q, k, v, o = q_el * dq, kv_heads_el * dq, kv_heads_el * dv, q_el * dv
+    calls = sum(net.collective_time_s("all_to_all", x * el, cp, s_cp) for x in (q, k, v, o))
+    copies = 3.0 * 2.0 * el * (q + k + v + o) / mem_bw
+    ring = cp > 1.0
+    return np.where(ring, calls, 0.0), np.where(ring, copies, 0.0)

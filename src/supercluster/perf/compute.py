@@ -250,9 +250,11 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         # (sparse MLA at the flash kernel's efficiency: DeepSeek's FlashMLA sparse prefill kernel reaches
         # 640 TFLOP/s on H800, FlashAttention-3's range; the indexer likewise, in 16 bits, an assumption:
         # DeepSeek runs it in fp8)
-        # (below long sequences the kernel runs slower: the sequence each rank attends over, seq / cp; a
-        # calibrated profile's rate is its own measurement and is not scaled)
-        short = attention_length_factor(seq / rows.cp) if gpu.attention_frac is None else 1.0
+        # (below long sequences the kernel runs slower: the sequence each rank attends over, seq / cp for a
+        # ring; a calibrated profile's rate is its own measurement and is not scaled)
+        # (all-to-all CP: the whole sequence, for 1 / cp of the heads)
+        attended = seq if fw.cp_rotate == "a2a" else seq / rows.cp
+        short = attention_length_factor(attended) if gpu.attention_frac is None else 1.0
         t_attn_f = (attn_f + idx_f) / (r.peak16 * gpu.clock_frac * r.att.fwd_frac * short)
         t_attn_b = (2.5 * attn_f + idx_b) / (r.peak16 * gpu.clock_frac * r.att.bwd_frac * short)
         t_score_f = t_score_b = np.zeros_like(tp)

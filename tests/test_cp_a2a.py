@@ -1,0 +1,92 @@
+"""All-to-all (Ulysses) context parallelism, Transformer Engine's cp_comm_type "a2a": its collectives
+and copies, the sequence its attention runs over, the heads it needs, and the same answer from a
+framework suffix, a Megatron-LM script and the export."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import supercluster as sc
+from supercluster.cli import app
+from supercluster.errors import InputError
+from supercluster.formats.launchers import from_megatron_args, to_megatron_args
+from supercluster.formats.load import load_model
+from supercluster.formats.megatron_args import parse_args
+from supercluster.formats.megatron_flags import framework_from_args
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.layout import Layout
+from supercluster.perf.comm import all_to_all_attention
+
+runner = CliRunner()
+JOB = dict(tp=1, pp=1, cp=8, global_batch=64, seq_len=8192)
+
+
+def layout(**change: int) -> Layout:
+    d = {**JOB, **change}
+    return Layout(dp=64 // (d["tp"] * d["pp"] * d["cp"]), **d)
+
+
+def estimate(framework: str, **change: int) -> sc.StepBreakdown:
+    """Llama 3 8B on 64 H100, sequences of 8,192 tokens over cp 8 unless changed."""
+    return sc.estimate("llama3-8b", gpu="h100-sxm", num_gpus=64, layout=layout(**change), framework=framework)
+
+
+def test_each_pass_is_four_all_to_alls_and_three_copies_of_each_tensor():
+    net = default_network(get_gpu("h100-sxm"))
+    cp, s, el, bw = np.array([8.0]), np.array([1.0]), np.array([2.0]), 3.0e12
+    q, kv = np.array([1024.0 * 32]), np.array([1024.0 * 8])  # 1,024 tokens, 32 query and 8 KV heads
+    calls, copies = all_to_all_attention(net, cp, s, q, kv, 128.0, 128.0, el, bw)
+    sizes = [q * 128 * 2, kv * 128 * 2, kv * 128 * 2, q * 128 * 2]  # Q, K, V, O in bf16
+    assert calls == pytest.approx(sum(net.collective_time_s("all_to_all", x, cp, s) for x in sizes))
+    assert copies == pytest.approx(3 * 2 * sum(sizes) / bw)
+    none = all_to_all_attention(net, np.array([1.0]), s, q, kv, 128.0, 128.0, el, bw)
+    assert none[0] == 0 and none[1] == 0  # (no CP, no exchange)
+
+
+def test_a2a_runs_the_attention_over_the_whole_sequence_and_hides_nothing():
+    ring, a2a = estimate("megatron"), estimate("megatron+cp-a2a")
+    # the ring's blocks are 1,024 tokens (FA3 at 69 % of its long-sequence rate), a2a's kernel 8,192
+    assert a2a.ledger["attention_inefficiency"] < ring.ledger["attention_inefficiency"]
+    assert a2a.ledger["exposed_cp_comm"] > ring.ledger["exposed_cp_comm"] >= 0
+    assert a2a.ledger["comm_contention"] == 0 < ring.ledger["comm_contention"]  # (no CP traffic under compute)
+    assert estimate("megatron+cp-a2a", cp=1).step_time_s == pytest.approx(estimate("megatron", cp=1).step_time_s,
+                                                                          rel=1e-12)
+
+
+def test_a2a_needs_whole_heads_on_every_cp_rank():
+    with pytest.raises(InputError) as e:  # 8 KV heads over tp 8: one per TP rank, which 2 CP ranks cannot split
+        estimate("megatron+cp-a2a", tp=8, cp=2)
+    assert e.value.field == "cp" and "1 KV heads per TP rank" in str(e.value)
+    r = runner.invoke(app, ["plan", "--model", "llama3-70b", "--gpus", "64", "--seq-len", "65536", "--global-batch",
+                            "32", "--framework", "nemo-megatron+cp-a2a", "--top", "40", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["top"]
+    assert rows and all(8 // x["tp"] % x["cp"] == 0 for x in rows)  # 8 KV heads
+    with pytest.raises(InputError) as e:
+        get_framework("torchtitan+cp-a2a")
+    assert e.value.field == "framework" and "no all-to-all form" in str(e.value)
+
+
+def test_a_script_export_and_suffix_give_one_answer(tmp_path):
+    fw = get_framework("megatron+cp-a2a")
+    model = load_model("llama3-8b")
+    args = to_megatron_args(layout(), model, fw)
+    assert "--cp-comm-type a2a" in args
+    script = tmp_path / "train.sh"
+    script.write_text(f"torchrun pretrain_gpt.py {args}\n")
+    read = sc.Job.from_config(str(script), gpu="h100-sxm", num_gpus=64)
+    assert read.framework.cp_rotate == "a2a"
+    assert sc.estimate(read).step_time_s == pytest.approx(estimate("megatron+cp-a2a").step_time_s, rel=1e-12)
+    parsed = parse_args(args)
+    back = framework_from_args(parsed)
+    assert back.cp_rotate == "a2a" and "all-to-all" in back.doc
+    assert from_megatron_args(args, 64).cp == 8
+    with pytest.raises(InputError) as e:
+        framework_from_args(parse_args(args.replace("--cp-comm-type a2a", "--cp-comm-type a2a+p2p")))
+    assert e.value.field == "cp-comm-type" and "allowed: p2p" in str(e.value)
