@@ -327,8 +327,9 @@ def test_published_framework_names_select_a_profile():
     fw, note = resolve_framework("NeMo 2.0", 2025)
     assert fw.key == "nemo-megatron" and "read as nemo-megatron" in note
     assert resolve_framework("PyTorch FSDP+compile", 2025)[0].key == "torchtitan+compile"
-    fw, note = resolve_framework("maxtext", 2025)  # the one default framework, said in the note
+    fw, note = resolve_framework("Colossal-AI", 2025)  # the one default framework, said in the note
     assert fw.key == "nemo-megatron" and "unknown: nemo-megatron assumed" in note
+    assert resolve_framework("MaxText", 2025)[0].key == "maxtext"  # (a JAX stack has its own profile)
     assert resolve_framework("MosaicML llm-foundry")[0].key == "composer"
     assert resolve_framework("PyTorch FSDP")[0].key == "torchtitan"
     # options named as suffixes survive the era profile a publication year selects

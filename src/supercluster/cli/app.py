@@ -72,7 +72,7 @@ KeepRecomputeOpt = Annotated[str | None, typer.Option(help="keep this recompute 
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
 FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | composer | "
                                                   "hai-llm | megatron-legacy | deepspeed-legacy | torchtitan-2024 | "
-                                                  "automodel (supercluster catalog frameworks); +compile for "
+                                                  "automodel | maxtext (supercluster catalog frameworks); +compile for "
                                                   "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
                                                   "+embedding-split (embedding and head take a layer's place in "
                                                   "the pipeline split), +round-robin-gate (a benchmark's fixed "

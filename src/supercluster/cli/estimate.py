@@ -76,7 +76,8 @@ def estimate(
                                                   "(sets vpp)")] = None,
     framework: Annotated[str | None, typer.Option(help="megatron | nemo-megatron | deepspeed | torchtitan | "
                                                   "composer | hai-llm | megatron-legacy | deepspeed-legacy | "
-                                                  "torchtitan-2024 | automodel (supercluster catalog frameworks); "
+                                                  "torchtitan-2024 | automodel | maxtext (supercluster catalog "
+                                                  "frameworks); "
                                                   "+compile, +ep-overlap, +deepep, +embedding-split, "
                                                   "+round-robin-gate, +cp-a2a (all-to-all CP); run options "
                                                   "+cuda-graphs, "

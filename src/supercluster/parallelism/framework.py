@@ -24,6 +24,7 @@ ALIASES = {
     "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed",
     "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
     "deepseek": "hai-llm", "dualpipe": "hai-llm", "hai": "hai-llm",
+    "jax": "maxtext", "paxml": "maxtext",
 }
 #: The one default everywhere (the Python API, every command, validate's reading of an unknown framework):
 #: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge: sequence parallelism and
@@ -519,4 +520,5 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
 #: have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP runs read as torchtitan.
 _MENTIONS = ((("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
              (("foundry", "composer", "mosaic"), "composer"), (("titan", "fsdp"), "torchtitan"),
-             (("hai-llm", "dualpipe"), "hai-llm"), (("megatron",), "megatron"))
+             (("hai-llm", "dualpipe"), "hai-llm"), (("maxtext", "paxml", "praxis"), "maxtext"),
+             (("megatron",), "megatron"))
