@@ -218,6 +218,7 @@ MEGATRON_BASES = [
     "--moe-ffn-hidden-size 512 --moe-shared-expert-intermediate-size 512 --experimental-attention-variant "
     "gated_delta_net --linear-attention-freq 4 --linear-key-head-dim 128 --linear-value-head-dim 128 "
     "--linear-num-key-heads 16 --linear-num-value-heads 32 --attention-output-gate",
+    " ".join(model_args(load_model("llama3-8b"))) + " --context-parallel-size 2 --cp-comm-type a2a",
 ]
 ODD_TEXT = st.one_of(st.integers(-2**40, 2**64).map(str), st.sampled_from(["0", "-1", "1.5", "nan", "$UNSET", "(",
                                                                            "[1]*", "([0]*3+[1]*)", "x", "''"]))
