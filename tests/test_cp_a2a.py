@@ -90,3 +90,24 @@ def test_a_script_export_and_suffix_give_one_answer(tmp_path):
     with pytest.raises(InputError) as e:
         framework_from_args(parse_args(args.replace("--cp-comm-type a2a", "--cp-comm-type a2a+p2p")))
     assert e.value.field == "cp-comm-type" and "allowed: p2p" in str(e.value)
+
+
+def test_a_plan_that_rings_kv_says_what_all_to_all_cp_would_take():
+    """The planner keeps the framework's CP type; where its best layout rings K/V it also prices that
+    layout under +cp-a2a, as estimate does, and says so (None where a2a cannot split the heads)."""
+    args = ["plan", "--model", "llama2-7b", "--gpus", "16", "--seq-len", "32768", "--global-batch", "16"]
+    d = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    best = d["best"]
+    job = sc.Job.from_label(best["layout"], model="llama2-7b", gpu="h100-sxm", num_gpus=16, global_batch=16,
+                            seq_len=32768, framework="nemo-megatron+cp-a2a", micro_batch=best["micro_batch"],
+                            zero_stage=best["zero_stage"], recompute=best["recompute"],
+                            sequence_parallel=best["sequence_parallel"])
+    assert job.layout.cp > 1
+    assert d["cp_a2a_step_time_s"] == pytest.approx(sc.estimate(job).step_time_s, rel=1e-12)
+    r = runner.invoke(app, args)
+    assert "all-to-all CP (framework option +cp-a2a) on the same layout" in r.stdout
+    # Llama 3 8B's 8 KV heads at tp 4 leave 2 a rank: cp 4 cannot split them, and nothing is claimed
+    plain = json.loads(runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--seq-len", "131072",
+                                           "--global-batch", "64", "--json"]).stdout)
+    assert plain["best"]["layout"].startswith("tp4-") and "-cp4" in plain["best"]["layout"]
+    assert "cp_a2a_step_time_s" not in plain

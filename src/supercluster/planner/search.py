@@ -14,6 +14,7 @@ rank alike, so for ``cost`` and ``energy`` the planner may also use fewer GPUs o
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from ..models.spec import ModelSpec
 from ..network import costs
 from ..network.twolevel import Network
 from ..parallelism import rules
-from ..parallelism.framework import Framework
+from ..parallelism.framework import CP_A2A_SUFFIX, Framework
 from ..parallelism.layout import Layout
 from ..perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
 from ..perf.compute import check_kernels
@@ -109,13 +110,17 @@ class PlanResult:
     score_of: Callable[[Layout], float | None] | None = field(default=None, repr=False, compare=False)
     #: an MoE plan: the best fitting layout at each expert-parallel degree searched, by EP
     by_ep: list[Candidate] = field(default_factory=list)
+    #: where the best layout rings K/V over cp > 1 ranks (a Transformer Engine p2p profile): its step
+    #: under all-to-all CP instead (the framework's ``+cp-a2a``), or None (not runnable, or no such ring)
+    cp_a2a_step_time_s: float | None = None
 
     def to_json(self) -> dict[str, object]:
         """What ``supercluster plan --json`` prints (besides a budget and the evidence)."""
         return {"best": self.best.to_json(), "top": [c.to_json() for c in self.top],
                 "pareto": [c.to_json() for c in self.pareto], "why": dict(self.why), "evaluated": self.evaluated,
                 "feasible": self.feasible, "seconds": self.seconds, "objective": self.objective,
-                **({"by_ep": [c.to_json() for c in self.by_ep]} if self.by_ep else {})}
+                **({"by_ep": [c.to_json() for c in self.by_ep]} if self.by_ep else {}),
+                **({"cp_a2a_step_time_s": self.cp_a2a_step_time_s} if self.cp_a2a_step_time_s is not None else {})}
 
     def rank_of(self, layout: Layout) -> int | None:
         """1-based rank of ``layout`` among the feasible layouts by the objective: one more than the
@@ -418,13 +423,31 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     by_ep = [cand(i) for i in ep_rows]
     top_c = [cand(int(i)) for i in order[:min(top, n_feasible)]]
     pareto = sorted((cand(int(i)) for i in front), key=lambda c: c.rank)[:50]
-    why: list[tuple[str, float]] = []
-    if len(top_c) > 1:
-        a, b = top_c[0].ledger, top_c[1].ledger
-        why = sorted(((k, a[k] - b[k]) for k in LEDGER if abs(a[k] - b[k]) > 1e-12), key=lambda kv: kv[1])
-    return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=why, evaluated=len(order), feasible=n_feasible,
-                      seconds=time.perf_counter() - t0, objective=objective, columns=cols, refine=refine,
-                      score_of=score_of, by_ep=by_ep)
+    job = Job(model=model, gpu=gpu, num_gpus=num_gpus, layout=top_c[0].layout, framework=framework, network=net)
+    return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=_why(top_c), evaluated=len(order),
+                      feasible=n_feasible, seconds=time.perf_counter() - t0, objective=objective, columns=cols,
+                      refine=refine, score_of=score_of, by_ep=by_ep, cp_a2a_step_time_s=_cp_a2a_step_s(job))
+
+
+def _why(top: list[Candidate]) -> list[tuple[str, float]]:
+    """The ledger lines in which the winner and the runner-up differ (winner - runner-up), most decisive first."""
+    if len(top) < 2:
+        return []
+    a, b = top[0].ledger, top[1].ledger
+    return sorted(((k, a[k] - b[k]) for k in LEDGER if abs(a[k] - b[k]) > 1e-12), key=lambda kv: kv[1])
+
+
+def _cp_a2a_step_s(job: Job) -> float | None:
+    """The step of ``job`` under all-to-all CP, where it rings K/V with Transformer Engine's p2p CP over
+    more than one rank; None where it does not, or where all-to-all CP cannot split its heads."""
+    fw = job.framework
+    if job.layout.cp <= 1 or fw.cp_rotate != "p2p" or not fw.context_parallel:
+        return None
+    a2a = dataclasses.replace(fw, key=fw.key + CP_A2A_SUFFIX, cp_rotate="a2a")
+    try:
+        return price_job(check_job(dataclasses.replace(job, framework=a2a))).step_time_s
+    except InputError:
+        return None
 
 
 def _best_by_ep(cols: dict[str, np.ndarray], feasible: np.ndarray, refine: Callable[..., bool]) -> list[int]:

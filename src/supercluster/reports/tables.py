@@ -289,6 +289,11 @@ def print_plan(console: Console, result: Any, title: str) -> None:
             console.print(f"  {name:24s} {d:+.4f}  ({LEDGER_HELP[name]})")
     if len(result.by_ep) > 1:
         console.print(ep_lines(result))
+    if result.cp_a2a_step_time_s is not None:
+        b, a2a = result.best, result.cp_a2a_step_time_s
+        console.print(f"context parallelism: #1 passes K/V around a ring of {b.layout.cp} CP ranks; all-to-all CP "
+                      f"(framework option +cp-a2a) on the same layout: {a2a:.4f} s "
+                      f"({100 * (a2a / b.step_time_s - 1):+.1f} %)")
     if result.pareto:
         console.print(f"Pareto front ({result.objective} vs {'memory' if result.objective == 'time' else 'time'}): "
                       + ", ".join(f"{c.layout.label()} ({c.step_time_s:.3f} s, "
