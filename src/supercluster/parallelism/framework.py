@@ -24,7 +24,7 @@ ALIASES = {
     "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed",
     "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
     "deepseek": "hai-llm", "dualpipe": "hai-llm", "hai": "hai-llm",
-    "jax": "maxtext", "paxml": "maxtext",
+    "jax": "maxtext",
 }
 #: The one default everywhere (the Python API, every command, validate's reading of an unknown framework):
 #: Megatron-Core as NVIDIA's maintained recipes run it (NeMo / Megatron-Bridge: sequence parallelism and
@@ -413,10 +413,12 @@ def get_framework(name: str) -> Framework:
         raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))} "
                                       f"(each also as <name>{', <name>'.join(SUFFIXES)}, "
                                       f"<name>{CAPACITY_PREFIX}<factor>)")
-    return _with_suffixes(cat[key], mods)
+    return with_suffixes(cat[key], mods)
 
 
-def _with_suffixes(fw: Framework, mods: list[str]) -> Framework:
+def with_suffixes(fw: Framework, mods: list[str]) -> Framework:
+    """``fw`` with the options its suffixes name (:data:`SUFFIXES`, ``+capacity-<C>``) switched on,
+    each appended to its key; an option the profile cannot take is refused by name."""
     if COMPILE_SUFFIX in mods:
         fw = replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused",
                      loss_bytes_per_logit=fw.compiled_loss_bytes_per_logit or fw.loss_bytes_per_logit)
@@ -489,7 +491,7 @@ def framework_of_year(fw: Framework, year: int | None) -> Framework:
     eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year
                    and (year >= FLASH_ATTENTION_YEAR or f.attention == "unfused")), key=lambda f: f.until_year)
     if eras:
-        return _with_suffixes(eras[0], mods)  # the options named on the framework still apply
+        return with_suffixes(eras[0], mods)  # the options named on the framework still apply
     if year < FLASH_ATTENTION_YEAR and fw.attention != "unfused":
         return replace(fw, key=f"{fw.key}@{year}", attention="unfused")
     return fw

@@ -73,8 +73,9 @@ class CommTimes:
 
 def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork,
                mem_bw: float) -> tuple[CommTimes, LayerWork]:
-    """The layer's collectives; and its work with the ring attention's fp32 merges (eager ops of
-    PyTorch's all-gather ring, 0 under a p2p ring) added to its forward, backward and recompute."""
+    """The layer's collectives; and its work with the memory-bound ops around the CP exchange (the fp32
+    merges of PyTorch's all-gather ring, the copies around all-to-all CP; 0 under a p2p ring) added to
+    its forward, backward and recompute."""
     tp, cp, sp, T, el, frc, has = rows.tp, rows.cp, rows.sp, rows.T, rows.el, rows.frc, rows.has
     s_tp, s_cp = rows.groups["tp"][1], rows.groups["cp"][1]
     L, h = model.num_layers, float(model.d_model)
@@ -103,20 +104,19 @@ def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     if fw.cp_rotate == "allgather":
         cp_f, cp_fx, cp_b, cp_bx, cp_mem_f, cp_mem_b, ring_bytes = allgather_ring_attention(
             net, cp, s_cp, kv_el, T * (a / tp), dq, dv, el, work.t_attn_f, work.t_attn_b, mem_bw)
-        work = dataclasses.replace(work, t_fwd=work.t_fwd + cp_mem_f, t_bwd=work.t_bwd + cp_mem_b,
-                                   t_rc=work.t_rc + np.where(rows.rc == 2, frc * cp_mem_f, 0.0))
     elif fw.cp_rotate == "a2a":
         cp_f, cp_mem_f = all_to_all_attention(net, cp, s_cp, T * (a / tp), T * rows.kv_local, dq, dv, el, mem_bw)
         cp_b, cp_mem_b, ring_bytes = cp_f, cp_mem_f, np.zeros_like(tp)
         cp_fx, cp_bx = cp_f, cp_b  # (the attention needs all of them, nothing runs beside them)
-        work = dataclasses.replace(work, t_fwd=work.t_fwd + cp_mem_f, t_bwd=work.t_bwd + cp_mem_b,
-                                   t_rc=work.t_rc + np.where(rows.rc == 2, frc * cp_mem_f, 0.0))
     else:
         ring_step = net.collective_time_s("p2p", kv_el * el, cp, s_cp)
         cp_f = (cp - 1.0) * ring_step
         cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
         cp_fx, cp_bx = np.maximum(cp_f - work.t_attn_f, 0.0), np.maximum(cp_b - work.t_attn_b, 0.0)
         cp_mem_f = cp_mem_b = ring_bytes = np.zeros_like(tp)
+    # the memory-bound work around the CP exchange (0 under a p2p ring) runs in the layer's passes
+    work = dataclasses.replace(work, t_fwd=work.t_fwd + cp_mem_f, t_bwd=work.t_bwd + cp_mem_b,
+                               t_rc=work.t_rc + np.where(rows.rc == 2, frc * cp_mem_f, 0.0))
     # Vocabulary-parallel embedding and head (Megatron): the embedding output is all-reduced in the
     # forward, the head input gradient in the backward (SP: all-gather / reduce-scatter instead),
     # and the cross-entropy all-reduces three fp32 statistics per token (max, sum of exp, target).
@@ -215,8 +215,6 @@ def allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv_
                  for x in (comm_f, exp_f, comm_b, exp_b, merge_f / mem_bw, merge_b / mem_bw, held))
 
 
-
-
 def all_to_all_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, q_el: np.ndarray, kv_heads_el: np.ndarray,
                          dq: float, dv: float, el: np.ndarray, mem_bw: float) -> tuple[np.ndarray, np.ndarray]:
     """All-to-all (Ulysses) context parallelism per layer and micro-batch, as Transformer Engine runs it
@@ -235,5 +233,5 @@ def all_to_all_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, q_el: n
     q, k, v, o = q_el * dq, kv_heads_el * dq, kv_heads_el * dv, q_el * dv
     calls = sum(net.collective_time_s("all_to_all", x * el, cp, s_cp) for x in (q, k, v, o))
     copies = 3.0 * 2.0 * el * (q + k + v + o) / mem_bw
-    ring = cp > 1.0
-    return np.where(ring, calls, 0.0), np.where(ring, copies, 0.0)
+    split = cp > 1.0
+    return np.where(split, calls, 0.0), np.where(split, copies, 0.0)

@@ -29,7 +29,7 @@ from ..models.spec import ModelSpec
 from ..network import costs
 from ..network.twolevel import Network
 from ..parallelism import rules
-from ..parallelism.framework import CP_A2A_SUFFIX, Framework
+from ..parallelism.framework import CP_A2A_SUFFIX, Framework, with_suffixes
 from ..parallelism.layout import Layout
 from ..perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
 from ..perf.compute import check_kernels
@@ -443,9 +443,8 @@ def _cp_a2a_step_s(job: Job) -> float | None:
     fw = job.framework
     if job.layout.cp <= 1 or fw.cp_rotate != "p2p" or not fw.context_parallel:
         return None
-    a2a = dataclasses.replace(fw, key=fw.key + CP_A2A_SUFFIX, cp_rotate="a2a")
     try:
-        return price_job(check_job(dataclasses.replace(job, framework=a2a))).step_time_s
+        return price_job(check_job(dataclasses.replace(job, framework=with_suffixes(fw, [CP_A2A_SUFFIX])))).step_time_s
     except InputError:
         return None
 
