@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: on a CUDA machine, calibrate this GPU, then train a real small GPT on 1 GPU (and on
 # 2, data- and tensor-parallel, where there are two or more) and print measured against predicted
-# step time. About 3-6 minutes on one H100-class GPU; every step has its own time limit, so the
+# step time, and count the kernels a layer launches. About 3-6 minutes on one H100-class GPU; every step has its own time limit, so the
 # whole check stays under 8 minutes.
 #
 #     bash benchmarks/gpu_check.sh            # prints a table, then one JSON line per case
@@ -26,15 +26,27 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks
 
 NPROC=1
 [ "$NGPU" -ge 2 ] && NPROC=2
-# 1. calibrate: GEMMs, memory kernels, attention and (on 2 GPUs) NCCL collectives of this machine
-timeout 240 "$PY" -m supercluster calibrate --device cuda --nproc "$NPROC" --out "$OUT/profile.toml" --force \
-    --json >"$OUT/calibrate.json"
+# 1. calibrate: GEMMs, memory kernels, launch cost, attention and (on 2 GPUs) NCCL collectives of this
+#    machine (the quick grid if the full one fails)
+if ! timeout 240 "$PY" -m supercluster calibrate --device cuda --nproc "$NPROC" --out "$OUT/profile.toml" --force \
+        --json >"$OUT/calibrate.json"; then
+    echo "gpu_check: calibrate failed; trying its quick grid" >&2
+    timeout 120 "$PY" -m supercluster calibrate --device cuda --quick --out "$OUT/profile.toml" --force \
+        --json >"$OUT/calibrate.json"
+fi
 
 # 2. train for real and compare: "name|nproc|verify options"
 CASES=(
     "1 GPU, h1024 x 4 layers|1|--layers 4 --hidden 1024 --heads 16 --seq-len 1024 --micro-batch 8"
     "1 GPU, h2048 x 4 layers|1|--layers 4 --hidden 2048 --heads 16 --seq-len 1024 --micro-batch 8"
     "1 GPU, h2048 x 8 layers, mb 2|1|--layers 8 --hidden 2048 --heads 16 --seq-len 2048 --micro-batch 2"
+    # few tokens per step: the kernels' fixed costs (launch, host) against their work
+    "1 GPU, h1024 x 8 layers, mb 1|1|--layers 8 --hidden 1024 --heads 16 --seq-len 1024 --micro-batch 1"
+    "1 GPU, h1024 x 16 layers, mb 1|1|--layers 16 --hidden 1024 --heads 16 --seq-len 1024 --micro-batch 1"
+    "1 GPU, h2048 x 8 layers, mb 1|1|--layers 8 --hidden 2048 --heads 16 --seq-len 1024 --micro-batch 1"
+    "1 GPU, h1024 x 8 layers, s128 mb 1|1|--layers 8 --hidden 1024 --heads 16 --seq-len 128 --micro-batch 1"
+    # many tokens, wide: compute-bound
+    "1 GPU, h4096 x 4 layers, mb 4|1|--layers 4 --hidden 4096 --heads 32 --seq-len 2048 --micro-batch 4"
 )
 if [ "$NGPU" -ge 2 ]; then
     CASES+=("2 GPUs DP, h2048 x 4 layers|2|--dp 2 --layers 4 --hidden 2048 --heads 16 --seq-len 1024 --micro-batch 8")
@@ -55,6 +67,9 @@ for case in "${CASES[@]}"; do
         status=1
     fi
 done
+
+# 3. kernels per layer and pass of the verify GPT (what the cost model's per-kernel costs multiply)
+timeout 120 "$PY" benchmarks/gpu_kernels.py --device cuda 2>/dev/null | tail -1 >"$OUT/kernels.json" || status=1
 
 "$PY" - "$OUT/verify.jsonl" <<'EOF'
 import json, sys

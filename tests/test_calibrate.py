@@ -81,11 +81,14 @@ def _profile(**kw) -> Profile:
 
 
 def test_profile_round_trip_and_gpu_spec(tmp_path):
-    p = _profile()
+    p = _profile(launch_s=7e-6)
     path = tmp_path / "p.toml"
     path.write_text(p.to_toml())
     q = load_profile(path)
     assert q.gemm == p.gemm and q.collectives == p.collectives and q.memory_bytes_per_s == p.memory_bytes_per_s
+    assert q.launch_s == pytest.approx(7e-6)
+    path.write_text(p.to_toml().replace("launch_s = 7e-06\n", ""))  # a profile from before it was measured
+    assert load_profile(path).launch_s == 0.0
     g = q.gpu_spec()
     assert g.gemm_flops_per_s("fp32") == pytest.approx(50e9)
     assert g.attention_frac == pytest.approx((0.4, 0.3))
@@ -184,6 +187,8 @@ def cpu_profile(tmp_path_factory):
 def test_calibrate_writes_a_usable_profile(cpu_profile):
     p = load_profile(cpu_profile)
     assert p.kind == "cpu" and p.gemm["fp32"]["rate_flops_per_s"] > 1e9
+    # a tiny kernel's issue cost: dispatch of one operator, microseconds (not zero, not a millisecond)
+    assert 1e-7 < p.launch_s < 1e-3
     assert set(p.collectives) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"}
     r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--gpus", "2", "--tp", "1", "--pp", "1", "--vpp",
                             "1", "--global-batch", "2", "--seq-len", "512", "--precision", "fp32", "--zero", "3",

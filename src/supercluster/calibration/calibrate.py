@@ -94,6 +94,7 @@ class Profile:
     memory_bytes_per_s: float  # achieved by memory-bound training kernels
     op_overhead_s: float
     copy_bytes_per_s: float = 0.0  # raw large-copy bandwidth
+    launch_s: float = 0.0  # host time to issue one kernel into a busy queue (0: not measured)
     attention: dict[str, float]  # dtype, fwd_flops_per_s, bwd_flops_per_s
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> alpha_s, busbw, nranks
     backend: str = ""
@@ -134,7 +135,7 @@ class Profile:
                  f"name = {_q(self.device)}", f"kind = {_q(self.kind)}", f"threads = {self.threads}",
                  f"memory_bytes = {self.memory_bytes:.6g}", "", "[memory]",
                  f"bytes_per_s = {self.memory_bytes_per_s:.6g}", f"op_overhead_s = {self.op_overhead_s:.6g}",
-                 f"copy_bytes_per_s = {self.copy_bytes_per_s:.6g}"]
+                 f"copy_bytes_per_s = {self.copy_bytes_per_s:.6g}", f"launch_s = {self.launch_s:.6g}"]
         for dt, g in self.gemm.items():
             lines += ["", f"[gemm.{dt}]", f"rate_flops_per_s = {g['rate_flops_per_s']:.6g}",
                       f"overhead_s = {g['overhead_s']:.6g}"]
@@ -217,6 +218,7 @@ def load_profile(path: str | Path) -> Profile:
                    memory_bytes_per_s=_figure(mem, "bytes_per_s", "memory."),
                    op_overhead_s=_figure(mem, "op_overhead_s", "memory.", positive=False, at_most=MAX_OVERHEAD_S),
                    copy_bytes_per_s=_figure(mem, "copy_bytes_per_s", "memory.", positive=False, default=0.0),
+                   launch_s=_figure(mem, "launch_s", "memory.", positive=False, default=0.0, at_most=MAX_OVERHEAD_S),
                    attention=att, collectives=coll, backend=backend, source=str(t.get("source", p.name)))
 
 
@@ -340,6 +342,39 @@ def timer(device: Any, fn: Callable[[], Any], min_time_s: float, warmup: int = 2
     return statistics.median(samples)
 
 
+def timer_queued(device: Any, fn: Callable[[], Any], calls: int, rounds: int = 5) -> float:
+    """Median seconds per call of ``fn`` issued ``calls`` times back to back with one synchronize: on a
+    GPU the longer of the host's issue time and the kernel's own, as in a training step's stream."""
+    torch = _torch()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    fn()
+    sync()
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - t0) / calls)
+    return statistics.median(samples)
+
+
+def measure_launch(dev: Any, tdt: Any, calls: int = 400) -> tuple[float, list[list[float]]]:
+    """Host issue cost per kernel: tiny kernels (an in-place add, a GELU, a LayerNorm, a 16 x 16 product)
+    queued back to back with one synchronize, so the GPU's side is negligible and each call costs what
+    PyTorch's eager dispatch and the CUDA launch take on this host. The median of the four kernels."""
+    torch = _torch()
+    x = torch.zeros(16, 16, device=dev, dtype=tdt)
+    w = torch.zeros(16, 16, device=dev, dtype=tdt)
+    ln = torch.nn.LayerNorm(16, bias=False, device=dev, dtype=tdt)
+    pts = []
+    with torch.no_grad():
+        for k, fn in enumerate((lambda: x.add_(1.0), lambda: torch.nn.functional.gelu(x), lambda: ln(x),
+                                lambda: x @ w)):
+            pts.append([float(k), timer_queued(dev, fn, calls)])
+    return statistics.median(p[1] for p in pts), pts
+
+
 @dataclass(frozen=True, slots=True)
 class Grid:
     tokens: tuple[int, ...]
@@ -410,7 +445,7 @@ def measure_device(device_name: str = "auto", dtypes: tuple[str, ...] | None = N
     att_dt = dtypes[0]
     tdt = torch_dtype(att_dt)
     el = torch.empty((), dtype=tdt).element_size()
-    kmoved, ksecs = [], []
+    kmoved, ksecs, queued = [], [], []
     for tok in grid.tokens:
         for _, width in grid.gemm:
             say(f"memory-bound kernels {tok}x{width}")
@@ -422,9 +457,14 @@ def measure_device(device_name: str = "auto", dtypes: tuple[str, ...] | None = N
                                 (lambda x=x: torch.nn.functional.gelu(x), 2), (lambda x=x, ln=ln: ln(x), 2)):
                 with torch.no_grad():
                     ksecs.append(timer(dev, fn, grid.min_time_s / 4))
+                    queued.append(timer_queued(dev, fn, 20, rounds=3))
                 kmoved.append(float(traffic * nbytes))
     t0_mem, inv_mem = fit_affine(kmoved, ksecs, relative=False)
     points["memory_kernels"] = [[b, s] for b, s in zip(kmoved, ksecs, strict=True)]
+    # (the same kernels issued back to back: what each costs inside a stream, for comparison)
+    points["memory_kernels_queued"] = [[b, s] for b, s in zip(kmoved, queued, strict=True)]
+    say("kernel launch (tiny kernels queued back to back)")
+    launch_s, points["launch"] = measure_launch(dev, tdt)
     fl, tf, tb = [], [], []
     heads, hd, batch = 8, 64, 2
     for s in grid.attn_seq:
@@ -449,6 +489,7 @@ def measure_device(device_name: str = "auto", dtypes: tuple[str, ...] | None = N
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({_cpu_name()}, {threads} threads)"
     return Profile(device=name, kind=dev.type, threads=threads, memory_bytes=float(mem), gemm=gemm,
                    memory_bytes_per_s=1.0 / inv_mem, op_overhead_s=t0_mem, copy_bytes_per_s=1.0 / inv_copy,
+                   launch_s=launch_s,
                    attention={"dtype": att_dt, "fwd_flops_per_s": 1.0 / inv_f, "bwd_flops_per_s": 1.0 / inv_b},
                    points=points)
 

@@ -84,7 +84,8 @@ def calibrate(
         con.print(f"GEMM {dt}: {g['rate_flops_per_s'] / 1e12:.3f} TFLOP/s sustained ({g['overhead_s'] * 1e6:.0f} us "
                   "per call)")
     con.print(f"memory-bound kernels: {prof.memory_bytes_per_s / 1e9:.1f} GB/s; large copies "
-              f"{prof.copy_bytes_per_s / 1e9:.1f} GB/s; per-kernel overhead {prof.op_overhead_s * 1e6:.1f} us")
+              f"{prof.copy_bytes_per_s / 1e9:.1f} GB/s; per-kernel overhead {prof.op_overhead_s * 1e6:.1f} us "
+              f"(synchronized), {prof.launch_s * 1e6:.1f} us to issue one into a busy queue")
     con.print(f"attention ({prof.attention['dtype']}): fwd {prof.attention['fwd_flops_per_s'] / 1e12:.3f}, bwd "
               f"{prof.attention['bwd_flops_per_s'] / 1e12:.3f} TFLOP/s")
     for k, c in prof.collectives.items():
