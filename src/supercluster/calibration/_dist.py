@@ -24,7 +24,7 @@ def main() -> None:
         if task == "collectives":
             from dataclasses import asdict
 
-            from .calibrate import measure_collectives, measure_device
+            from .measure import measure_collectives, measure_device
 
             dist.barrier()
             prof = measure_device(args["device"], tuple(args["dtypes"]) if args.get("dtypes") else None,
