@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from supercluster.cli import app
 from supercluster.errors import InputError
+from supercluster.network.fabric import check_gpu_count, largest_fabric
+from supercluster.planner.search import _divisors
 
 runner = CliRunner()
 
@@ -51,6 +53,26 @@ def test_a_gpu_count_past_any_fabric_is_an_error_in_a_second_not_a_hang(command)
     refused with the reason."""
     r = runner.invoke(app, [command, "--gpus", "2147483648"])
     assert r.exit_code != 0 and isinstance(r.exception, InputError), r.output
+
+
+@pytest.mark.parametrize("command", ["goodput", "simulate", "plan", "estimate", "compare", "train", "report",
+                                     "fabric"])
+def test_a_gpu_count_past_what_any_fabric_builds_is_refused_where_it_enters(command):
+    """10^20 GPUs (past a 64-bit column): refused by the option itself, naming the range, before any
+    divisor search or column is sized by it (plan and compare hung, then overflowed, on such a count)."""
+    r = runner.invoke(app, [command, "--gpus", str(10**20)])
+    assert isinstance(r.exception, InputError) and r.exception.field == "gpus", r.output
+    most, _ = largest_fabric()
+    assert f"1 to {most:,}" in str(r.exception)
+
+
+def test_the_planner_finds_pipeline_degrees_up_to_the_layers_only():
+    assert _divisors(12) == [1, 2, 3, 4, 6, 12] and _divisors(36, 6) == [1, 2, 3, 4, 6]
+    # a count whose square root is 10^9: only the candidates up to the bound are tried
+    assert _divisors(10**18, 10) == [1, 2, 4, 5, 8, 10]
+    with pytest.raises(InputError, match="gpus"):
+        check_gpu_count(largest_fabric()[0] + 1)
+    assert check_gpu_count(largest_fabric()[0]) == largest_fabric()[0]
 
 
 def test_a_runs_file_without_scored_rows_is_an_error_not_a_perfect_score(tmp_path):

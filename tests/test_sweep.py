@@ -147,8 +147,10 @@ def test_ray_executor_on_a_local_instance(tmp_path):
 
 
 @pytest.mark.parametrize("option,value,message", [
-    ("--cp", "0", "cp: '0' must be a whole number >= 1"),
-    ("--tp", "1.5", "tp: '1.5' must be a whole number >= 1"),
+    ("--cp", "0", "cp: '0' must be a whole number from 1 to 2,147,483,648"),
+    ("--tp", "1.5", "tp: '1.5' must be a whole number from 1 to 2,147,483,648"),
+    ("--sizes", "99999999999999999999", "sizes: '99999999999999999999' must be a whole number from 1 to "
+                                        "137,438,953,472"),
     ("--sizes", "x", "sizes: cannot read 'x'"),
     ("--models", ",", "models: needs at least one value"),
     ("--zero", "5", "zero: must be 0, 1, 2 or 3"),

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from supercluster.cli import app
 from supercluster.errors import InputError
 
-NUMBERS = ["0", "-1", "1", "2", "3", "7", "8", "64", "1024", "16384", "2147483648", "1e30", "abc", "nan", "-0.5"]
+NUMBERS = ["0", "-1", "1", "2", "3", "7", "8", "64", "1024", "16384", "2147483648", "99999999999999999999", "1e30",
+           "abc", "nan", "-0.5"]
 FLOATS = ["0", "-1", "0.5", "1", "1.1", "54", "1e300", "inf", "x"]
 #: command -> its options and the values drawn for each
 OPTIONS: dict[str, dict[str, list[str]]] = {

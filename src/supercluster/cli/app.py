@@ -62,7 +62,19 @@ ModelOpt = Annotated[str, typer.Option(help="preset key, or path to a Hugging Fa
                                              "adds N multi-token-prediction modules (deepseek-v3+mtp)")]
 GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")]
 PrecisionAnyOpt = Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8, where the GPU has them)")]
-GpusOpt = Annotated[int, typer.Option(help="number of GPUs")]
+
+
+def _gpu_count(value: int | None) -> int | None:
+    """--gpus, checked where it enters: no more GPUs than any catalog fabric reaches (every count the
+    commands size work by, divisors and all, stays bounded)."""
+    if value is None:
+        return None
+    from ..network.fabric import check_gpu_count
+
+    return check_gpu_count(value)
+
+
+GpusOpt = Annotated[int, typer.Option(help="number of GPUs", callback=_gpu_count)]
 GbsOpt = Annotated[int, typer.Option(help="sequences per optimizer step")]
 # settings a plan keeps while it searches the rest (plan, compare: planner.plan(fixed=...))
 KeepMbOpt = Annotated[int | None, typer.Option(help="keep this micro-batch size", show_default="searched")]

@@ -6,7 +6,6 @@ from typing import Annotated, Any
 
 import typer
 
-from ..errors import InputError
 from ..formats.load import load_model
 from ..hardware.specs import get_gpu
 from ..parallelism.layout import Layout
@@ -148,11 +147,11 @@ def scale(
     """From one GPU to a million: step time, job MTBF, checkpoint interval, ETTR and days to train."""
     from rich.progress import track
 
+    from ..network.fabric import check_gpu_count
     from ..parallelism.framework import get_framework
     from ..reliability.run import RunOptions, scale_table
 
-    if max_gpus < 1:
-        raise InputError("max_gpus", f"must be a positive integer, got {max_gpus}")
+    check_gpu_count(max_gpus, "max_gpus")
     sizes, n = [], 1
     while n <= max_gpus:
         sizes.append(n)

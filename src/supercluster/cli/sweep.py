@@ -55,12 +55,14 @@ def sweep(
     line is the JSON count of scenarios."""
     from rich.progress import Progress
 
+    from ..network.fabric import largest_fabric
     from ..parallelism.framework import get_framework
     from ..planner.sweep import SweepGrid, best_per_cell, parse_axis, print_progress_line, run_sweep
 
     get_framework(framework)
     grid = SweepGrid(model=parse_axis(models, str, "models"), gpu=parse_axis(gpu_types, str, "gpu-types"),
-                     gpus=parse_axis(sizes, int, "sizes"), tp=parse_axis(tp, int, "tp"), pp=parse_axis(pp, int, "pp"),
+                     gpus=parse_axis(sizes, int, "sizes", maximum=largest_fabric()[0]), tp=parse_axis(tp, int, "tp"),
+                     pp=parse_axis(pp, int, "pp"),
                      cp=parse_axis(cp, int, "cp"), micro_batch=parse_axis(micro_batch, int, "micro-batch"),
                      recompute=parse_axis(recompute, str, "recompute"), zero=parse_axis(zero, int, "zero", 0),
                      seq_len=parse_axis(seq_len, int, "seq-len"),

@@ -252,6 +252,24 @@ def max_gpus(radix: int, tiers: int, oversubscription: tuple[float, ...]) -> int
     return n
 
 
+@cache
+def largest_fabric() -> tuple[int, str]:
+    """The most GPUs any catalog switch reaches in :data:`MAX_TIERS` tiers of a non-blocking Clos (one
+    plane, at the switch's slowest port speed, so its highest radix), and that switch's key."""
+    return max((max_gpus(sw.radix(sw.min_port_gbit), MAX_TIERS, (1.0,) * MAX_TIERS), key)
+               for key, sw in switch_catalog().items())
+
+
+def check_gpu_count(num_gpus: object, field: str = "gpus") -> int:
+    """``num_gpus`` as a GPU count that some fabric of the catalog can build, or an :class:`InputError`
+    naming ``field`` and the range (every command's GPU count passes here before any work is sized by it)."""
+    most, key = largest_fabric()
+    ok = isinstance(num_gpus, int) and not isinstance(num_gpus, bool) and 1 <= num_gpus <= most
+    require(ok, field, f"must be a whole number from 1 to {most:,} (the most GPUs any catalog fabric "
+                       f"reaches: {MAX_TIERS} tiers of {key}), got {num_gpus!r}")
+    return int(num_gpus)  # type: ignore[call-overload]
+
+
 def build_fabric(num_gpus: int, gpu: GpuSpec, system: SystemSpec, *, switch: SwitchSpec | str | None = None,
                  tiers: int | None = None, oversubscription: tuple[float, ...] | None = None,
                  planes: int | None = None) -> Fabric:

@@ -27,6 +27,7 @@ from ..job import Job, check_job, default_network
 from ..job import price as price_job
 from ..models.spec import ModelSpec
 from ..network import costs
+from ..network.fabric import check_gpu_count
 from ..network.twolevel import Network
 from ..parallelism import rules
 from ..parallelism.framework import CP_A2A_SUFFIX, Framework, with_suffixes
@@ -139,9 +140,13 @@ class PlanResult:
         return 1 + int(np.count_nonzero(c["feasible"] & (c["score"] < ahead)))
 
 
-def _divisors(n: int) -> list[int]:
-    """The divisors of ``n`` in increasing order, found up to its square root (a GPU count of 2^31
-    has 32 of them, found in 46,341 steps, not 2^31)."""
+def _divisors(n: int, most: int | None = None) -> list[int]:
+    """The divisors of ``n`` in increasing order, those up to ``most`` where given. Found up to the
+    square root of ``n`` (a GPU count of 2^31 has 32 of them, found in 46,341 steps, not 2^31), or
+    by trial up to ``most`` where that is fewer steps: the work is bounded by the smaller of the two,
+    whatever ``n`` is."""
+    if most is not None and most * most < n:
+        return [d for d in range(1, most + 1) if n % d == 0]
     small, large, d = [], [], 1
     while d * d <= n:
         if n % d == 0:
@@ -149,7 +154,8 @@ def _divisors(n: int) -> list[int]:
             if d * d != n:
                 large.append(n // d)
         d += 1
-    return small + large[::-1]
+    out = small + large[::-1]
+    return out if most is None else [d for d in out if d <= most]
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -186,9 +192,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
         for tp in _pow2_upto(min(tp_cap, model.num_heads)):
             if n % tp:
                 continue
-            for pp in _divisors(n // tp):
-                if pp > model.num_layers or (max_pp is not None and pp > max_pp):
-                    break
+            for pp in _divisors(n // tp, min(model.num_layers, max_pp or model.num_layers)):
                 for cp in _pow2_upto(min(max_cp, n // (tp * pp))):
                     if (n // tp // pp) % cp:
                         continue
@@ -297,7 +301,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
     require(1 <= top <= MAX_TOP, "top", f"must be 1-{MAX_TOP:,} (the rows of the table), got {top}")
     require(gpu_hour_usd is None or gpu_hour_usd >= 0.0, "gpu_hour_usd", f"must be >= 0 USD, got {gpu_hour_usd}")
-    require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
+    check_gpu_count(num_gpus)
     Layout(global_batch=global_batch, seq_len=seq_len)  # (the one range check of a batch and a sequence)
     for p in precisions:
         gpu.peak(p)
@@ -477,7 +481,7 @@ def compare_gpus(model: ModelSpec, gpus: list[GpuSpec], num_gpus: int, *, global
     require(bool(gpus), "gpu_types", "needs at least one GPU type")
     # the question's own mistakes are one error, not a row per GPU type
     require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
-    require(num_gpus >= 1, "gpus", f"must be a positive integer, got {num_gpus}")
+    check_gpu_count(num_gpus)
     require(global_batch >= 1, "global_batch", f"must be a positive integer, got {global_batch}")
     require(seq_len >= 1, "seq_len", f"must be a positive integer, got {seq_len}")
     require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")

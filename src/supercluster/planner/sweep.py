@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..parallelism.framework import DEFAULT_FRAMEWORK
+from ..parallelism.layout import MAX_COUNT
 
 AXES = ("model", "gpu", "gpus", "tp", "pp", "cp", "micro_batch", "recompute", "zero", "seq_len", "global_batch",
         "precision")
@@ -309,8 +310,10 @@ def _run_ray(grid_json: str, chunks: list[list[int]], commit: Callable[[list[tup
             ray.shutdown()
 
 
-def parse_axis(text: str, kind: type, name: str = "sweep", minimum: int = 1) -> tuple[Any, ...]:
-    """``"1,2,4"`` -> (1, 2, 4): at least one value; integers whole and at least ``minimum``;
+def parse_axis(text: str, kind: type, name: str = "sweep", minimum: int = 1,
+               maximum: int = MAX_COUNT) -> tuple[Any, ...]:
+    """``"1,2,4"`` -> (1, 2, 4): at least one value; integers whole, from ``minimum`` to ``maximum``
+    (a layout's largest degree, 2^31, unless given: every value fits the database's 64-bit columns);
     errors name the axis (``name``, the option)."""
     out = []
     for part in text.split(","):
@@ -322,8 +325,8 @@ def parse_axis(text: str, kind: type, name: str = "sweep", minimum: int = 1) -> 
                 value = float(part)
             except ValueError:
                 raise InputError(name, f"cannot read {part!r} as a whole number") from None
-            require(value.is_integer() and value >= minimum, name,
-                    f"{part!r} must be a whole number >= {minimum}")
+            require(value.is_integer() and minimum <= value <= maximum, name,
+                    f"{part!r} must be a whole number from {minimum} to {maximum:,}")
             out.append(int(value))
         else:
             out.append(kind(part))
