@@ -82,6 +82,25 @@ def test_a_runs_file_without_scored_rows_is_an_error_not_a_perfect_score(tmp_pat
     assert isinstance(r.exception, InputError) and "no scored rows" in str(r.exception)
 
 
+def test_a_runs_row_without_a_usable_measured_time_is_shown_not_a_crash(tmp_path):
+    """A row whose step time is blank (priced, no error) or not a number (unsupported): the table shows
+    "-" where there is no figure (it raised a TypeError formatting None)."""
+    import csv
+    import io
+
+    text = resources.files("supercluster").joinpath("data/public-runs.csv").read_text("utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))[:3]
+    rows[1]["step_time_s"], rows[2]["step_time_s"] = "", "abc"
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    (tmp_path / "runs.csv").write_text(out.getvalue(), encoding="utf-8")
+    r = runner.invoke(app, ["validate", "--runs", str(tmp_path / "runs.csv")])
+    assert r.exit_code == 0 and r.exception is None, r.output
+    assert rows[1]["id"] in r.output and "unsupported" in r.output and "not a positive number" in r.output
+
+
 def test_a_runs_file_with_a_byte_order_mark_reads_as_without(tmp_path):
     text = resources.files("supercluster").joinpath("data/public-runs.csv").read_text("utf-8")
     (tmp_path / "bom.csv").write_text(text, encoding="utf-8-sig")

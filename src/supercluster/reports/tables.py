@@ -225,10 +225,14 @@ def validation_table(result: dict[str, Any]) -> Table:
     for c in ("id", "layout", "predicted s", "measured s", "error", "note"):
         t.add_column(c)
     for r in result["rows"]:
-        err = "unsupported" if not r.supported else f"{100 * r.error:+.1f}%"
-        color = "red" if (not r.supported or abs(r.error) > 0.25) else ("yellow" if abs(r.error) > 0.10 else "green")
-        pred = f"{r.predicted_step_time_s:.3f}" if r.predicted_step_time_s is not None else "-"
-        t.add_row(r.id, r.layout, pred, f"{r.measured_step_time_s:.3f}", f"[{color}]{err}[/{color}]", r.reason)
+        # (a row priced without a measured time has no error; an unsupported one may have neither)
+        if not r.supported or r.error is None:
+            err, color = ("unsupported", "red") if not r.supported else ("-", "default")
+        else:
+            err = f"{100 * r.error:+.1f}%"
+            color = "red" if abs(r.error) > 0.25 else ("yellow" if abs(r.error) > 0.10 else "green")
+        pred, meas = (f"{x:.3f}" if x is not None else "-" for x in (r.predicted_step_time_s, r.measured_step_time_s))
+        t.add_row(r.id, r.layout, pred, meas, f"[{color}]{err}[/{color}]", r.reason)
     return t
 
 
