@@ -244,3 +244,42 @@ def test_any_megatron_script_reads_as_a_sane_model_or_names_its_flag(text, gpus)
             assert math.isfinite(v) and v > 0
     if "global-batch-size" in args:
         _checked(lambda: launchers.from_megatron_args(text, num_gpus=gpus))
+
+
+_RUNS_TEXT = Path(__file__).parents[2].joinpath("src/supercluster/data/heldout-runs.csv").read_text("utf-8")
+RUN_ROWS = _RUNS_TEXT.splitlines()
+#: what a hand-edited runs file may hold in any cell
+CELLS = st.sampled_from(["", "0", "-1", "nan", "inf", "1e30", "99999999999999999999", "abc", "1.5", "fp8", "full",
+                         "yes", "no", "tp8-pp2", "megatron+cp-a2a", "x" * 200])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(picks=st.lists(st.integers(1, len(RUN_ROWS) - 1), min_size=1, max_size=4),
+       edits=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), CELLS), min_size=1, max_size=6),
+       as_json=st.booleans())
+def test_any_runs_file_validates_to_a_table_or_one_named_error(tmp_path, picks, edits, as_json):
+    """Published rows with cells overwritten by odd values: validate prints its table or JSON (exit 0)
+    or one InputError (exit 2), never another exception (the table once failed on a row without a
+    measured time), and its JSON holds no NaN or infinity."""
+    import csv
+    import io
+
+    from typer.testing import CliRunner
+
+    from supercluster.cli import app
+
+    header = next(csv.reader([RUN_ROWS[0]]))
+    rows = [(next(csv.reader([RUN_ROWS[i]])) + [''] * len(header))[:len(header)] for i in picks]
+    for which, col, value in edits:
+        row = rows[which % len(rows)]
+        row[col % len(header)] = value
+    out = io.StringIO()
+    csv.writer(out).writerows([header, *rows])
+    path = tmp_path / "runs.csv"
+    path.write_text(out.getvalue(), encoding="utf-8")
+    r = CliRunner().invoke(app, ["validate", "--runs", str(path), *(["--json"] if as_json else [])])
+    assert r.exception is None or isinstance(r.exception, (InputError, SystemExit)), repr(r.exception)
+    if as_json and r.exit_code == 0:
+        assert "NaN" not in r.output and "Infinity" not in r.output
+        json.loads(r.output)
