@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from supercluster.calibration.calibrate import (
+from supercluster.calibration.calibrate import parse_nccl_tests
+from supercluster.calibration.profile import (
     MeasuredNetwork,
     Profile,
     bus_factor,
     fit_affine,
     fit_collective,
     load_profile,
-    parse_nccl_tests,
 )
 from supercluster.cli import app
 from supercluster.errors import InputError

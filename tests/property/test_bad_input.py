@@ -169,7 +169,7 @@ PROFILE_FIGURES = [("memory", "bytes_per_s"), ("memory", "op_overhead_s"), ("gem
 
 @pytest.fixture(scope="module")
 def good_profile(tmp_path_factory) -> str:
-    from supercluster.calibration.calibrate import Profile
+    from supercluster.calibration.profile import Profile
 
     p = Profile(device="x", kind="cuda", threads=0, memory_bytes=80e9, gemm={"bf16": {"rate_flops_per_s": 7e14,
                 "overhead_s": 0.0}}, memory_bytes_per_s=2.8e12, op_overhead_s=0.0,
@@ -180,7 +180,7 @@ def good_profile(tmp_path_factory) -> str:
 @settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(PROFILE_FIGURES), ODD)
 def test_any_profile_figure_loads_sanely_or_names_its_field(good_profile, tmp_path, figure, value):
-    from supercluster.calibration.calibrate import load_profile
+    from supercluster.calibration.profile import load_profile
     from supercluster.hardware.specs import get_gpu
     from supercluster.job import estimate
 

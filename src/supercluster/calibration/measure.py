@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..network.twolevel import KINDS
-from .calibrate import DTYPES, Profile, fit_affine
+from .profile import DTYPES, Profile, fit_affine
 
 
 def require_torch() -> Any:

@@ -40,16 +40,18 @@ def calibrate(
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     from ..calibration import calibrate as cal
+    from ..calibration.profile import catalog_profile
+    from ..network.twolevel import KINDS
 
     if kind is not None:  # (checked before any measuring)
         if not nccl_tests:
             raise InputError("kind", "--kind names the collective of --nccl-tests files; give it with them")
-        if kind not in cal.KINDS:
-            raise InputError("kind", f"unknown {kind!r}; allowed: {', '.join(cal.KINDS)}")
+        if kind not in KINDS:
+            raise InputError("kind", f"unknown {kind!r}; allowed: {', '.join(KINDS)}")
     if gpu is not None:
         if not nccl_tests:
             raise InputError("gpu", "--gpu replaces the device measurement only together with --nccl-tests")
-        prof = cal.catalog_profile(get_gpu(gpu))
+        prof = catalog_profile(get_gpu(gpu))
     else:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=_out(), transient=True,
                       disable=as_json) as bar:
@@ -111,7 +113,7 @@ def verify(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Train a small GPT for real on local processes; compare its median step with the prediction."""
-    from ..calibration.calibrate import load_profile
+    from ..calibration.profile import load_profile
     from ..calibration.verify import VerifyConfig
     from ..calibration.verify import verify as run_verify
 

@@ -244,7 +244,7 @@ def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framewo
         raise InputError("sensitivity", "scales the catalog's rates and links; a --profile's measured "
                          "collectives have none to scale: drop --profile or --sensitivity")
     if profile is not None:
-        from ..calibration.calibrate import load_profile
+        from ..calibration.profile import load_profile
 
         prof = load_profile(profile)
         base = None if prof.kind == "cpu" else g
