@@ -111,3 +111,24 @@ def test_a_plan_that_rings_kv_says_what_all_to_all_cp_would_take():
                                            "--global-batch", "64", "--json"]).stdout)
     assert plain["best"]["layout"].startswith("tp4-") and "-cp4" in plain["best"]["layout"]
     assert "cp_a2a_step_time_s" not in plain
+
+
+def test_the_p2p_ring_merges_each_steps_output_and_gradients_in_memory_bound_passes():
+    """Transformer Engine's ring: the first step's output rescaled (a read and a write), every later
+    step's added (two reads and a write) on 0.75 of the output on average; K/V concatenated for the
+    send once; the backward accumulates dQ and the concatenated dK/dV per step the same way."""
+    from supercluster.perf.comm import p2p_ring_merges
+
+    el, bw = np.array([2.0]), 3.0e12
+    q = o = np.array([4096.0 * 32 * 128])  # 4,096 tokens, 32 query heads of 128
+    kv = np.array([4096.0 * 8 * 128 * 2])  # their K and V, 8 KV heads
+    for cp in (2.0, 8.0):
+        later = 0.75 * (cp - 1)
+        f, b = p2p_ring_merges(np.array([cp]), q, o, kv, el, bw)
+        assert f == pytest.approx(2 * (o * (2 + 3 * later) + 2 * kv) / bw)
+        assert b == pytest.approx(2 * (q * (2 + 3 * later) + kv * (2 + 2 * (1 + later) + 3 * later)) / bw)
+    f1, b1 = p2p_ring_merges(np.array([1.0]), q, o, kv, el, bw)
+    assert f1 == 0 and b1 == 0  # (no ring, nothing to merge)
+    # priced as memory-bound work of the layer: more CP ranks, more merging
+    two, eight = estimate("megatron", cp=2), estimate("megatron", cp=8)
+    assert eight.ledger["memory_bound_ops"] > two.ledger["memory_bound_ops"]

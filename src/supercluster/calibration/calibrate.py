@@ -17,10 +17,11 @@ Measurements (PyTorch, CPU or CUDA; ``torch`` is the optional extra ``superclust
   CUDA): fit ``t = alpha + f(kind, n) S / busbw`` with nccl-tests' bus factors f.
 
 The measurements themselves (PyTorch) are in :mod:`.measure`; the fits, the profile and its file
-in :mod:`.profile` (no PyTorch). Fits are linear least squares (:func:`~.profile.fit_affine`). The profile is a TOML file that
-``estimate --profile`` and ``verify`` turn into a :class:`~supercluster.hardware.specs.GpuSpec` and a
-:class:`~.profile.MeasuredNetwork` in place of the catalog figures. nccl-tests output parses into the same
-``[collectives]`` table (:func:`parse_nccl_tests`).
+in :mod:`.profile` (no PyTorch). Fits are linear least squares (:func:`~.profile.fit_affine`). The
+profile is a TOML file that ``estimate --profile`` and ``verify`` turn into a
+:class:`~supercluster.hardware.specs.GpuSpec` and a :class:`~.profile.MeasuredNetwork` in place of the
+catalog figures. nccl-tests output parses into the same ``[collectives]`` table
+(:func:`parse_nccl_tests`).
 """
 
 from __future__ import annotations

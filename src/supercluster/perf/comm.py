@@ -6,7 +6,9 @@ interface (the two-level model, a sized fabric, or a device profile's measuremen
   all-reduce their activations; TP overlap pipelines them in tp chunks with the GEMMs.
 * CP: the ring passes K and V (Megatron-Core's p2p ring) or all-gathers them (PyTorch's ring
   attention, :func:`allgather_ring_attention`), hidden under the attention blocks where it can be;
-  all-to-all (Ulysses) CP exchanges heads for sequence around the attention (:func:`all_to_all_attention`).
+  each ring step's partial output and gradients are merged by memory-bound kernels (Transformer
+  Engine's rescale-and-add per step, :func:`p2p_ring_merges`; PyTorch's fp32 merges); all-to-all
+  (Ulysses) CP exchanges heads for sequence around the attention (:func:`all_to_all_attention`).
 * EP: Megatron-Core's all-to-all dispatcher (and DeepEP's node-deduplicated dispatch), exposed
   unless the framework overlaps it.
 * The head: a vocabulary-parallel embedding and loss (Megatron).
@@ -73,8 +75,8 @@ class CommTimes:
 
 def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork,
                mem_bw: float) -> tuple[CommTimes, LayerWork]:
-    """The layer's collectives; and its work with the memory-bound ops around the CP exchange (the fp32
-    merges of PyTorch's all-gather ring, the copies around all-to-all CP; 0 under a p2p ring) added to
+    """The layer's collectives; and its work with the memory-bound ops around the CP exchange (the
+    merges of the per-step outputs and gradients of a ring, the copies around all-to-all CP) added to
     its forward, backward and recompute."""
     tp, cp, sp, T, el, frc, has = rows.tp, rows.cp, rows.sp, rows.T, rows.el, rows.frc, rows.has
     s_tp, s_cp = rows.groups["tp"][1], rows.groups["cp"][1]
@@ -113,8 +115,9 @@ def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
         cp_f = (cp - 1.0) * ring_step
         cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
         cp_fx, cp_bx = np.maximum(cp_f - work.t_attn_f, 0.0), np.maximum(cp_b - work.t_attn_b, 0.0)
-        cp_mem_f = cp_mem_b = ring_bytes = np.zeros_like(tp)
-    # the memory-bound work around the CP exchange (0 under a p2p ring) runs in the layer's passes
+        cp_mem_f, cp_mem_b = p2p_ring_merges(cp, T * (a / tp) * dq, T * (a / tp) * dv, kv_el, el, mem_bw)
+        ring_bytes = np.zeros_like(tp)
+    # the memory-bound work around the CP exchange runs in the layer's passes
     work = dataclasses.replace(work, t_fwd=work.t_fwd + cp_mem_f, t_bwd=work.t_bwd + cp_mem_b,
                                t_rc=work.t_rc + np.where(rows.rc == 2, frc * cp_mem_f, 0.0))
     # Vocabulary-parallel embedding and head (Megatron): the embedding output is all-reduced in the
@@ -172,6 +175,30 @@ def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: Layer
     # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden (what runs under compute
     # holds SMs from it: at most the compute there is)
     return hid, np.zeros_like(ep_all), calls, a2a + tp_tokens
+
+
+def p2p_ring_merges(cp: np.ndarray, q_el: np.ndarray, o_el: np.ndarray, kv_el: np.ndarray, el: np.ndarray,
+                    mem_bw: float) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of the memory-bound work around Transformer Engine's K/V ring, per layer and micro-batch:
+    (forward, backward). ``q_el`` / ``o_el`` / ``kv_el``: this rank's query, output and K+V elements.
+
+    As AttnFuncWithCPAndKVP2P writes it (transformer_engine/pytorch/attention/dot_product_attention/
+    context_parallel.py): each of the ``cp`` steps runs the attention kernel on one block and leaves its
+    own output; after the ring, the first step's output is rescaled into the result (a read and a
+    write, flash_attn_fwd_out_correction_init) and every later one is rescaled and added to it in the
+    activations' precision (out.add_: two reads and a write, flash_attn_fwd_out_correction). Causal
+    load balancing gives a later step either all of the rank's queries against the first half of the
+    received keys or the second half of its queries against all of them: 0.75 of the output and of
+    K/V on average. K and V are concatenated into the send buffer once (a read and a write). The
+    backward accumulates per step the query gradient (dq.copy_, then dq.add_) and the K/V gradient
+    (the step's dK and dV concatenated, torch.cat, then added to the buffer that travels on), all in
+    the activations' precision. The softmax statistics' corrections (a few values per query row)
+    are left out."""
+    later = 0.75 * (cp - 1.0)
+    fwd = el * (o_el * (2.0 + 3.0 * later) + 2.0 * kv_el)
+    bwd = el * (q_el * (2.0 + 3.0 * later) + kv_el * (2.0 + 2.0 * (1.0 + later) + 3.0 * later))
+    ring = cp > 1.0
+    return np.where(ring, fwd / mem_bw, 0.0), np.where(ring, bwd / mem_bw, 0.0)
 
 
 def allgather_ring_attention(net: Network, cp: np.ndarray, s_cp: np.ndarray, kv_el: np.ndarray, hq: np.ndarray,
