@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from ..errors import InputError
 from ..hardware.specs import get_gpu
@@ -53,8 +55,8 @@ def calibrate(
             raise InputError("gpu", "--gpu replaces the device measurement only together with --nccl-tests")
         prof = catalog_profile(get_gpu(gpu))
     else:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=_out(), transient=True,
-                      disable=as_json) as bar:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True),
+                      transient=True, disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("calibrating", total=None)
             prof = cal.calibrate(nproc=nproc, quick=quick, device=device,
                                  dtypes=tuple(d.strip() for d in dtypes.split(",")) if dtypes else None,

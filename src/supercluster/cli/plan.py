@@ -156,8 +156,8 @@ def compare(
         Layout(precision=p, global_batch=global_batch, seq_len=seq_len)
     fixed = fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
     rows = []
-    for g in track(kinds, description="planning", disable=as_json or len(kinds) < 2, transient=True,
-                   console=Console(stderr=True)):
+    for g in track(kinds, description="planning", disable=len(kinds) < 2 or not sys.stderr.isatty(),
+                   transient=True, console=Console(stderr=True)):
         rows += compare_gpus(m, [g], gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
                              objective=objective, precisions=precs, tokens=tokens, fixed=fixed)
     tok = tokens if tokens is not None else 20.0 * m.num_params

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from ..formats.load import load_model
 from ..hardware.specs import get_gpu
@@ -159,7 +161,9 @@ def scale(
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
     opts = RunOptions(rates=rates, trials=trials, seed=seed)
     rows = []
-    for size in track(sizes, description="planning and simulating", disable=as_json, transient=True):
+    # (on stderr, so that --json stays clean)
+    for size in track(sizes, description="planning and simulating", disable=not sys.stderr.isatty(), transient=True,
+                      console=Console(stderr=True)):
         rows += scale_table(m, g, [size], framework=fw, tokens=tokens, seq_len=seq_len, options=opts)
     _plot(plot, lambda: plots.scale(rows, title=f"{m.name} on {gpu}, {tokens or 20 * m.num_params:.3g} tokens, "
                                                 f"rates {rates}, {framework}"))

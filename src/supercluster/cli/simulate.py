@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from ..errors import InputError
 from ..formats.load import load_model
@@ -79,8 +81,8 @@ def simulate(
 
     ops = 2 * lay.num_microbatches * lay.vpp * lay.pp
     # a spinner for the big schedules (about 40,000 operations a second)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=_out(), transient=True,
-                  disable=as_json or ops < 20000) as bar:
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
+                  disable=ops < 20000 or not sys.stderr.isatty()) as bar:
         bar.add_task(f"simulating {ops:,} operations on {lay.pp} stage(s)", total=None)
         tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed,
                      exact_stages=exact_stages)
