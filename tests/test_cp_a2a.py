@@ -132,3 +132,26 @@ def test_the_p2p_ring_merges_each_steps_output_and_gradients_in_memory_bound_pas
     # priced as memory-bound work of the layer: more CP ranks, more merging
     two, eight = estimate("megatron", cp=2), estimate("megatron", cp=8)
     assert eight.ledger["memory_bound_ops"] > two.ledger["memory_bound_ops"]
+
+
+def test_the_p2p_ring_launches_kernels_per_step_and_a_short_block_waits_for_the_host(monkeypatch):
+    """Each ring step launches its send/receive, attention and corrections from the host: with 1,024
+    tokens per rank over cp 16 on a Grace host the layer waits for those launches; without them
+    (CP_RING_OPS zeroed) it would wait less."""
+    from supercluster.perf import compute
+
+    fw = get_framework("megatron")
+    rows = type("R", (), {"cp": np.array([1.0, 2.0, 16.0])})()
+    f, b = compute.cp_ring_ops(fw, rows)
+    assert list(f) == [0.0, 4 * 1 + 1, 4 * 15 + 1] and list(b) == [0.0, 6 * 1 + 3, 6 * 15 + 3]
+    for other in ("megatron+cp-a2a", "torchtitan"):
+        assert not compute.cp_ring_ops(get_framework(other), rows)[0].any()
+
+    def launch_wait() -> float:
+        lay = Layout(tp=1, pp=1, dp=4, cp=16, global_batch=4, seq_len=16384)
+        return sc.estimate("llama3-8b", gpu="gb200", num_gpus=64, layout=lay, framework="megatron").ledger[
+            "kernel_launch"]
+
+    with_ring = launch_wait()
+    monkeypatch.setattr(compute, "CP_RING_OPS", (0.0, 0.0, 0.0, 0.0))
+    assert with_ring > launch_wait() >= 0

@@ -60,6 +60,14 @@ OPS_PER_LAYER = {"fused": (12.0, 24.0), "eager": (34.0, 68.0)}
 #: TP collectives per layer and pass (attention and MLP: an all-reduce each, or an all-gather and a
 #: reduce-scatter each under sequence parallelism; Megatron-Core's TE linears)
 TP_CALLS_PER_LAYER = (2.0, 4.0)
+#: Kernels Transformer Engine's K/V ring (AttnFuncWithCPAndKVP2P, context_parallel.py) launches per layer
+#: beyond one attention call, as (forward per extra step, forward once, backward per extra step,
+#: backward once): forward, each step after the first its send/receive, its attention kernel and its
+#: softmax-statistics correction, and after the ring one output correction per step (4 per step, 1
+#: more for the first); backward, each step after the first its send/receive of K/V and of dK/dV and
+#: its attention backward (3), and every step its dQ update, dK/dV concatenation and dK/dV update (3)
+#: = 6 per step, 3 more for the first
+CP_RING_OPS = (4.0, 1.0, 6.0, 3.0)
 #: Kernels an MoE layer launches per micro-batch besides its dense part and its experts' GEMMs,
 #: counted in Megatron-Core 0.15 (moe/router.py TopKRouter with moe_router_fusion, an fp32 router and
 #: an auxiliary loss; moe/token_dispatcher.py MoEAlltoAllTokenDispatcher with moe_permute_fusion;
@@ -505,12 +513,13 @@ def host_bound(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, tp_
     """The layer with the seconds its GPU waits for the host to launch its kernels.
 
     The host launches a layer pass's kernels one after another (:data:`OPS_PER_LAYER`, plus its TP
-    collectives, plus an MoE layer's :func:`moe_host_ops`) at the PyTorch launch cost ``host_op_s``
-    (data/kernels.toml [host] op_launch_s, slower from a Grace host) while the GPU runs the ones
-    already queued; the pass takes the longer of the two, so a layer whose kernels each take less
-    than a launch (few tokens per GPU, wide TP, many small experts) is host-bound. The GPU's side of
-    a pass is its compute and the TP and EP communication left exposed (``tp_f`` / ``tp_b``,
-    ``ep_f`` / ``ep_b``; what hides under the GEMMs is already inside the compute's time).
+    collectives, plus a K/V ring's :func:`cp_ring_ops`, plus an MoE layer's :func:`moe_host_ops`) at the
+    PyTorch launch cost ``host_op_s`` (data/kernels.toml [host] op_launch_s, slower from a Grace host)
+    while the GPU runs the ones already queued; the pass takes the longer of the two, so a layer whose
+    kernels each take less than a launch (few tokens per GPU, wide TP, many small experts) is
+    host-bound. The GPU's side of a pass is its compute and the TP and EP communication left exposed
+    (``tp_f`` / ``tp_b``, ``ep_f`` / ``ep_b``; what hides under the GEMMs is already inside the
+    compute's time).
 
     Where the MoE dispatcher makes the host wait for the router's counts (:attr:`Framework.moe_dispatch_sync`,
     dropless or unpadded token-drop routing), the GPU's queue is empty when the host resumes: the
@@ -525,13 +534,14 @@ def host_bound(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, tp_
     launch = 0.0 if fw.cuda_graphs else host_op_s
     ops_f, ops_b = OPS_PER_LAYER[fw.elementwise]
     calls = np.where(rows.tp > 1, np.where(rows.sp, TP_CALLS_PER_LAYER[1], TP_CALLS_PER_LAYER[0]), 0.0)
+    ring_f, ring_b = cp_ring_ops(fw, rows)
     f_moe = model.num_moe_layers / model.num_layers
     pre, post, bwd = moe_host_ops(model, fw, rows)
     gpu_f, gpu_b = work.t_fwd + tp_f + ep_f, work.t_bwd + tp_b + ep_b
-    h_pre = (ops_f + calls + f_moe * pre) * launch
+    h_pre = (ops_f + calls + ring_f + f_moe * pre) * launch
     h_post = f_moe * post * launch
     host_f = np.maximum(h_pre + h_post - gpu_f, 0.0)
-    host_b = np.maximum((ops_b + calls + f_moe * bwd) * launch - gpu_b, 0.0)
+    host_b = np.maximum((ops_b + calls + ring_b + f_moe * bwd) * launch - gpu_b, 0.0)
     waits = model.is_moe and fw.moe_dispatch_sync and not fw.moe_pad_to_capacity
     if waits:
         # (on the mean layer: exact where every layer is MoE, a dense layer's share spread over them else)
@@ -540,6 +550,16 @@ def host_bound(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, tp_
         host_f = host_f + stall
     return replace(work, t_fwd=work.t_fwd + host_f, t_bwd=work.t_bwd + host_b, t_host_f=host_f, t_host_b=host_b,
                    t_rc=work.t_rc + np.where(rows.rc == 2, rows.frc * host_f, 0.0))
+
+
+def cp_ring_ops(fw: Framework, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels a layer's K/V ring launches beyond one attention call, (forward, backward): Transformer
+    Engine's p2p ring (:data:`CP_RING_OPS`); 0 without CP and for the other CP types (their own host
+    work is not counted)."""
+    ring = (rows.cp > 1) & (fw.cp_rotate == "p2p")
+    f_step, f_once, b_step, b_once = CP_RING_OPS
+    return (np.where(ring, f_step * (rows.cp - 1.0) + f_once, 0.0),
+            np.where(ring, b_step * (rows.cp - 1.0) + b_once, 0.0))
 
 
 def moe_host_ops(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
