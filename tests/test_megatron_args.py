@@ -404,3 +404,21 @@ def test_a_launch_script_starts_its_own_gpu_count_when_none_is_given(tmp_path):
     no_launch.write_text("python pretrain_gpt.py --global-batch-size 64 --tensor-model-parallel-size 2\n")
     r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--config", str(no_launch)])
     assert isinstance(r.exception, InputError) and r.exception.field == "gpus" and "--gpus" in str(r.exception)
+
+
+def test_a_launch_script_given_as_the_model_says_that_config_would_take_its_run_too():
+    """``--model script.sh`` reads the architecture only (the layout is planned for the GPU count given);
+    the note says so and names ``--config``, which takes the script's layout and GPU count as well."""
+    from pathlib import Path
+
+    from supercluster.formats.load import is_launch_script
+
+    script = Path(__file__).parent / "fixtures" / "pretrain_llama3_8b.sh"
+    assert is_launch_script(str(script)) and not is_launch_script("llama3-8b")
+    assert not is_launch_script(str(script.parent / "absent.sh"))
+    r = CliRunner().invoke(app, ["estimate", "--model", str(script), "--gpus", "64", "--global-batch", "128",
+                                 "--seq-len", "8192"])
+    assert r.exit_code == 0, r.output
+    assert f"--config {script} also takes its layout and GPU count" in " ".join(r.output.split())
+    plain = CliRunner().invoke(app, ["estimate", "--model", "llama3-8b", "--gpus", "64"])
+    assert "--config" not in plain.output

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from ..errors import InputError
-from ..formats.load import load_model
+from ..formats.load import is_launch_script, load_model
 from ..hardware.specs import get_gpu
 from ..job import Job, default_network, placement
 from ..job import estimate as estimate_step
@@ -204,6 +205,9 @@ def _layout_from_options(model: str, gpu: str, gpus: int, framework: str, opts: 
             best, note = planned_layout(m, g, gpus, fw, gbs, seq, prec, fixed_settings(seq, prec, **kept), extra,
                                         fab, why, progress)
     if note:
+        if is_launch_script(model):  # (the user may have meant the whole run the script describes)
+            note += (f"; --model reads only the architecture of {Path(model).name}: --config {model} also takes "
+                     "its layout and GPU count")
         Console(stderr=True).print(note, style="dim", markup=False, highlight=False)
     return best, note is not None
 

@@ -22,6 +22,19 @@ MTP_SUFFIX = re.compile(r"\+mtp(\d*)$")
 MAX_CONFIG_BYTES = 4 * 2**20
 
 
+def is_launch_script(ref: str) -> bool:
+    """Whether ``ref`` names a file :func:`load_model` reads as a Megatron-LM launch script (not a preset,
+    a model folder or a JSON config): the file whose layout and GPU count ``--config`` also reads."""
+    path = Path(MTP_SUFFIX.sub("", ref))
+    if ref in model_catalog() or ref.endswith(".json") or not path.is_file():
+        return False
+    try:
+        head = read_input(path, "model", max_bytes=MAX_CONFIG_BYTES)[:4096]
+    except InputError:
+        return False
+    return not head.lstrip().startswith("{")
+
+
 def load_model(ref: str) -> ModelSpec:
     """A preset key, a Hugging Face model folder or its ``config.json``, or a Megatron-LM launch script (its
     architecture arguments, :mod:`supercluster.megatron_args`); a ``+mtp`` / ``+mtpN`` suffix sets
