@@ -796,6 +796,36 @@ def test_flashattention_in_triton_runs_at_the_fa2_papers_ratios_below_fa2():
         attention_efficiency("nope", "ampere")
 
 
+def test_an_attention_kernel_computes_at_its_own_head_dim():
+    """Triton's FlashAttention pads a head to the next power of two (112 -> 128), FlashAttention-2 (SDPA)
+    to a step of 32 (80 -> 96); cuDNN's fused attention ("flash") and unfused GEMMs take it as it is.
+    A 112-wide head under Composer costs what a 128-wide one does: 128 / 112 of its FLOPs' time."""
+    import dataclasses
+
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.kernels import attention_head_padding
+    from supercluster.hardware.specs import get_gpu
+
+    assert attention_head_padding("triton", 112, 112) == pytest.approx(128 / 112)
+    assert attention_head_padding("triton", 80, 80) == pytest.approx(128 / 80)
+    assert attention_head_padding("sdpa", 80, 80) == pytest.approx(96 / 80)
+    assert attention_head_padding("sdpa", 192, 128) == 1.0 == attention_head_padding("triton", 128, 128)
+    assert attention_head_padding("flash", 112, 112) == 1.0 == attention_head_padding("unfused", 80, 80)
+    base = load_model("llama3-8b")  # 32 heads of 128; the same width as 36 heads of 112 would be 4032
+    narrow = dataclasses.replace(base, key="h112", d_model=4032, num_heads=36, num_kv_heads=36, head_dim=112)
+    gpu = get_gpu("h100-sxm")
+    lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, seq_len=8192, recompute="none", zero_stage=3)
+
+    def attention_s(model, framework):
+        led = estimate(model, gpu=gpu, num_gpus=8, layout=lay, framework=framework).ledger
+        return led["attention_inefficiency"]
+
+    # per attention FLOP, the padded head is slower under Triton's kernel, not under cuDNN's
+    ratio_tri = attention_s(narrow, "composer") / attention_s(base, "composer")
+    ratio_flash = attention_s(narrow, "nemo-megatron") / attention_s(base, "nemo-megatron")
+    assert ratio_tri > ratio_flash
+
+
 def test_torchtitan_splits_the_pipeline_with_lighter_first_and_last_stages():
     """torchtitan's generate_split_points: first chunk floor(L / stages), middle chunks one more while
     the remainder lasts, the last chunk the rest. Llama 3 405B (126 layers) on 8 stages: 15, 16 x 6,

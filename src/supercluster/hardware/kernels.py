@@ -5,6 +5,7 @@ and the spread of GPU speeds. Each figure cites its source in the TOML."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -46,6 +47,22 @@ def attention_length_factor(tokens: np.ndarray | float) -> np.ndarray:
     xs = np.log2(np.asarray(t["tokens"], dtype=float))  # type: ignore[index]
     ys = np.asarray(t["fa3_tflops"], dtype=float)  # type: ignore[index]
     return np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1.0)), xs, ys / ys[-1])
+
+
+def attention_head_padding(family: str, qk_dim: float, v_dim: float) -> float:
+    """How much more a fused attention kernel of ``family`` computes than the model's head dims ask:
+    (padded QK + padded V head dim) / (QK + V) as the kernel's tiles run them (kernels.toml
+    [attention_head_dim]); 1 where the kernel takes the head dim as it is."""
+    rule = _kernels()["attention_head_dim"].get(family)  # type: ignore[union-attr]
+    if rule is None or qk_dim + v_dim <= 0:
+        return 1.0
+
+    def pad(d: float) -> float:
+        if rule == "power_of_two":
+            return float(max(2 ** math.ceil(math.log2(max(d, 1.0))), 16))
+        return float(math.ceil(d / float(rule)) * float(rule))  # type: ignore[arg-type]
+
+    return (pad(qk_dim) + pad(v_dim)) / (qk_dim + v_dim)
 
 
 def _recipe_key(precision: str, recipe: str) -> str:

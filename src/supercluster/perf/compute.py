@@ -36,6 +36,7 @@ from ..errors import require
 from ..hardware.kernels import (
     AttentionEfficiency,
     attention_efficiency,
+    attention_head_padding,
     attention_length_factor,
     fp8_kernel_frac,
     hbm_frac,
@@ -263,8 +264,10 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         # (all-to-all CP: the whole sequence, for 1 / cp of the heads)
         attended = seq if fw.cp_rotate == "a2a" else seq / rows.cp
         short = attention_length_factor(attended) if gpu.attention_frac is None else 1.0
-        t_attn_f = (attn_f + idx_f) / (r.peak16 * gpu.clock_frac * r.att.fwd_frac * short)
-        t_attn_b = (2.5 * attn_f + idx_b) / (r.peak16 * gpu.clock_frac * r.att.bwd_frac * short)
+        # (the kernel's tiles run at its own head dim: a head of 112 costs one of 128 in Triton's kernel)
+        pad = attention_head_padding(fw.attention, dq, dv)
+        t_attn_f = (pad * attn_f + idx_f) / (r.peak16 * gpu.clock_frac * r.att.fwd_frac * short)
+        t_attn_b = (2.5 * pad * attn_f + idx_b) / (r.peak16 * gpu.clock_frac * r.att.bwd_frac * short)
         t_score_f = t_score_b = np.zeros_like(tp)
     # The chunked recurrences (Mamba-2's SSD scan, mamba_chunk_scan_combined; Gated DeltaNet's delta
     # rule, FLA's chunk_gated_delta_rule): Triton kernels of chunked matmuls with masking, like
