@@ -74,9 +74,12 @@ timeout 120 "$PY" benchmarks/gpu_kernels.py --device cuda 2>/dev/null | tail -1 
 "$PY" - "$OUT/verify.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
-print(f"{'case':40s} {'measured s':>11s} {'predicted s':>12s} {'error':>8s}")
+print(f"{'case':40s} {'measured s':>11s} {'predicted s':>12s} {'error':>8s} {'+ host launch':>14s} {'error':>8s}")
 for d in rows:
-    print(f"{d['case']:40s} {d['measured_step_time_s']:11.4f} {d['predicted_step_time_s']:12.4f} {d['error']:+8.1%}")
+    alt = d.get("predicted_with_launch_step_time_s")
+    tail = f" {alt:14.4f} {d['error_with_launch']:+8.1%}" if alt is not None else ""
+    print(f"{d['case']:40s} {d['measured_step_time_s']:11.4f} {d['predicted_step_time_s']:12.4f} {d['error']:+8.1%}"
+          + tail)
 for d in rows:
     print(json.dumps(d))
 EOF

@@ -255,3 +255,19 @@ def test_the_gpu_check_says_plainly_when_there_is_no_gpu(tmp_path):
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path)})
     assert r.returncode == 3 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_gpu_profile_prices_its_measured_launch_cost_where_asked():
+    """verify on a GPU also prices the step with the profile's measured host cost per kernel launch: a
+    step of tiny kernels then waits for the host; a CPU profile (host and device one) never does."""
+    from supercluster.calibration.verify import VerifyConfig, predict
+
+    gpu = _profile(kind="cuda", gemm={"bf16": {"rate_flops_per_s": 5e14, "overhead_s": 0.0}},
+                   memory_bytes_per_s=3e12, op_overhead_s=0.0, launch_s=20e-6,
+                   attention={"dtype": "bf16", "fwd_flops_per_s": 3e14, "bwd_flops_per_s": 2e14})
+    tiny = VerifyConfig(layers=4, hidden=256, heads=4, seq_len=128, micro_batch=1, precision="bf16")
+    plain, launched = predict(tiny, gpu), predict(tiny, gpu, host_launch=True)
+    assert plain.ledger["kernel_launch"] == 0 < launched.ledger["kernel_launch"]
+    assert launched.step_time_s > plain.step_time_s
+    big = VerifyConfig(layers=2, hidden=4096, heads=32, seq_len=4096, micro_batch=8, precision="bf16")
+    assert predict(big, gpu, host_launch=True).step_time_s == pytest.approx(predict(big, gpu).step_time_s)

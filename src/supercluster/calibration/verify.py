@@ -73,12 +73,16 @@ def layout_for(cfg: VerifyConfig) -> Any:
                   sequence_parallel=False)
 
 
-def predict(cfg: VerifyConfig, profile: Any) -> Any:
-    """The cost model's step for this run, priced with the calibrated profile."""
+def predict(cfg: VerifyConfig, profile: Any, host_launch: bool = False) -> Any:
+    """The cost model's step for this run, priced with the calibrated profile; ``host_launch``: with the
+    profile's measured host cost per kernel launch as well (a GPU profile that measured one), so that
+    a GPU run shows which of the two per-kernel figures its steps pay."""
     from ..job import Job, estimate
     from ..parallelism.framework import get_framework
 
     gpu = profile.gpu_spec()
+    if host_launch:
+        gpu = dataclasses.replace(gpu, host_launch_s=profile.launch_s)
     net = profile.network()
     # The verify GPT's norms and activation are single PyTorch kernels (nn.LayerNorm, GELU), no RoPE:
     # priced as fused elementwise ops, not torchtitan's op-by-op Llama code.
@@ -213,6 +217,12 @@ def verify(cfg: VerifyConfig, profile: Any, timeout_s: float = 600.0) -> dict[st
     res = run_workers("verify", {"config": asdict(cfg), "device": profile.kind}, cfg.world, timeout_s=timeout_s,
                       threads_per_proc=profile.threads if profile.kind == "cpu" else None)
     measured = res["measured_step_time_s"]
-    return {"measured_step_time_s": measured, "predicted_step_time_s": pred.step_time_s,
-            "error": pred.step_time_s / measured - 1.0, "layout": layout_for(cfg).short(),
-            "fsdp": cfg.fsdp, "config": asdict(cfg), "ledger": pred.ledger, "steps_s": res["steps"]}
+    out = {"measured_step_time_s": measured, "predicted_step_time_s": pred.step_time_s,
+           "error": pred.step_time_s / measured - 1.0, "layout": layout_for(cfg).short(),
+           "fsdp": cfg.fsdp, "config": asdict(cfg), "ledger": pred.ledger, "steps_s": res["steps"]}
+    if profile.kind == "cuda" and profile.launch_s > 0:
+        # (a GPU's host runs beside it: the same step with the host's measured launch cost priced too)
+        alt = predict(cfg, profile, host_launch=True)
+        out.update(predicted_with_launch_step_time_s=alt.step_time_s,
+                   error_with_launch=alt.step_time_s / measured - 1.0)
+    return out

@@ -40,6 +40,9 @@ class GpuSpec:
     #: Fixed cost per kernel (launch / dispatch), from calibration; 0 in the catalog, where launches
     #: are asynchronous and hidden behind the previous kernel.
     op_overhead_s: float = 0.0
+    #: Host seconds to launch one kernel where a calibration measured it and prices with it (the
+    #: profile's ``launch_s``); None = data/kernels.toml [host] for a catalog GPU, 0 for a profile.
+    host_launch_s: float | None = None
     #: Measured attention (fwd, bwd) fractions of peak from calibration; None = data/kernels.toml.
     attention_frac: tuple[float, float] | None = None
     #: Relative spread (one standard deviation) of the sustained speed of GPUs of this kind; None =

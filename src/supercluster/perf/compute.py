@@ -151,7 +151,8 @@ def rates(gpu: GpuSpec, fw: Framework, rows: Rows) -> Rates:
     q_el = np.where(fp4, quantize_bytes_per_element(gpu.arch, "fp4"), np.where(fp8, q_fp8, 0.0))
     return Rates(peak16=peak16, ceiling16=ceiling16, peak=peak, ceiling=ceiling, tensor=tensor, in_situ=in_situ,
                  att=att, mem_bw=gpu.hbm_bytes_per_s * hbm_frac(), q_el=q_el,
-                 host_op_s=0.0 if in_situ else host_op_launch_s(gpu.host_cpu))
+                 host_op_s=gpu.host_launch_s if gpu.host_launch_s is not None
+                 else 0.0 if in_situ else host_op_launch_s(gpu.host_cpu))
 
 
 @dataclass(frozen=True, slots=True)
