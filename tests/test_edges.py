@@ -7,6 +7,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -73,6 +74,10 @@ def test_the_planner_finds_pipeline_degrees_up_to_the_layers_only():
     with pytest.raises(InputError, match="gpus"):
         check_gpu_count(largest_fabric()[0] + 1)
     assert check_gpu_count(largest_fabric()[0]) == largest_fabric()[0]
+    assert check_gpu_count(np.int64(64)) == 64  # (a count computed with numpy is a count)
+    for odd in (True, 64.0, 0):
+        with pytest.raises(InputError, match="gpus"):
+            check_gpu_count(odd)
 
 
 def test_a_runs_file_without_scored_rows_is_an_error_not_a_perfect_score(tmp_path):

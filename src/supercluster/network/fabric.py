@@ -18,6 +18,7 @@ switch-to-switch link (the NIC-side module is host power). Power and prices are 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from functools import cache
 
@@ -264,7 +265,7 @@ def check_gpu_count(num_gpus: object, field: str = "gpus") -> int:
     """``num_gpus`` as a GPU count that some fabric of the catalog can build, or an :class:`InputError`
     naming ``field`` and the range (every command's GPU count passes here before any work is sized by it)."""
     most, key = largest_fabric()
-    ok = isinstance(num_gpus, int) and not isinstance(num_gpus, bool) and 1 <= num_gpus <= most
+    ok = isinstance(num_gpus, numbers.Integral) and not isinstance(num_gpus, bool) and 1 <= num_gpus <= most
     require(ok, field, f"must be a whole number from 1 to {most:,} (the most GPUs any catalog fabric "
                        f"reaches: {MAX_TIERS} tiers of {key}), got {num_gpus!r}")
     return int(num_gpus)  # type: ignore[call-overload]
