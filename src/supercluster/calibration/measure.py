@@ -34,12 +34,17 @@ def torch_dtype(name: str) -> Any:
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
+def _synchronizer(device: Any) -> Callable[[], Any]:
+    """What waits for ``device``'s queued work: CUDA's synchronize, nothing on a CPU."""
+    torch = require_torch()
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
 def timer(device: Any, fn: Callable[[], Any], min_time_s: float, warmup: int = 2, max_reps: int = 10_000,
           min_reps: int = 3) -> float:
     """Median seconds per call of ``fn`` (synchronized; repeated until ``min_time_s`` has passed and at
     least ``min_reps`` calls, at most ``max_reps``)."""
-    torch = require_torch()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = _synchronizer(device)
     for _ in range(warmup):
         fn()
     sync()
@@ -56,8 +61,7 @@ def timer(device: Any, fn: Callable[[], Any], min_time_s: float, warmup: int = 2
 def timer_queued(device: Any, fn: Callable[[], Any], calls: int, rounds: int = 5) -> float:
     """Median seconds per call of ``fn`` issued ``calls`` times back to back with one synchronize: on a
     GPU the longer of the host's issue time and the kernel's own, as in a training step's stream."""
-    torch = require_torch()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = _synchronizer(device)
     fn()
     sync()
     samples = []

@@ -22,17 +22,21 @@ MTP_SUFFIX = re.compile(r"\+mtp(\d*)$")
 MAX_CONFIG_BYTES = 4 * 2**20
 
 
+def _script_text(ref: str, text: str) -> bool:
+    """Whether the text of the file ``ref`` is a Megatron-LM launch script rather than a JSON config."""
+    return not ref.endswith(".json") and not text.lstrip().startswith("{")
+
+
 def is_launch_script(ref: str) -> bool:
     """Whether ``ref`` names a file :func:`load_model` reads as a Megatron-LM launch script (not a preset,
     a model folder or a JSON config): the file whose layout and GPU count ``--config`` also reads."""
     path = Path(MTP_SUFFIX.sub("", ref))
-    if ref in model_catalog() or ref.endswith(".json") or not path.is_file():
+    if ref in model_catalog() or not path.is_file():
         return False
     try:
-        head = read_input(path, "model", max_bytes=MAX_CONFIG_BYTES)[:4096]
+        return _script_text(str(path), read_input(path, "model", max_bytes=MAX_CONFIG_BYTES))
     except InputError:
         return False
-    return not head.lstrip().startswith("{")
 
 
 def load_model(ref: str) -> ModelSpec:
@@ -54,7 +58,7 @@ def load_model(ref: str) -> ModelSpec:
     if ref.endswith(".json") or path.exists():
         require(path.is_file(), "model", f"no such file {ref!r}")
         text = read_input(path, "model", max_bytes=MAX_CONFIG_BYTES)
-        if not ref.endswith(".json") and not text.lstrip().startswith("{"):  # a Megatron-LM launch script
+        if _script_text(ref, text):  # a Megatron-LM launch script
             return megatron_args.model_from_args(megatron_args.parse_args(text), key=path.stem)
         cfg = parse_json(text, "model", f"{ref} is ")
         require(isinstance(cfg, dict), "model", f"{ref} must hold a JSON object")
