@@ -138,7 +138,7 @@ def test_the_p2p_ring_launches_kernels_per_step_and_a_short_block_waits_for_the_
     """Each ring step launches its send/receive, attention and corrections from the host: with 1,024
     tokens per rank over cp 16 on a Grace host the layer waits for those launches; without them
     (CP_RING_OPS zeroed) it would wait less."""
-    from supercluster.perf import compute
+    from supercluster.perf import host as compute
 
     fw = get_framework("megatron")
     rows = type("R", (), {"cp": np.array([1.0, 2.0, 16.0])})()

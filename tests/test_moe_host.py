@@ -10,7 +10,7 @@ import supercluster as sc
 from supercluster.hardware.kernels import host_op_launch_s
 from supercluster.parallelism.framework import get_framework
 from supercluster.perf.columns import layout_columns, read_rows
-from supercluster.perf.compute import MOE_OPS, QUANT_KERNELS, moe_host_ops
+from supercluster.perf.host import MOE_OPS, QUANT_KERNELS, moe_host_ops
 
 MODEL = "qwen3-30b-a3b"  # 128 experts of width 768, top-8: fine-grained, many small GEMMs
 

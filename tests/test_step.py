@@ -1060,3 +1060,38 @@ def test_tensor_core_fractions_reproduce_each_gpus_reference_layer():
             assert t == pytest.approx(1.917e13 / 3 / g.gemm_flops_per_s(p), rel=2e-3), (g.key, p)
     b300 = get_gpu("b300")
     assert b300.gemm_tensor_frac["fp4"] == b300.gemm_tensor_frac["fp8"] < 0.75
+
+
+def test_blackwell_attention_forward_is_bound_by_its_exponentials():
+    """On Blackwell the fused attention forward waits on the softmax's exponentials (one per score
+    element on the special-function units): B200's measured forward rate is that bound (exp_frac is
+    derived from it), GB200 has the same exponential rate under a higher matmul peak, and Blackwell
+    Ultra (GB300, B300) doubles it, so there the kernel runs at its matmul-bound fraction. A GPU with
+    no catalogued exponential rate keeps its measured fraction of peak."""
+    import numpy as np
+
+    from supercluster.hardware.kernels import attention_efficiency
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.perf.compute import attention_forward_s
+
+    att = attention_efficiency("flash", "blackwell")
+    flops = np.array([512.0e12])  # 1e12 score elements at head dim 128 (4 x 128 FLOPs each)
+    scores = np.array([1.0e12])
+
+    def fwd(key: str) -> float:
+        g = get_gpu(key)
+        return float(attention_forward_s(att, g, flops, scores, np.array([g.peak("bf16")]), 1.0)[0])
+
+    b200, gb200, gb300, b300 = (get_gpu(k) for k in ("b200", "gb200", "gb300", "b300"))
+    assert fwd("b200") == pytest.approx(512.0e12 / (b200.peak("bf16") * att.fwd_frac), rel=2e-3)
+    assert fwd("gb200") == pytest.approx(1.0e12 / (gb200.sfu_exp_per_s * att.exp_frac))
+    assert fwd("gb300") == pytest.approx(512.0e12 / (gb300.peak("bf16") * att.mma_frac))
+    assert fwd("gb300") < fwd("gb200") and fwd("b300") < fwd("b200")
+    # at head dim 64 the matmuls per score halve and the exponentials bind harder
+    assert float(attention_forward_s(att, b300, flops / 2, scores, np.array([b300.peak("bf16")]), 1.0)[0]) \
+        > fwd("b300") / 2
+    hopper = attention_efficiency("flash", "hopper")
+    h100 = get_gpu("h100-sxm")
+    assert h100.sfu_exp_per_s == 0.0
+    assert float(attention_forward_s(hopper, h100, flops, scores, np.array([h100.peak("bf16")]), 1.0)[0]) \
+        == pytest.approx(512.0e12 / (h100.peak("bf16") * h100.clock_frac * hopper.fwd_frac))

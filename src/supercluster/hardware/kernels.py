@@ -22,9 +22,16 @@ FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionEfficiency:
+    """A fused attention kernel's achieved fractions of the dense 16-bit peak (long causal sequences, head
+    dim 128). Where the forward is bound by the softmax's exponentials (``exp_frac`` > 0: the share of the
+    GPU's special-function-unit rate it sustains), ``mma_frac`` is its rate where the matmuls bind and the
+    forward takes the longer of the two; ``fwd_frac`` is what it was measured at."""
+
     fwd_frac: float
     bwd_frac: float
     source: str
+    mma_frac: float = 0.0
+    exp_frac: float = 0.0
 
 
 @cache
@@ -37,7 +44,8 @@ def attention_efficiency(family: str, arch: str) -> AttentionEfficiency:
     if not isinstance(table, dict) or arch not in table:
         raise InputError("attention", f"no efficiency for kernel {family!r} on {arch!r}")
     t = table[arch]
-    return AttentionEfficiency(fwd_frac=float(t["fwd_frac"]), bwd_frac=float(t["bwd_frac"]), source=t["source"])
+    return AttentionEfficiency(fwd_frac=float(t["fwd_frac"]), bwd_frac=float(t["bwd_frac"]), source=t["source"],
+                               mma_frac=float(t.get("mma_frac", 0.0)), exp_frac=float(t.get("exp_frac", 0.0)))
 
 
 def attention_length_factor(tokens: np.ndarray | float) -> np.ndarray:

@@ -56,6 +56,9 @@ class GpuSpec:
     #: the CPU that launches the GPU's kernels (:data:`HOST_CPUS`): "grace" for a Grace superchip
     #: (GB200, GB300), whose PyTorch host work runs slower than an x86 server's (kernels.toml [host])
     host_cpu: str = "x86"
+    #: exponentials per second the special-function units compute (MUFU.EX2, the softmax's exp); 0 =
+    #: not catalogued, where the fused attention's exponentials are not priced apart (kernels.toml [flash])
+    sfu_exp_per_s: float = 0.0
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s of ``precision``; an :class:`InputError` if the GPU lacks it."""
@@ -141,7 +144,7 @@ _SYSTEM_REQUIRED = {
 
 def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
     """Build and validate a :class:`GpuSpec` from one TOML table (human units)."""
-    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac", "host_cpu"})
+    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac", "host_cpu", "sfu_tera_exp_per_s"})
     host = t.get("host_cpu", "x86")
     require(host in HOST_CPUS, f"gpu {key}.host_cpu", f"{host!r}: allowed {', '.join(HOST_CPUS)}")
     num = {k: float(v) for k, v in t.items() if isinstance(v, int | float) and k != "year"}
@@ -167,6 +170,7 @@ def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
         allreduce_busbw_bytes_per_s=num["allreduce_busbw_gb_per_s"] * 1e9, tdp_w=num["tdp_w"],
         price_usd=num["price_usd"], system=str(t["system"]), sources=str(t["sources"]),
         gemm_tensor_frac=_tensor_fracs(key, num, peaks), host_cpu=str(host),
+        sfu_exp_per_s=num.get("sfu_tera_exp_per_s", 0.0) * TERA,
     )
 
 

@@ -261,6 +261,15 @@ class ModelSpec(RecurrentMixers):
             return self._full_layer_width_keys(seq_len, causal) * self.attention_layers / self.num_layers
         return (self.qk_dim + self.v_dim) * self.mean_keys(seq_len, causal)
 
+    def attention_score_keys(self, seq_len: Any, causal: bool) -> Any:
+        """Per layer on average: keys per query, the score elements (and the softmax's exponentials) per
+        head and token of :meth:`attention_width_keys` (sparse attention: its top-k keys where active)."""
+        if self.index_topk:
+            s = np.asarray(seq_len, dtype=float)
+            full = np.where(self.sparse_active(s), self.sparse_keys(s, causal), s / 2.0 if causal else s)
+            return full * self.attention_layers / self.num_layers
+        return self.mean_keys(seq_len, causal)
+
     @property
     def indexer_params(self) -> int:
         """One layer's lightning-indexer weights: its query projection (from the compressed query, as

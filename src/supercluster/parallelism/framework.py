@@ -71,7 +71,7 @@ class Framework:
     elementwise: str = "fused"
     #: the layers' kernels are captured in CUDA graphs and replayed by one launch (Megatron-Core
     #: --enable-cuda-graph / --external-cuda-graph, NeMo's enable_cuda_graph): no host launch cost per
-    #: kernel (perf.compute.host_bound)
+    #: kernel (perf.host.host_bound)
     cuda_graphs: bool = False
     #: how fp8 GEMMs are scaled (:data:`FP8_RECIPES`)
     fp8_recipe: str = "delayed"
@@ -131,7 +131,7 @@ class Framework:
     #: how the experts' grouped GEMM launches: "per_expert" (a GEMM, and its quantisations, per local
     #: expert: Transformer Engine 2.x GroupedLinear) or "grouped" (one kernel per GEMM); and whether a
     #: dropless dispatcher makes the host wait for the router's counts (frameworks.toml's header;
-    #: both priced in perf.compute.host_bound)
+    #: both priced in perf.host.host_bound)
     moe_expert_launches: str = "grouped"
     moe_dispatch_sync: bool = True
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention

@@ -33,7 +33,8 @@ from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from .columns import DEFAULT_RANK_ORDER, Rows, layout_columns, read_rows
 from .comm import CommTimes, layer_comm
-from .compute import LayerWork, Rates, contended, host_bound, layer_work, moe_host_ops, rates
+from .compute import LayerWork, Rates, contended, layer_work, rates
+from .host import host_bound, moe_host_ops
 from .memory import memory_bytes
 from .pipeline import PipeTimes, StageTimes, pipeline_times, stage_times
 from .spread import expected_max_normal
