@@ -28,6 +28,8 @@ runner = CliRunner()
     (["simulate", "--global-batch", "2147483648"], "global_batch"),
     (["scale", "--model", "llama3-8b", "--trials", "2147483648"], "trials"),  # (a MemoryError before)
     (["goodput", "--seed", "-1"], "seed"),
+    (["simulate", "--seed", "-1"], "seed"),  # (numpy's ValueError before)
+    (["sweep", "--db", ":memory:", "--sizes", "8"], "db"),  # (it priced the grid, then could not read it back)
     (["sweep", "--db", "DB", "--sizes", "8", "--workers", "2147483648"], "workers"),
     (["compare", "--model", "llama3-8b", "--gpu-types", "h100-sxm", "--global-batch", "99999999999999999999"],
      "global_batch"),
@@ -210,3 +212,31 @@ def test_an_input_file_past_the_size_bound_is_refused_before_it_is_read(tmp_path
     r = runner.invoke(app, ["goodput", "--rates", str(path)])
     assert isinstance(r.exception, InputError) and r.exception.field == "rates"
     assert "larger than" in str(r.exception)
+
+
+LONG = "a" * 5000
+
+
+@pytest.mark.parametrize("args, field", [
+    (["estimate", "--model", LONG], "model"),
+    (["estimate", "--model", "b/" * 3000 + "x.json"], "model"),
+    (["estimate", "--config", LONG], "config"),
+    (["estimate", "--profile", LONG], "profile"),
+    (["validate", "--runs", LONG], "runs"),
+    (["goodput", "--rates", LONG], "rates"),
+    (["calibrate", "--nccl-tests", LONG, "--gpu", "h100-sxm"], "nccl-tests"),
+])
+def test_an_input_path_longer_than_a_file_system_takes_is_refused_naming_the_field(args, field, tmp_path):
+    """A name past 255 bytes, or a path past 4,096, made the file system's OSError a traceback."""
+    r = runner.invoke(app, [*args, *(["--out", str(tmp_path / "o.toml")] if args[0] == "calibrate" else [])])
+    assert r.exit_code != 0 and isinstance(r.exception, InputError) and r.exception.field == field, r.output
+    assert "at most" in str(r.exception)
+
+
+def test_a_json_integer_of_thousands_of_digits_is_an_error_naming_the_file(tmp_path):
+    """Python converts integers of at most 4,300 digits; json's ValueError past that was a traceback."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"hidden_size": ' + "9" * 5000 + ', "num_hidden_layers": 2}')
+    r = runner.invoke(app, ["estimate", "--model", str(cfg)])
+    assert isinstance(r.exception, InputError) and r.exception.field == "model", r.output
+    assert "not valid JSON" in str(r.exception)

@@ -118,6 +118,21 @@ def test_invalid_scenarios_are_stored_with_the_reason(tmp_path):
     assert not ok and "divisible" in err
 
 
+def test_an_axis_at_its_largest_value_is_stored_and_resumes(tmp_path):
+    """A degree of 2^31, the largest an axis takes, is stored (as an invalid scenario, with its reason)
+    and the rerun finds every scenario stored; the results columns once held 32-bit integers, so such a
+    chunk failed on every rerun and the sweep never completed."""
+    db = tmp_path / "big.duckdb"
+    grid = SweepGrid(model=("llama3-8b",), gpu=("h100-sxm",), gpus=(64,), tp=(1, 2**31), pp=(1,), cp=(1,),
+                     micro_batch=(1,), recompute=("none",), zero=(1,))
+    assert run_sweep(grid, db, workers=1)["stored"] == 2
+    assert run_sweep(grid, db, workers=1) == {"total": 2, "stored_before": 2, "stored": 2}
+    con = duckdb.connect(str(db), read_only=True)
+    rows = dict(con.execute("SELECT tp, ok FROM results").fetchall())
+    con.close()
+    assert rows == {1: True, 2**31: False}
+
+
 def test_a_sweep_stores_parallelism_its_framework_lacks_as_invalid(tmp_path):
     db = tmp_path / "c.duckdb"
     grid = SweepGrid(model=("llama3-8b",), gpu=("h100-sxm",), gpus=(8,), tp=(1, 2), pp=(1,), recompute=("full",),

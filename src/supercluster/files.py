@@ -75,10 +75,26 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 MAX_INPUT_BYTES = 16 * 2**20
 
 
+#: the file system's limits on a path a user gives (Linux: NAME_MAX and PATH_MAX, in bytes)
+MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4096
+
+
+def user_path(ref: str | Path, field: str) -> Path:
+    """A path a user gives, as a :class:`Path`, its length within what a file system takes (an
+    InputError under ``field`` otherwise: asking the system about it would fail with an OSError)."""
+    p = Path(ref)
+    raw = os.fsencode(p)
+    require(len(raw) <= MAX_PATH_BYTES, field, f"a path of {len(raw):,} bytes; at most {MAX_PATH_BYTES:,}")
+    longest = max((len(os.fsencode(part)) for part in p.parts), default=0)
+    require(longest <= MAX_NAME_BYTES, field, f"a name of {longest:,} bytes in {str(p)[:60]}...; at most "
+                                              f"{MAX_NAME_BYTES} a name")
+    return p
+
+
 def read_input(path: str | Path, field: str, *, max_bytes: int = MAX_INPUT_BYTES) -> str:
     """The text of a user's input file, bounded: an InputError under ``field`` if it is not a file, is
     larger than ``max_bytes``, cannot be read, or is not UTF-8 (a byte-order mark is dropped)."""
-    p = Path(path)
+    p = user_path(path, field)
     require(p.is_file(), field, f"no such file: {p}")
     try:
         with p.open("rb") as fh:
@@ -114,3 +130,5 @@ def _parse(loads: Callable[[str], Any], error: type[Exception], what: str, text:
         raise InputError(field, f"{where}not valid {what}: {exc}") from None
     except RecursionError:
         raise InputError(field, f"{where}nested too deeply to be a configuration") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+        raise InputError(field, f"{where}not valid {what}: {exc}") from None

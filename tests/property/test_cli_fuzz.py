@@ -21,7 +21,7 @@ NUMBERS = ["0", "-1", "1", "2", "3", "7", "8", "64", "1024", "16384", "214748364
 FLOATS = ["0", "-1", "0.5", "1", "1.1", "54", "1e300", "inf", "x"]
 #: command -> its options and the values drawn for each
 OPTIONS: dict[str, dict[str, list[str]]] = {
-    "estimate": {"--model": ["llama3-8b", "mixtral-8x7b", "nemotronh-8b", "nope"], "--gpus": NUMBERS,
+    "estimate": {"--model": ["llama3-8b", "mixtral-8x7b", "nemotronh-8b", "nope", "n" * 300], "--gpus": NUMBERS,
                  "--tp": NUMBERS, "--pp": NUMBERS, "--cp": NUMBERS, "--ep": NUMBERS, "--micro-batch": NUMBERS,
                  "--global-batch": NUMBERS, "--seq-len": NUMBERS, "--precision": ["bf16", "fp8", "fp4", "int3"],
                  "--recompute": ["none", "full", "half"], "--zero": ["0", "3", "9"],
@@ -38,15 +38,17 @@ OPTIONS: dict[str, dict[str, list[str]]] = {
     "fabric": {"--gpus": NUMBERS, "--pue": FLOATS, "--tiers": NUMBERS, "--planes": NUMBERS,
                "--oversubscription": ["1", "2,2", "0.5", "x", "1,1,1,1,1"], "--gpu": ["h100-sxm", "gb200", "tpu"]},
     "simulate": {"--gpus": NUMBERS, "--layout": ["tp4-pp4-dp4-vpp5", "tp1-pp2-dp32", "zz"], "--jitter": FLOATS,
-                 "--global-batch": NUMBERS, "--model": ["llama3-8b", "llama3-70b"]},
+                 "--global-batch": NUMBERS, "--model": ["llama3-8b", "llama3-70b"], "--seed": NUMBERS},
     "compare": {"--model": ["llama3-8b", "mixtral-8x7b", "nope"], "--gpu-types": ["h100-sxm,b200", "tpu", ","],
                 "--gpus": NUMBERS, "--global-batch": NUMBERS, "--seq-len": NUMBERS, "--tokens": FLOATS,
                 "--objective": ["time", "cost", "x"], "--framework": ["megatron", "nemo-megatron+capacity-1.2", "x"]},
     "scale": {"--model": ["llama3-8b", "x"], "--gpu": ["gb200", "x"], "--max-gpus": NUMBERS, "--tokens": FLOATS,
               "--seq-len": NUMBERS, "--rates": ["llama3", "none", "x"], "--trials": NUMBERS, "--seed": NUMBERS},
-    "validate": {"--runs": ["public", "heldout", "x", "/nonexistent.csv"], "--by": ["gpu", "kind", "x"]},
+    "validate": {"--runs": ["public", "heldout", "x", "/nonexistent.csv", "r" * 300 + ".csv"],
+                 "--by": ["gpu", "kind", "x"]},
     "sweep": {"--models": ["llama3-8b", "llama3-8b,mixtral-8x7b", "x", ""], "--gpu-types": ["h100-sxm", "x"],
-              "--sizes": ["8", "8,16", "0", "x", "8,1048576", "2147483648"], "--tp": ["1", "1,2", "0", "x"],
+              "--sizes": ["8", "8,16", "0", "x", "8,1048576", "2147483648"],
+              "--tp": ["1", "1,2", "0", "x", "1,2147483648"],
               "--pp": ["1", "2", "-1"], "--micro-batch": ["1", "1,2", "0"], "--zero": ["0", "1,3", "9"],
               "--seq-len": ["2048", "0", "x"], "--global-batch": ["64", "0", "2147483648"], "--workers": NUMBERS,
               # (a chunk of 1-8 cells commits every few cells: a default grid then takes 20 s, by design)

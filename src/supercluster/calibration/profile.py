@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, is_whole, require, subtable
-from ..files import parse_toml, read_input
+from ..files import parse_toml, read_input, user_path
 from ..hardware.kernels import hbm_frac
 from ..hardware.specs import GpuSpec
 from ..network.twolevel import KINDS, Array, TokenDispatch
@@ -156,7 +156,7 @@ def _figure(t: dict[str, Any], key: str, where: str, positive: bool = True, defa
 def load_profile(path: str | Path) -> Profile:
     """A device profile written by ``calibrate`` (or by hand): every rate finite and positive, every
     overhead finite and non-negative; an error names the field."""
-    p = Path(path)
+    p = user_path(path, "profile")
     require(p.is_file(), "profile", f"no such file: {p}")
     t = parse_toml(read_input(p, "profile"), "profile", f"{p}: ")
     for name in ("device", "memory"):

@@ -64,18 +64,15 @@ def calibrate(
     if nccl_tests:
         coll = dict(prof.collectives)
         for path in nccl_tests:
-            from pathlib import Path
+            from ..files import read_input, user_path
 
-            from ..files import read_input
-
-            p = Path(path)
+            p = user_path(path, "nccl-tests")
             if not p.is_file():
                 raise InputError("nccl-tests", f"no such file: {p}")
             r = cal.parse_nccl_tests(read_input(p, "nccl-tests"), kind=kind, name=p.name)
             coll[r["kind"]] = {"alpha_s": r["alpha_s"], "busbw_bytes_per_s": r["busbw_bytes_per_s"],
                                "nranks": float(r["nranks"])}
         prof = dc.replace(prof, collectives=coll, backend=prof.backend or "nccl-tests")
-    from pathlib import Path
 
     from ..files import check_output, write_atomic
 

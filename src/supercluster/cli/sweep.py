@@ -40,7 +40,9 @@ def sweep(
     global_batch: Annotated[str, typer.Option(help="global batch sizes")] = "1024",
     precision: Annotated[str, typer.Option(help="precisions")] = "bf16",
     framework: FrameworkOpt = CLI_FRAMEWORK,
-    executor: Annotated[str, typer.Option(help="local (processes) | ray")] = "local",
+    executor: Annotated[str, typer.Option(help="local (processes) | ray (a Ray cluster, --address; a local Ray "
+                                                "instance takes seconds to start, then prices as fast as local "
+                                                "processes)")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray)")] = None,
     workers: Annotated[int, typer.Option(help="local processes or Ray CPUs")] = 2,
     chunk: Annotated[int, typer.Option(help="scenarios per task and per transaction")] = 500,

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, config_int, require, subtable
-from ..files import parse_json, read_input
+from ..files import parse_json, read_input, user_path
 from ..models.spec import ModelSpec
 from ..parallelism import pplayout
 from ..parallelism.framework import DEFAULT_FRAMEWORK, MEGATRON_FP8_RECIPE, Framework, get_framework
@@ -381,7 +381,7 @@ def load_layout(path: str | Path, num_gpus: int | None = None, fmt: str | None =
                 num_layers: int | None = None) -> Layout:
     """Read a launcher config file into a :class:`Layout` (format from ``fmt`` or the extension);
     ``num_layers`` (the model's) places a torchtitan config's split points."""
-    p = Path(path)
+    p = user_path(path, "config")
     require(p.is_file(), "config", f"no such file: {p}")
     kind = fmt or detect_format(p)
     require(kind in FORMATS, "format", f"unknown {kind!r}; allowed: {', '.join(FORMATS)}")
@@ -410,7 +410,7 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
     (unless ``model``) and the behaviours its flags switch; a torchtitan job TOML torchtitan (compiled
     where it says so); a DeepSpeed JSON DeepSpeed. ``model`` defaults to Llama 3 405B where the
     config names none; ``framework`` overrides what the config describes."""
-    path = Path(config)
+    path = user_path(config, "config")
     script = _megatron_script(path)
     kind = detect_format(path) if path.is_file() else "megatron"
     if kind == "torchtitan":

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 from ..errors import InputError, require
-from ..files import parse_json, read_input
+from ..files import parse_json, read_input, user_path
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
 from . import megatron_args
@@ -30,11 +29,11 @@ def _script_text(ref: str, text: str) -> bool:
 def is_launch_script(ref: str) -> bool:
     """Whether ``ref`` names a file :func:`load_model` reads as a Megatron-LM launch script (not a preset,
     a model folder or a JSON config): the file whose layout and GPU count ``--config`` also reads."""
-    path = Path(MTP_SUFFIX.sub("", ref))
-    if ref in model_catalog() or not path.is_file():
+    if ref in model_catalog():
         return False
     try:
-        return _script_text(str(path), read_input(path, "model", max_bytes=MAX_CONFIG_BYTES))
+        path = user_path(MTP_SUFFIX.sub("", ref), "model")
+        return path.is_file() and _script_text(str(path), read_input(path, "model", max_bytes=MAX_CONFIG_BYTES))
     except InputError:
         return False
 
@@ -49,7 +48,7 @@ def load_model(ref: str) -> ModelSpec:
     cat = model_catalog()
     if ref in cat:
         return cat[ref]
-    path = Path(ref)
+    path = user_path(ref, "model")
     if path.is_dir():  # a Hugging Face model folder: its config.json
         require((path / "config.json").is_file(), "model",
                 f"{ref} is a folder without a config.json (a Hugging Face model folder holds one)")

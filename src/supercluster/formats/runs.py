@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import InputError, require
+from ..files import user_path
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
 from ..parallelism.framework import (
@@ -349,7 +350,7 @@ def iter_rows(path: str | Path | None = None) -> Iterator[dict[str, str]]:
         name = SHIPPED_RUNS[str(path) if path is not None else "public"]
         handle: IO[str] = resources.files("supercluster").joinpath("data").joinpath(name).open("r", encoding="utf-8")
     else:
-        p = Path(path)
+        p = user_path(path, "runs")
         if not p.is_file():
             raise InputError("runs", f"no such file {str(path)!r}; or a shipped set: {', '.join(SHIPPED_RUNS)}")
         require(p.stat().st_size <= MAX_RUNS_FILE_BYTES, "runs",

@@ -132,8 +132,8 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
-  scenario_id BIGINT PRIMARY KEY, model VARCHAR, gpu VARCHAR, gpus BIGINT, tp INTEGER, pp INTEGER, cp INTEGER,
-  micro_batch INTEGER, recompute VARCHAR, zero INTEGER, seq_len BIGINT, global_batch BIGINT, precision VARCHAR,
+  scenario_id BIGINT PRIMARY KEY, model VARCHAR, gpu VARCHAR, gpus BIGINT, tp BIGINT, pp BIGINT, cp BIGINT,
+  micro_batch BIGINT, recompute VARCHAR, zero INTEGER, seq_len BIGINT, global_batch BIGINT, precision VARCHAR,
   ok BOOLEAN, error VARCHAR, step_time_s DOUBLE, mfu DOUBLE, memory_per_gpu_bytes DOUBLE, tokens_per_s DOUBLE,
   fits BOOLEAN);
 CREATE TABLE IF NOT EXISTS sweep_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -145,6 +145,9 @@ def _open(path: str | Path, read_only: bool = False) -> Any:
     running), or a file that is not one, is one error naming it."""
     import duckdb
 
+    # (DuckDB reads ":memory:" and names that start with it as a database that no file keeps)
+    require(not str(path).startswith(":memory:"), "db", f"{path!r} is DuckDB's in-memory database, which keeps "
+            "nothing to resume or read; give a file")
     try:
         return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as exc:

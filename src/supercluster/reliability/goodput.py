@@ -31,13 +31,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 
 from .._toml import load_package_toml
 from ..errors import InputError, require
-from ..files import parse_toml, read_input
+from ..files import parse_toml, read_input, user_path
 
 DAY_S = 86400.0
 HOUR_S = 3600.0
@@ -112,7 +111,7 @@ def load_failure_model(ref: str = "llama3") -> FailureModel:
     """A built-in rate set (``llama3``, ``rsc1``, ``rsc2``) or a TOML file with one such table."""
     if ref in RATE_SETS:
         return _parse_failure_model(ref, _reliability()[ref])  # type: ignore[arg-type]
-    p = Path(ref)
+    p = user_path(ref, "rates")
     if not p.is_file():
         raise InputError("rates", f"unknown {ref!r}; use one of {', '.join(RATE_SETS)} or a TOML file")
     data = parse_toml(read_input(p, "rates"), "rates", f"{p}: ")

@@ -167,6 +167,8 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     """Lay one training step of ``layout`` out on its pipeline schedule (see the module docstring)."""
     # (a larger sigma makes the mean-1 factor a handful of rare huge values among many tiny ones)
     require(0.0 <= jitter <= 1.0, "jitter", f"must be a log-normal sigma in [0, 1], got {jitter}")
+    require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed",
+            f"must be a non-negative integer, got {seed!r}")
     layout = check_job(Job(model=model, gpu=gpu, num_gpus=layout.num_gpus, layout=layout, framework=fw,
                            network=net)).layout
     require(fw.pipeline_schedule == "1f1b" or layout.pp == 1, "framework",
