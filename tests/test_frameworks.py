@@ -8,8 +8,10 @@ skipping).
 - Megatron-Core: ``TransformerConfig`` / ``MLATransformerConfig`` (with ``ModelParallelConfig``) built
   from the exported arguments, as Megatron-LM's ``core_transformer_config_from_args`` maps them: every
   flag named like a config field, plus its documented renames. Megatron-LM's own argument parser
-  (``megatron/training/arguments.py``) is not on PyPI, so flag spelling outside the configs is not
-  checked here.
+  (``megatron/training/arguments.py``) ships only in megatron-core 0.17 and later, which need Python
+  3.12: where SUPERCLUSTER_MEGATRON_PYTHON names such an interpreter (``.ci/run`` builds one), each
+  launch script is also run through Megatron-LM's ``parse_args`` and ``validate_args``
+  (tests/fixtures/megatron_torchrun.py stands in for torchrun; the device is reported as an H100).
 - DeepSpeed: ``DeepSpeedConfig`` on the JSON (its key validation and batch arithmetic), with the plan's
   data-parallel size given by an ``mpu`` and rank 0 (no process group without a launched job).
 
@@ -30,6 +32,7 @@ from supercluster.formats import launchers
 from supercluster.formats import torchtitan as tt
 from supercluster.formats.megatron_args import _pattern, parse_args
 from supercluster.job import Job, check_job, estimate
+from supercluster.models.spec import GATED
 
 REQUIRED = os.environ.get("SUPERCLUSTER_REQUIRE_FRAMEWORKS") == "1"
 # (the frameworks warn about their own deprecations on import; supercluster's warnings stay errors elsewhere)
@@ -234,6 +237,78 @@ def test_megatron_core_refuses_what_the_export_refuses_too():
         _transformer_config(text)
     with pytest.raises(ValueError, match="^tp: 3 must divide the 32 attention heads"):
         _job("llama3-8b", "tp3-pp1-dp1", 3, 63, 8192, "nemo-megatron")
+
+
+# ---- Megatron-LM's own argument parser ------------------------------------------------------------
+#: a Python (>= 3.12) whose megatron-core (>= 0.17) ships megatron/training/arguments.py; .ci/run builds one
+MEGATRON_PYTHON = os.environ.get("SUPERCLUSTER_MEGATRON_PYTHON")
+#: more plans through the parser: fp8 current scaling, block recompute, Megatron-FSDP, all-to-all CP, a hybrid
+ARGPARSE_PLANS = MEGATRON_PLANS + [
+    ("llama3-70b", "tp4-pp4-dp4-cp2-vpp5-z2-full", 128, 128, 8192),
+    ("llama3-8b", "tp1-pp1-dp8-z3-none", 8, 64, 8192),
+    ("nemotronh-8b", "tp2-pp1-dp4", 8, 64, 8192),
+]
+ARGPARSE_FRAMEWORKS = {"tp4-pp4-dp4-cp2-vpp5-z2-full": "nemo-megatron+fp8-current+cp-a2a"}
+
+
+def _megatron_lm_args(script: str, tmp_path) -> dict:
+    """What Megatron-LM's parse_args and validate_args make of a launch script: the script is run by bash
+    as written, with ``torchrun`` standing in for the fixture that calls them (tests/fixtures/
+    megatron_torchrun.py), so its own variables and environment are what Megatron-LM sees."""
+    import subprocess
+    from pathlib import Path
+
+    if not MEGATRON_PYTHON:
+        pytest.skip("Megatron-LM's argument parser ships in megatron-core >= 0.17, which needs Python >= 3.12: "
+                    "SUPERCLUSTER_MEGATRON_PYTHON names such an interpreter (.ci/run builds one)")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    fixture = Path(__file__).parent / "fixtures" / "megatron_torchrun.py"
+    (shim / "torchrun").write_text(f'#!/bin/sh\nexec "{MEGATRON_PYTHON}" "{fixture}" "$@"\n')
+    (shim / "torchrun").chmod(0o755)
+    (tmp_path / "launch.sh").write_text(script)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)  # (only what the script sets)
+    r = subprocess.run(["bash", str(tmp_path / "launch.sh")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = [x for x in r.stdout.splitlines() if x.startswith("megatron-args: ")]
+    assert line, r.stdout[-2000:]
+    return json.loads(line[-1].removeprefix("megatron-args: "))
+
+
+@pytest.mark.parametrize("plan", ARGPARSE_PLANS, ids=[f"{p[0]}-{p[1]}" for p in ARGPARSE_PLANS])
+def test_megatron_lm_parses_and_validates_each_launch_script(tmp_path, plan):
+    """Each exported launch script passes Megatron-LM's own parse_args and validate_args (its flag
+    spelling, its cross-checks, the world torchrun starts), and the arguments it builds are the plan's:
+    layout, batch arithmetic (the data-parallel size it derives), precision, architecture."""
+    model, label, gpus, gbs, seq = plan
+    job = _job(model, label, gpus, gbs, seq, ARGPARSE_FRAMEWORKS.get(label, "nemo-megatron"),
+               "fp8" if label in ARGPARSE_FRAMEWORKS else "bf16")
+    lay, m = job.layout, job.model
+    a = _megatron_lm_args(launchers.export(lay, "megatron-launch", m, job.framework,
+                                           counts_head=estimate(job).split_counts_head), tmp_path)
+    assert a["entry"] == ("pretrain_mamba.py" if m.recurrent_layers else "pretrain_gpt.py")
+    assert (a["tensor_model_parallel_size"], a["pipeline_model_parallel_size"], a["context_parallel_size"],
+            a["expert_model_parallel_size"], a["data_parallel_size"]) == (lay.tp, lay.pp, lay.cp, lay.ep, lay.dp)
+    assert (a["virtual_pipeline_model_parallel_size"] or 1) == lay.vpp
+    assert (a["micro_batch_size"], a["global_batch_size"], a["seq_length"]) == (lay.micro_batch, gbs, seq)
+    assert (a["num_layers"], a["hidden_size"], a["num_attention_heads"]) == (m.num_layers, m.d_model, m.num_heads)
+    assert a["normalization"] == "RMSNorm" and a["add_bias_linear"] is False and a["swiglu"] is GATED[m.mlp]
+    assert a["untie_embeddings_and_output_weights"] is not m.tied_embeddings
+    assert a["sequence_parallel"] == (lay.tp > 1) and a["bf16"] is True
+    assert (a["fp8"] is not None) == (lay.precision == "fp8")
+    assert (a["recompute_granularity"] or "none") == {"none": "none", "full": "full"}.get(lay.recompute,
+                                                                                           "selective")
+    assert a["use_megatron_fsdp"] == (lay.zero_stage >= 2) and a["use_distributed_optimizer"] == (lay.zero_stage >= 1)
+    if m.is_moe:
+        assert (a["num_experts"], a["moe_router_topk"], a["moe_ffn_hidden_size"]) == \
+            (m.num_experts, m.top_k, m.moe_ffn_dim)
+    if m.kv_lora_rank:
+        assert a["multi_latent_attention"] and (a["q_lora_rank"], a["kv_lora_rank"]) == (m.q_lora_rank,
+                                                                                         m.kv_lora_rank)
+    elif not m.recurrent_layers:
+        assert a["position_embedding_type"] == "rope" and a["ffn_hidden_size"] == m.ffn_dim
+        assert (a["num_query_groups"] or m.num_heads) == m.num_kv_heads
 
 
 # ---- DeepSpeed -----------------------------------------------------------------------------------

@@ -148,12 +148,19 @@ def to_megatron_launch(layout: Layout, model: ModelSpec | None = None, framework
     require(world % per == 0, "gpus_per_node", f"{world} GPUs do not fill whole nodes of {gpus_per_node}")
     entry = "pretrain_mamba.py" if model is not None and model.recurrent_layers else "pretrain_gpt.py"
     name = model.name if model is not None else "the model given by its own flags"
+    ep_overlap = framework is not None and bool(framework.ep_overlap) and layout.ep > 1
+    # (Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for TP or CP before Blackwell, so
+    # that the TP / CP collectives are issued in order, unless Megatron-FSDP or the EP overlap wants more
+    # connections: then it only warns; Blackwell has no such requirement and the setting is harmless there)
+    connections = ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if (layout.tp > 1 or layout.cp > 1) \
+        and layout.zero_stage < 2 and not ep_overlap else []
     return "\n".join([
         "#!/bin/bash",
         f"# Megatron-LM: {name}, {layout.label()} on {world} GPUs ({world // per} x {per}); planned by supercluster.",
         "# Run from a Megatron-LM checkout on every node (NODE_RANK 0 .. NNODES-1, MASTER_ADDR the first node).",
         "# Set DATA_ARGS and TRAIN_ARGS for a real run; every other flag is the planned job.",
         "set -euo pipefail",
+        *connections,
         f"NNODES=${{NNODES:-{world // per}}}",
         f"GPUS_PER_NODE={per}",
         "NODE_RANK=${NODE_RANK:-0}",
