@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -176,12 +175,19 @@ def test_launcher_reports_a_crash_and_kills_a_hang():
 def cpu_profile(tmp_path_factory):
     out = tmp_path_factory.mktemp("cal") / "profile.toml"
     args = ["calibrate", "--nproc", "2", "--quick", "--device", "cpu", "--out", str(out), "--json"]
-    r = runner.invoke(app, args)
-    if r.exit_code != 0:  # two local processes on a busy 2-core runner: one more try, the first failure shown
-        warnings.warn(f"calibrate on 2 CPU processes failed once: {r.output[-2000:]} {r.exception!r}", stacklevel=2)
+    # Two local processes timing kernels on a busy 2-core runner can see a larger size run no slower than a
+    # smaller one, which calibrate refuses ("measurements too noisy"): up to three tries; where all three
+    # met another load, the machinery tests skip with it (that refusal is load, not a defect), else fail.
+    failures = []
+    for _ in range(3):
+        before = _busy()
         r = runner.invoke(app, args)
-    assert r.exit_code == 0, r.output
-    return out
+        if r.exit_code == 0:
+            return out
+        failures.append(f"{before or _busy() or 'quiet'}: {r.output[-600:]} {r.exception!r}")
+    if all(not f.startswith("quiet") for f in failures) and all("too noisy" in f for f in failures):
+        pytest.skip(f"calibrate refused noisy measurements three times on a busy machine: {failures[-1][:300]}")
+    raise AssertionError("calibrate on 2 CPU processes failed three times:\n" + "\n".join(failures))
 
 
 def test_calibrate_writes_a_usable_profile(cpu_profile):

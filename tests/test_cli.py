@@ -201,6 +201,12 @@ def test_validate_ranks_on_a_small_runs_file(tmp_path):
     d = json.loads(r.output)
     assert d["summary"]["rows"] == 2
     assert all(1 <= x["rank"] <= x["feasible"] for x in d["rows"])
+    # (one plan a row, seconds each on the large rows: the command's bar hears of every row)
+    from supercluster.validation.validate import published_ranks
+
+    seen: list[tuple[int, int]] = []
+    assert published_ranks(p, progress=lambda done, total: seen.append((done, total)))["summary"]["rows"] == 2
+    assert seen == [(0, 2), (1, 2)]
 
 
 def test_scale_reports_sizes_too_small_to_hold_the_model():

@@ -41,7 +41,8 @@ def validate(
         raise InputError("plot", "draws the per-row errors; it does not go with --ranks")
     if ranks:
 
-        rk = validation.published_ranks(runs)
+        with _pricing_bar("ranking the published layouts") as bar:
+            rk = validation.published_ranks(runs, progress=bar)
         if as_json:
             _emit_json(rk)
             return
