@@ -187,6 +187,18 @@ def _pricing_bar(description: str = "pricing layouts") -> Iterator[Callable[[int
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+@contextlib.contextmanager
+def _spinner(description: str, *, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A transient spinner on stderr (shown on a terminal only, so --json stays clean) while a step of
+    unknown length runs; yields the callback that changes its text."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
+                  disable=not enabled or not sys.stderr.isatty()) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda text: bar.update(task, description=text)
+
+
 def _run_options(rates: str, trials: int, seed: int, asynchronous: bool, hot_spares: bool, elastic: bool,
                  storage_bw: float | None, interval_min: float | None, pue: float,
                  gpu_hour_usd: float | None) -> Any:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from ..errors import InputError
 from ..hardware.specs import get_gpu
@@ -16,6 +14,7 @@ from .app import (
     _num,
     _out,
     _output_path,
+    _spinner,
     app,
 )
 
@@ -39,8 +38,6 @@ def calibrate(
     """Measure GEMMs, memory kernels, attention and collectives here; fit; write a device profile."""
     import dataclasses as dc
 
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
     from ..calibration import calibrate as cal
     from ..calibration.profile import catalog_profile
     from ..network.twolevel import KINDS
@@ -55,12 +52,10 @@ def calibrate(
             raise InputError("gpu", "--gpu replaces the device measurement only together with --nccl-tests")
         prof = catalog_profile(get_gpu(gpu))
     else:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True),
-                      transient=True, disable=not sys.stderr.isatty()) as bar:
-            task = bar.add_task("calibrating", total=None)
+        with _spinner("calibrating") as say:
             prof = cal.calibrate(nproc=nproc, quick=quick, device=device,
                                  dtypes=tuple(d.strip() for d in dtypes.split(",")) if dtypes else None,
-                                 timeout_s=timeout, progress=lambda msg: bar.update(task, description=msg))
+                                 timeout_s=timeout, progress=say)
     if nccl_tests:
         coll = dict(prof.collectives)
         for path in nccl_tests:

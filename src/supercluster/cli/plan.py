@@ -39,6 +39,7 @@ from .app import (
     _out,
     _plot,
     _pricing_bar,
+    _spinner,
     app,
 )
 
@@ -190,8 +191,6 @@ def report(
     force: ForceOpt = False,
 ) -> None:
     """One job, one shareable report: plan, step, run with failures, network, other GPUs, figures."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
     from ..parallelism.framework import get_framework
     from ..planner.sweep import parse_axis
     from ..reliability.run import RunOptions
@@ -203,9 +202,7 @@ def report(
     for k in kinds:
         get_gpu(k)
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
-                  disable=not sys.stderr.isatty()) as bar:
-        bar.add_task("planning, pricing and simulating the run", total=None)
+    with _spinner("planning, pricing and simulating the run"):
         r = _report.build(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=precs,
                           tokens=tokens, gpu_types=kinds, options=RunOptions(rates=rates, trials=trials, seed=seed))
         md = _report.write(r, out)

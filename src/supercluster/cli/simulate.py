@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from ..errors import InputError
 from ..formats.load import load_model
@@ -34,6 +32,7 @@ from .app import (
     _out,
     _output_path,
     _plot,
+    _spinner,
     app,
 )
 
@@ -77,13 +76,9 @@ def simulate(
              top=1, fixed=fixed_settings(seq_len, precision, recompute=recompute)
              if "recompute" in _given_options(ctx) else None).best.layout
     lay.check_gpus(gpus)
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
     ops = 2 * lay.num_microbatches * lay.vpp * lay.pp
     # a spinner for the big schedules (about 40,000 operations a second)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
-                  disable=ops < 20000 or not sys.stderr.isatty()) as bar:
-        bar.add_task(f"simulating {ops:,} operations on {lay.pp} stage(s)", total=None)
+    with _spinner(f"simulating {ops:,} operations on {lay.pp} stage(s)", enabled=ops >= 20000):
         tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed,
                      exact_stages=exact_stages)
     if trace:
