@@ -120,11 +120,35 @@ def collectives() -> str:
 #: the step the timeline page lays out: Llama 3 70B pipelined over 4 stages, 5 chunks each
 TIMELINE = ["simulate", "--layout", "tp4-pp4-dp4-vpp5", "--global-batch", "64"]
 
+def input_limits() -> str:
+    """The bounds on what is read from a user's files, from the constants that enforce them."""
+    from supercluster.errors import MAX_MESSAGE_CHARS
+    from supercluster.files import MAX_INPUT_BYTES, MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_SHELL_TEXT_CHARS
+    from supercluster.formats.load import MAX_CONFIG_BYTES
+    from supercluster.formats.megatron_args import EXPANSION_FACTOR, EXPANSION_SLACK
+    from supercluster.formats.runs import MAX_RUNS_FILE_BYTES, MAX_RUNS_ROWS
+    from supercluster.validation.validate import CHUNK_ROWS
+
+    rows = [("a model file (`--model`: config.json, launch script)", f"{MAX_CONFIG_BYTES / 2**20:.0f} MiB"),
+            ("any other configuration (`--config`, `--profile`, `--rates`, nccl-tests log)",
+             f"{MAX_INPUT_BYTES / 2**20:.0f} MiB"),
+            ("text read as shell words (a launch script filled in, a launch line)",
+             f"{MAX_SHELL_TEXT_CHARS:,} characters"),
+            ("a launch script's variables filled in", f"{EXPANSION_FACTOR}x the script + "
+             f"{EXPANSION_SLACK:,} characters (and the line above)"),
+            ("a runs CSV (`--runs`)", f"{MAX_RUNS_FILE_BYTES / 2**30:.0f} GiB, {MAX_RUNS_ROWS:,} rows, priced "
+             f"{CHUNK_ROWS:,} rows at a time"),
+            ("a path", f"{MAX_PATH_BYTES:,} bytes, {MAX_NAME_BYTES} a name"),
+            ("a value echoed in an error", f"{MAX_MESSAGE_CHARS:,} characters of the message")]
+    return "\n".join(["| read | at most |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]) + "\n"
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "quickstart": lambda: shown("estimate"),
     "accuracy": accuracy,
     "stages": stage_docs,
     "collectives": collectives,
+    "input-limits": input_limits,
     "estimate-70b": lambda: shown("estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4",
                                   "--cp", "2", "--vpp", "5", "--global-batch", "128", "--no-evidence"),
     "sensitivity": lambda: shown("estimate", "--sensitivity", "--no-evidence"),

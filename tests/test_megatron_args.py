@@ -381,6 +381,46 @@ def test_variables_that_expand_each_other_are_refused_at_a_small_multiple_of_the
     assert parse_args(ok) == {"num-layers": "32", "hidden-size": "4096", "seq-length": "8192"}
 
 
+def test_shell_arithmetic_is_bash_64_bit_and_the_words_read_are_bounded():
+    """Bash works $((...)) in 64-bit integers: past that the text stays (and the flag refuses it), so
+    a product of thousands-digit numbers costs no big-integer work. Python's shlex builds a word a
+    character at a time (work growing with the square of its length): the text read as shell words
+    is bounded, a larger script refused by name before it is split, its expansions capped there too."""
+    from supercluster.files import MAX_SHELL_TEXT_CHARS, shell_words
+
+    big = "9" * 4000
+    args = parse_args(f"L=$(({big}*{big}))\npython pretrain_gpt.py --num-layers $L --seq-length $((2**3))"
+                      " --hidden-size $((3037000500*3037000500)) --ffn-hidden-size $((3037000499*3037000499))\n")
+    assert args["num-layers"].startswith("$((9999") and args["seq-length"] == "$((2**3))"
+    assert args["hidden-size"].startswith("$((") and args["ffn-hidden-size"] == str(3037000499 ** 2)
+    with pytest.raises(InputError, match="^num-layers: must be an integer, got .*characters more\\)$"):
+        model_from_args(args, key="x")
+    with pytest.raises(InputError, match=f"^config: a launch script of {MAX_SHELL_TEXT_CHARS + 1:,} characters; "
+                                         f"at most {MAX_SHELL_TEXT_CHARS:,} are read"):
+        parse_args("x" * (MAX_SHELL_TEXT_CHARS + 1))
+    with pytest.raises(InputError, match=f"^config: its shell variables expand past {MAX_SHELL_TEXT_CHARS:,}"):
+        parse_args("A=" + "y" * 60000 + "\npython pretrain_gpt.py --x $A$A$A$A$A\n")
+    with pytest.raises(InputError, match="^field: the text of 262,145 characters; at most 262,144"):
+        shell_words("z" * (MAX_SHELL_TEXT_CHARS + 1), "field", "the text")
+    assert shell_words("--a 'b c' # d", "field", "x") == ["--a", "b c"]
+
+
+def test_an_error_echoes_at_most_a_thousand_characters_of_a_value():
+    err = InputError("model", "got " + "x" * 5000)
+    assert str(err).startswith("model: got xxx") and str(err).endswith("... (4,004 characters more)")
+    assert len(str(err)) < 1100
+
+
+def test_a_model_file_is_read_once_while_unchanged_and_again_when_changed(tmp_path):
+    path = tmp_path / "run.sh"
+    path.write_text("python pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+                    "--seq-length 128 --vocab-size 1000\n")
+    first = load_model(str(path))
+    assert load_model(str(path)) is first and first.num_layers == 4
+    path.write_text(path.read_text().replace("--num-layers 4", "--num-layers 12"))
+    assert load_model(str(path)).num_layers == 12
+
+
 def test_a_launch_script_starts_its_own_gpu_count_when_none_is_given(tmp_path):
     runner = CliRunner()
     """Megatron-LM's example scripts: GPUS_PER_NODE x NUM_NODES through torchrun's --nproc_per_node and

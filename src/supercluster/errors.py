@@ -5,11 +5,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+#: the most characters of a message an error shows: a value echoed from a user's file is cut there
+MAX_MESSAGE_CHARS = 1000
+
 
 class InputError(ValueError):
-    """A user mistake. ``field`` names the input; the message says what is allowed."""
+    """A user mistake. ``field`` names the input; the message says what is allowed (at most
+    :data:`MAX_MESSAGE_CHARS` of it: a value echoed from a large input is cut, the cut counted)."""
 
     def __init__(self, field: str, message: str) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = f"{message[:MAX_MESSAGE_CHARS]}... ({len(message) - MAX_MESSAGE_CHARS:,} characters more)"
         super().__init__(f"{field}: {message}")
         self.field = field
 

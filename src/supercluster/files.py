@@ -132,3 +132,25 @@ def _parse(loads: Callable[[str], Any], error: type[Exception], what: str, text:
         raise InputError(field, f"{where}nested too deeply to be a configuration") from None
     except ValueError as exc:  # an integer of more digits than Python converts (4,300)
         raise InputError(field, f"{where}not valid {what}: {exc}") from None
+
+
+#: the most text read as shell words (a launch script with its variables filled in, a launch line).
+#: Python's shlex builds each word a character at a time, in time that grows with the square of the
+#: word's length: bounding the text bounds the work (256 KiB: under a second on one core; launch
+#: scripts are a few KiB)
+MAX_SHELL_TEXT_CHARS = 256 * 2**10
+
+
+def shell_words(text: str, field: str, what: str) -> list[str]:
+    """``text`` split into words as a POSIX shell does (quotes, escapes, ``#`` comments; nothing
+    expanded or run), at most :data:`MAX_SHELL_TEXT_CHARS` of it; errors as one InputError under
+    ``field`` naming ``what`` was read."""
+    import shlex
+
+    require(len(text) <= MAX_SHELL_TEXT_CHARS, field,
+            f"{what} of {len(text):,} characters; at most {MAX_SHELL_TEXT_CHARS:,} are read as shell words "
+            "(launch scripts are a few thousand)")
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError as exc:
+        raise InputError(field, f"cannot read {what}: {exc}") from None

@@ -4,6 +4,7 @@ folder holding one), or a Megatron-LM launch script; a ``+mtp`` suffix adds MTP 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 from ..errors import InputError, require
@@ -56,14 +57,24 @@ def load_model(ref: str) -> ModelSpec:
         ref = str(path)
     if ref.endswith(".json") or path.exists():
         require(path.is_file(), "model", f"no such file {ref!r}")
-        text = read_input(path, "model", max_bytes=MAX_CONFIG_BYTES)
-        if _script_text(ref, text):  # a Megatron-LM launch script
-            return megatron_args.model_from_args(megatron_args.parse_args(text), key=path.stem)
-        cfg = parse_json(text, "model", f"{ref} is ")
-        require(isinstance(cfg, dict), "model", f"{ref} must hold a JSON object")
-        # (a model's config.json is named after its folder: Llama-3.1-8B/config.json is Llama-3.1-8B)
-        key = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-        return from_hf_config(cfg, key=key)
+        # (a command asks for its model more than once: the file is read and parsed once while unchanged)
+        st = path.stat()
+        return _load_file(ref, st.st_mtime_ns, st.st_size)
     raise InputError("model", f"unknown model {ref!r}; presets: {', '.join(sorted(cat))}; or a config.json or "
                               "Megatron-LM arguments path "
                               "(any may end in +mtp or +mtpN: N multi-token-prediction modules)")
+
+
+@functools.lru_cache(maxsize=32)
+def _load_file(ref: str, mtime_ns: int, size: int) -> ModelSpec:
+    """The model a config.json or launch script at ``ref`` describes (as last modified at ``mtime_ns``,
+    ``size`` bytes long: a changed file is read again)."""
+    path = user_path(ref, "model")
+    text = read_input(path, "model", max_bytes=MAX_CONFIG_BYTES)
+    if _script_text(ref, text):  # a Megatron-LM launch script
+        return megatron_args.model_from_args(megatron_args.parse_args(text), key=path.stem)
+    cfg = parse_json(text, "model", f"{ref} is ")
+    require(isinstance(cfg, dict), "model", f"{ref} must hold a JSON object")
+    # (a model's config.json is named after its folder: Llama-3.1-8B/config.json is Llama-3.1-8B)
+    key = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return from_hf_config(cfg, key=key)

@@ -55,6 +55,7 @@ import shlex
 from typing import Any
 
 from ..errors import InputError, require
+from ..files import MAX_SHELL_TEXT_CHARS, shell_words
 from ..models.spec import MAX_LAYERS, MAX_SEQ, MAX_WIDTH, ModelSpec, hybrid_counts
 
 #: Megatron-LM's defaults for flags a script may leave out (arguments.py)
@@ -83,16 +84,26 @@ _ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
               ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
 
+#: bash's integers are 64-bit: a literal or result outside this range is not worked out (its text
+#: stays, for the flag that reads it to refuse), which also keeps every operation cheap
+_ARITH_MAX = 2**63 - 1
+
+
 def _arithmetic(m: re.Match[str]) -> str:
-    """The value of a ``$((...))`` of whole numbers (bash integer arithmetic), or the text unchanged."""
+    """The value of a ``$((...))`` of whole numbers (bash integer arithmetic, 64-bit), or the text
+    unchanged."""
     def ev(node: ast.AST) -> int:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
-            return _ARITH_OPS[type(node.op)](ev(node.left), ev(node.right))
-        raise ValueError(node)
+            out = node.value
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            out = -ev(node.operand)
+        elif isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
+            out = _ARITH_OPS[type(node.op)](ev(node.left), ev(node.right))
+        else:
+            raise ValueError(node)
+        if abs(out) > _ARITH_MAX:
+            raise ValueError(node)
+        return out
 
     try:
         return str(ev(ast.parse(m.group(1).strip(), mode="eval").body))
@@ -114,7 +125,9 @@ def _expand_variables(text: str) -> str:
     :data:`EXPANSION_FACTOR` times the script (an InputError), so reading costs a small multiple of
     the script's size."""
     env: dict[str, str] = {}
-    budget = EXPANSION_FACTOR * len(text) + EXPANSION_SLACK
+    require(len(text) <= MAX_SHELL_TEXT_CHARS, "config", f"a launch script of {len(text):,} characters; at most "
+            f"{MAX_SHELL_TEXT_CHARS:,} are read (launch scripts are a few thousand)")
+    budget = min(EXPANSION_FACTOR * len(text) + EXPANSION_SLACK, MAX_SHELL_TEXT_CHARS)
     grown = 0
 
     def value(m: re.Match[str]) -> str:
@@ -128,8 +141,9 @@ def _expand_variables(text: str) -> str:
         line = _REF.sub(value, line)
         grown += len(line)
         if grown > budget:
-            raise InputError("config", f"its shell variables expand past {budget:,} bytes, {EXPANSION_FACTOR}x the "
-                             f"script's {len(text):,} (variables that expand each other); write the flags' values")
+            raise InputError("config", f"its shell variables expand past {budget:,} characters (at most "
+                             f"{EXPANSION_FACTOR}x the script's {len(text):,}, and {MAX_SHELL_TEXT_CHARS:,}: variables "
+                             "that expand each other); write the flags' values")
         line = _ARITH.sub(_arithmetic, line)
         if (a := _ASSIGN.match(line)) and not a.group(2).startswith("("):
             env[a.group(1)] = a.group(2).strip("\"'")
@@ -145,10 +159,7 @@ def parse_args(text: str) -> dict[str, Any]:
     read word by word, underscores read as dashes, conditionals not followed (every flag written
     counts; the last value of a flag wins)."""
     filled = _expand_variables(text)
-    try:
-        words = shlex.split(filled.replace("\\\n", " "), comments=True)
-    except ValueError as exc:
-        raise InputError("config", f"cannot read Megatron arguments: {exc}") from None
+    words = shell_words(filled.replace("\\\n", " "), "config", "Megatron arguments")
     tokens = []
     for tok in words:
         # a bash array written on one line, ARGS=(--a 1 --b 2): its brackets are words of their own

@@ -39,7 +39,7 @@ import shlex
 from typing import Any
 
 from ..errors import InputError, config_int, require, subtable
-from ..files import parse_toml
+from ..files import parse_toml, shell_words
 from ..models.spec import ModelSpec
 from ..parallelism import pplayout
 from ..parallelism.framework import Framework
@@ -173,11 +173,7 @@ def parse_launch(text: str) -> tuple[dict[str, Any], int | None]:
     """A torchtitan launch line's overrides (``{"parallelism.tensor_parallel_degree": "8", ...}``, a
     flag alone True, several values a list; the subcommand under ``activation_checkpoint``) and the
     GPUs its torchrun starts (None where it does not say)."""
-    body = text.replace("\\\n", " ")
-    try:
-        tokens = shlex.split(body, comments=True)
-    except ValueError as exc:
-        raise InputError("config", f"cannot read the torchtitan launch line: {exc}") from None
+    tokens = shell_words(text.replace("\\\n", " "), "config", "the torchtitan launch line")
     out: dict[str, Any] = {}
     key: str | None = None
     for tok in tokens:
