@@ -81,6 +81,21 @@ def test_moe_layer_patterns_read_as_megatron_expands_them(flag, value, layers, m
     assert model_from_args(args, "m").num_moe_layers == marked
 
 
+@pytest.mark.parametrize("value, says", [
+    ("(" * 5000 + "[1]" + ")" * 5000, "brackets nested too deeply"),
+    ("([0]*900000+[1]*900000)" + "+[1]" * 20, "far longer than any model"),
+    ("[1]*" + "9" * 5000, "far longer than any model"),
+])
+def test_a_layer_pattern_that_cannot_be_a_model_is_refused_by_name(value, says):
+    """Deep brackets were a RecursionError; a sum's list grew a copy at a time past any model before
+    its length was checked; a count is read to 9 digits (Python refuses to convert 4,300): each is one
+    named error, the pattern shown cut short."""
+    args = parse_args("--num-layers 8 --hidden-size 256 --num-attention-heads 4 --vocab-size 1000 "
+                      f"--num-experts 8 --moe-router-topk 2 --moe-layer-freq '{value}'")
+    with pytest.raises(InputError, match=f"^moe-layer-freq: '.{{80}}\\.\\.\\.': {says}"):
+        model_from_args(args, "m")
+
+
 def test_linear_attention_and_window_frequencies_mark_all_but_every_nth_layer():
     base = "--num-layers 48 --hidden-size 2048 --num-attention-heads 16 --vocab-size 1000 "
     gdn = model_from_args(parse_args(base + "--experimental-attention-variant gated_delta_net "

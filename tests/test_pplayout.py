@@ -32,6 +32,12 @@ def test_the_notation_expands_repeats_groups_and_cosmetic_commas():
 @pytest.mark.parametrize("text, match", [
     ("Et*4|Xt", "cannot read 'X'"),
     ("", "is empty"),
+    # the repeats together write at most MAX_BLOCKS characters (a CSV cell of many large repeats once
+    # built gigabytes), and a count of more than 6 digits is not read (Python refuses to convert one of
+    # 4,300)
+    ("t*99999" * 300, r"repeats 't\*99999' past 100,000 blocks in all"),
+    ("(t*99999|)*2", "past 100,000 blocks in all"),
+    ("t*" + "9" * 5000, r"cannot read '\*9' in 't\*999.*\.\.\.'; blocks are"),
 ])
 def test_unreadable_layouts_name_the_field(text, match):
     with pytest.raises(InputError, match=f"^pp_layout: .*{match}"):

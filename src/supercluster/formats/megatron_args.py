@@ -370,14 +370,16 @@ def _list_expression(flag: str, text: str, layers: int) -> list[int]:
     src = text.replace(" ", "")
     pos = 0
 
+    shown = text if len(text) <= 80 else f"{text[:80]}..."
+
     def fail(why: str) -> InputError:
-        return InputError(flag, f"{text!r}: {why} (write e.g. ([0]*3+[1]*58) or an integer)")
+        return InputError(flag, f"{shown!r}: {why} (write e.g. ([0]*3+[1]*58) or an integer)")
 
     def count() -> int:
         nonlocal pos
-        m = re.compile(r"\d+").match(src, pos)
+        m = re.compile(r"\d{1,9}").match(src, pos)
         if m is None:
-            raise fail(f"a count expected at character {pos + 1}")
+            raise fail(f"a count of at most 9 digits expected at character {pos + 1}")
         pos = m.end()
         return int(m.group())
 
@@ -386,7 +388,9 @@ def _list_expression(flag: str, text: str, layers: int) -> list[int]:
         out = term()
         while pos < len(src) and src[pos] == "+":
             pos += 1
-            out = out + term()
+            out.extend(term())
+            if len(out) > 10 * MAX_LAYERS:
+                raise fail("far longer than any model")
         return out
 
     def term() -> list[int]:
@@ -412,10 +416,13 @@ def _list_expression(flag: str, text: str, layers: int) -> list[int]:
             items = items * n
         return items
 
-    out = expr()
-    require(pos == len(src), flag, f"{text!r}: cannot read past character {pos + 1}")
+    try:
+        out = expr()
+    except RecursionError:
+        raise fail("brackets nested too deeply") from None
+    require(pos == len(src), flag, f"{shown!r}: cannot read past character {pos + 1}")
     require(len(out) == layers and set(out) <= {0, 1}, flag,
-            f"{text!r} gives {len(out)} entries of 0 / 1; the model has {layers} layers")
+            f"{shown!r} gives {len(out)} entries of 0 / 1; the model has {layers} layers")
     return out
 
 

@@ -28,17 +28,21 @@ def parse(layout: str) -> list[str]:
     """The virtual stages of ``layout`` in model order, each a string over ``EtmL``."""
     require(isinstance(layout, str) and layout.strip() != "", "pp_layout", "is empty; e.g. Et*4|(t*4|)*14,tmL")
     text = layout.replace(",", "").replace(" ", "")
+    # (every repeat together may write at most MAX_BLOCKS characters: no model has more blocks, and the
+    # text never grows past what its reading can afford; a count of more than 6 digits stays unread)
+    room = [MAX_BLOCKS]
 
     def repeat(mt: re.Match[str]) -> str:
-        n = int(mt.group(2))
-        require(len(mt.group(1)) * n <= MAX_BLOCKS, "pp_layout", f"repeats {mt.group(0)!r} past {MAX_BLOCKS} blocks")
-        return mt.group(1) * n
+        room[0] -= len(mt.group(1)) * int(mt.group(2))
+        require(room[0] >= 0, "pp_layout", f"repeats {mt.group(0)[:40]!r} past {MAX_BLOCKS:,} blocks in all")
+        return mt.group(1) * int(mt.group(2))
 
-    for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
+    for pattern in (r"\(([^()]+)\)\*(\d{1,6})(?!\d)", r"(.)\*(\d{1,6})(?!\d)"):
         text = re.sub(pattern, repeat, text)
     bad = sorted({c for c in text if c not in BLOCKS + "|"})
     if bad:
-        raise InputError("pp_layout", f"cannot read {''.join(bad)!r} in {layout!r}; blocks are E (embedding), "
+        shown = layout if len(layout) <= 80 else f"{layout[:80]}..."
+        raise InputError("pp_layout", f"cannot read {''.join(bad)!r} in {shown!r}; blocks are E (embedding), "
                                       "t (layer), m (MTP module), L (head and loss), '|' between stages, x*n and "
                                       "(...)*n repeat")
     return text.split("|")
