@@ -143,12 +143,26 @@ def input_limits() -> str:
     return "\n".join(["| read | at most |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]) + "\n"
 
 
+def memory_misses() -> str:
+    """Every shipped row that ran and is predicted not to fit: its memory against the GPU's."""
+    from supercluster.hardware.specs import get_gpu
+
+    lines = ["| file | run | layout | predicted per GPU | the GPU holds |", "|---|---|---|---|---|"]
+    for name, argv in (("public", ()), ("held-out", ("--runs", "heldout"))):
+        for r in _json("validate", *argv)["rows"]:
+            if r.get("fits") is False:
+                need, holds = r["memory_per_gpu_bytes"] / 2**30, get_gpu(r["gpu"]).hbm_bytes / 2**30
+                lines.append(f"| {name} | `{r['id']}` | `{r['layout_label']}` | {need:.1f} GiB | {holds:.0f} GiB |")
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "quickstart": lambda: shown("estimate"),
     "accuracy": accuracy,
     "stages": stage_docs,
     "collectives": collectives,
     "input-limits": input_limits,
+    "memory-misses": memory_misses,
     "estimate-70b": lambda: shown("estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4",
                                   "--cp", "2", "--vpp", "5", "--global-batch", "128", "--no-evidence"),
     "sensitivity": lambda: shown("estimate", "--sensitivity", "--no-evidence"),
