@@ -16,13 +16,14 @@ estimate, plan, simulate, validate, sweep, train - builds one of these and hands
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import require
 from .formats.load import load_model
-from .hardware.specs import GpuSpec, SystemSpec, get_gpu, get_system
+from .hardware.specs import GpuSpec, SystemSpec, get_gpu, get_system, with_network
 from .models.spec import ModelSpec
 from .network.twolevel import Network, TwoLevelNetwork
 from .parallelism.framework import DEFAULT_FRAMEWORK, Framework, get_framework
@@ -30,6 +31,11 @@ from .parallelism.layout import Layout
 from .perf.columns import DEFAULT_RANK_ORDER
 from .perf.compute import check_kernels
 from .perf.step import StepBreakdown, step_breakdown, step_breakdowns
+from .units import GBIT
+
+#: what a run may state of its own network (``fabric_options`` of :func:`default_network`; a runs row's
+#: columns; estimate's and plan's options): its GPUs' scale-out rate and the GPUs of a node
+NETWORK_RUN_OPTIONS = ("nic_gbit_per_gpu", "gpus_per_node")
 
 
 def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: int | None = None,
@@ -38,10 +44,16 @@ def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: in
 
     With ``num_gpus``: the system's rail-optimized fabric sized for that many GPUs (1:1 unless
     ``fabric_options`` - switch, tiers, oversubscription, planes, sharp - say otherwise); without:
-    the two-level scale-up / scale-out model.
+    the two-level scale-up / scale-out model. ``nic_gbit_per_gpu`` and ``gpus_per_node`` state the
+    run's own network (:func:`~supercluster.hardware.specs.with_network`); a stated scale-out rate
+    with no fabric described is priced on the two-level model (no switch family is assumed to carry
+    it: a 50 Gb/s share of a node's NIC is no switch's port speed).
     """
-    sys_ = system or get_system(gpu.system)
-    if num_gpus is None:
+    stated = {k: fabric_options.pop(k) for k in NETWORK_RUN_OPTIONS if k in fabric_options}
+    sys_ = with_network(system or get_system(gpu.system), **{k: v for k, v in stated.items()  # type: ignore[arg-type]
+                                                             if v is not None})
+    described = any(v not in (None, False) for v in fabric_options.values())
+    if num_gpus is None or (stated.get("nic_gbit_per_gpu") is not None and not described):
         return TwoLevelNetwork.for_system(gpu, sys_)
     from .network.fabric import FabricNetwork, build_fabric
 
@@ -103,15 +115,40 @@ class Job:
     def from_row(cls, row: dict[str, str]) -> tuple[Job, str | None]:
         """A job from a row of a runs CSV (the shared validation format), and the note of what the
         row's columns left to defaults (:func:`supercluster.formats.runs.row_setup`)."""
-        from .formats.runs import row_setup
+        from .formats.runs import row_network, row_setup
 
         model, layout, fw, note = row_setup(row)
-        return cls.of(model, gpu=(row.get("gpu") or "").strip(), layout=layout, framework=fw), note
+        gpu = get_gpu((row.get("gpu") or "").strip())
+        net, said = stated_network(gpu, layout.num_gpus, **row_network(row, get_system(gpu.system).gpus_per_node))
+        note = "; ".join(x for x in (note, said) if x) or None
+        return cls.of(model, gpu=gpu, layout=layout, framework=fw, network=net), note
 
     @property
     def net(self) -> Network:
         """The network the job's collectives run on."""
         return self.network or default_network(self.gpu, num_gpus=self.num_gpus)
+
+
+def stated_network(gpu: GpuSpec, num_gpus: int, **stated: float | int) -> tuple[Network | None, str | None]:
+    """The network a run states (:data:`NETWORK_RUN_OPTIONS`) where it differs from ``gpu``'s system
+    (None otherwise: the job keeps its default), and the note that says so; the same object for the
+    same statement, so that runs of one network are priced together."""
+    sys_ = get_system(gpu.system)
+    nic = stated.get("nic_gbit_per_gpu")
+    per_node = stated.get("gpus_per_node")
+    new_nic = nic is not None and abs(float(nic) * GBIT / sys_.nic_bytes_per_s - 1.0) > 0.005
+    new_node = per_node is not None and per_node != sys_.gpus_per_node
+    if not (new_nic or new_node):
+        return None, None
+    opts = (float(nic) if new_nic else None, int(per_node) if new_node else None)  # type: ignore[arg-type]
+    said = ", ".join(x for x in (f"{opts[0]:g} Gb/s per GPU" if new_nic else "",
+                                 f"{opts[1]} GPUs per node" if new_node else "") if x)
+    return _stated_network(gpu.key, num_gpus, *opts), f"network as the run states it: {said}"
+
+
+@functools.lru_cache(maxsize=256)
+def _stated_network(gpu_key: str, num_gpus: int, nic: float | None, per_node: int | None) -> Network:
+    return default_network(get_gpu(gpu_key), num_gpus=num_gpus, nic_gbit_per_gpu=nic, gpus_per_node=per_node)
 
 
 def derived_dp(label: str, num_gpus: int) -> int:

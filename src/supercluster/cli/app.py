@@ -211,6 +211,11 @@ def _run_options(rates: str, trials: int, seed: int, asynchronous: bool, hot_spa
 
 
 RatesOpt = Annotated[str, typer.Option(help="interruption rates: llama3 | rsc1 | rsc2 | path to a TOML file")]
+NicOpt = Annotated[float | None, _num(help="the run's own network: scale-out Gb/s per GPU (its node's NICs over its "
+                                           "GPUs: 8 x 200 Gb/s for 8 GPUs is 200); without fabric options, priced "
+                                           "on the two-level model")]
+NodeOpt = Annotated[int | None, typer.Option(help="the run's own node: its GPUs, joined by the scale-up links where "
+                                             "the system's scale-up domain is one node")]
 TrialsOpt = Annotated[int, typer.Option(help="Monte Carlo trials")]
 SeedOpt = Annotated[int, typer.Option(help="random seed")]
 AsyncOpt = Annotated[bool, typer.Option("--async-checkpoint/--sync-checkpoint", help="checkpoint mode")]

@@ -25,6 +25,8 @@ from .app import (
     GbsOpt,
     GpuOpt,
     GpusOpt,
+    NicOpt,
+    NodeOpt,
     PlotOpt,
     SeqOpt,
     _emit_json,
@@ -108,6 +110,8 @@ def estimate(
     planes: Annotated[int | None, typer.Option(help="fabric: network planes",
                                                show_default="the system's NIC ports per GPU")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="fabric: in-network all-reduce")] = False,
+    nic_gbit_per_gpu: NicOpt = None,
+    gpus_per_node: NodeOpt = None,
     rank_order: Annotated[str, typer.Option(help="rank order, innermost first (Megatron-Core: tp-cp-ep-dp-pp)")]
     = "tp-cp-ep-dp-pp",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -124,7 +128,8 @@ def estimate(
     force: ForceOpt = False,
 ) -> None:
     """Predict one training step: time, throughput, MFU, memory and the time ledger."""
-    fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp)
+    fab = dict(switch=switch, tiers=tiers, oversubscription=_over(oversubscription), planes=planes, sharp=sharp,
+               nic_gbit_per_gpu=nic_gbit_per_gpu, gpus_per_node=gpus_per_node)
     show = dict(as_json=as_json, profile=profile, fabric_options=fab, rank_order=rank_order, evidence=evidence,
                 plot=plot, sensitivity=sensitivity, show_placement=placement)
     if config is not None:

@@ -11,6 +11,7 @@ from rich.console import Console
 from ..errors import InputError
 from ..formats.load import load_model
 from ..hardware.specs import get_gpu
+from ..job import default_network
 from ..parallelism.layout import Layout
 from ..planner.fallback import fixed_settings
 from ..reports import plots
@@ -28,6 +29,8 @@ from .app import (
     KeepRecomputeOpt,
     KeepZeroOpt,
     ModelOpt,
+    NicOpt,
+    NodeOpt,
     PlotOpt,
     PrecisionAnyOpt,
     RatesOpt,
@@ -63,6 +66,8 @@ def plan(
     zero: KeepZeroOpt = None,
     recompute: KeepRecomputeOpt = None,
     gpu_hour_usd: Annotated[float | None, _num(help="price of a GPU-hour (default: ownership cost)")] = None,
+    nic_gbit_per_gpu: NicOpt = None,
+    gpus_per_node: NodeOpt = None,
     export: Annotated[str | None, typer.Option(help="print the winner as megatron (its arguments) | megatron-launch (a "
                                                     "torchrun script) | torchtitan (a torchtitan 0.3 launch line) | "
                                                     "torchtitan-toml | deepspeed")] = None,
@@ -85,19 +90,22 @@ def plan(
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
     fixed = fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
+    # (the run's own network, where it states one: the search and the export price the same)
+    stated = nic_gbit_per_gpu is not None or gpus_per_node is not None
+    net = default_network(g, num_gpus=gpus, nic_gbit_per_gpu=nic_gbit_per_gpu,
+                          gpus_per_node=gpus_per_node) if stated else None
     with _pricing_bar() as progress:
         res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
                        objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,
-                       progress=progress, fixed=fixed)
+                       progress=progress, fixed=fixed, network=net)
     if export:
+        from ..hardware.specs import get_system
         from ..job import estimate
 
         # (how the winner's pipeline split was priced: the export tells the framework the same split)
-        step = estimate(m, gpu=g, num_gpus=gpus, layout=res.best.layout, framework=fw)
-        from ..hardware.specs import get_system
-
+        step = estimate(m, gpu=g, num_gpus=gpus, layout=res.best.layout, framework=fw, network=net)
         typer.echo(export_layout(res.best.layout, export, m, fw, counts_head=step.split_counts_head,
-                                 gpus_per_node=get_system(g.system).gpus_per_node), nl=False)
+                                 gpus_per_node=gpus_per_node or get_system(g.system).gpus_per_node), nl=False)
         return
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens}")

@@ -262,6 +262,51 @@ def routing_suffixes(row: dict[str, str]) -> str:
     return f"{CAPACITY_PREFIX}{factor:g}" + (PAD_SUFFIX if pad else "")
 
 
+#: a rate in a runs row's network text: a number and its unit (GB/s, a capital B: bytes, is 8 Gb/s), with
+#: a count of NICs before or after it
+_RATE = re.compile(r"(?:(\d{1,4})\s*[x\u00d7]\s*)?(\d+(?:\.\d+)?)\s*(Gb/s|Gbit/s|Gbps|Gb|GB/s|GBps|Tb/s|Tbit/s|Tbps)"
+                   r"(?:\s*[x\u00d7]\s*(\d{1,4}))?")
+
+
+def network_gbit_per_gpu(text: str, gpus_per_node: int) -> float | None:
+    """The scale-out rate per GPU (Gb/s per direction) a runs row's network text states, or None where
+    it states none it can be read as: "400 Gb/s per GPU" (a GPU's own NIC), "200Gb/s x8 per node",
+    "4 x 100 Gb/s per node", "1600 Gbps node-node" or "8x50 GB/s" (a node's NICs together, over its
+    ``gpus_per_node`` GPUs). A rate with neither a count nor "per GPU" / "node" is not read (it may be
+    a link's speed or a whole cluster's)."""
+    m = _RATE.search(text or "")
+    if m is None:
+        return None
+    count = float(m.group(1) or m.group(4) or 1)
+    unit = m.group(3)
+    rate = float(m.group(2)) * (8.0 if unit.startswith("GB") else 1000.0 if unit.startswith("T") else 1.0) * count
+    tail = text[m.end():].lower()
+    if re.match(r"\s*(?:\([^)]*\)\s*)?per\s+gpu", tail):
+        return rate
+    if m.group(1) or m.group(4) or "node" in text.lower():
+        return rate / gpus_per_node
+    return None
+
+
+def row_network(row: dict[str, str], gpus_per_node: int) -> dict[str, float | int]:
+    """The network a row states, as run options (:data:`supercluster.job.NETWORK_RUN_OPTIONS`): its
+    optional ``gpus_per_node`` and ``nic_gbit_per_gpu`` columns, else the scale-out rate its free-text
+    ``network`` column states (:func:`network_gbit_per_gpu`, over the row's or the system's
+    ``gpus_per_node``); empty where it states neither."""
+    out: dict[str, float | int] = {}
+    if per_node := _int(row, "gpus_per_node", 0):
+        out["gpus_per_node"] = per_node
+    raw = (row.get("nic_gbit_per_gpu") or "").strip()
+    if raw:
+        try:
+            out["nic_gbit_per_gpu"] = float(raw)
+        except ValueError:
+            raise InputError("nic_gbit_per_gpu", f"{raw[:40]!r}: a rate in Gb/s per GPU expected") from None
+    elif (rate := network_gbit_per_gpu(row.get("network") or "", per_node or gpus_per_node)) is not None:
+        out["nic_gbit_per_gpu"] = rate
+    return out
+
+
 def _fold(row: dict[str, str]) -> int | None:
     """Expert TP 1 (Megatron-Core MoE parallel folding) when the row's EP does not fit in dp x cp but
     does in tp x dp x cp; the CSV format has no expert-TP column."""

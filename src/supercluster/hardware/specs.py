@@ -5,7 +5,8 @@ Every figure is SI inside the dataclasses; the TOML keys carry human units and s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from .._toml import check_keys, load_package_toml
@@ -245,6 +246,35 @@ def get_gpu(key: str) -> GpuSpec:
     if key not in cat:
         raise InputError("gpu", f"unknown GPU {key!r}; known: {', '.join(sorted(cat))}")
     return cat[key]
+
+
+#: the most a run may state of its own network (a runs row, estimate and plan options): a GPU's
+#: scale-out rate (Gb/s per direction) and the GPUs of a node
+MAX_NIC_GBIT_PER_GPU = 100_000.0
+MAX_GPUS_PER_NODE = 4096
+
+
+def with_network(system: SystemSpec, *, nic_gbit_per_gpu: float | None = None,
+                 gpus_per_node: int | None = None) -> SystemSpec:
+    """``system`` with a run's own network: the scale-out rate each GPU has (Gb/s per direction: a
+    node's NIC bandwidth over its GPUs) and the GPUs a node holds. A node's GPUs share its scale-up
+    links: where the system's scale-up domain is one node (HGX, DGX) it becomes the stated node; a
+    domain of several nodes (an NVL72 rack) keeps its size. None keeps the system's figure."""
+    out = system
+    if nic_gbit_per_gpu is not None:
+        ok = isinstance(nic_gbit_per_gpu, int | float) and not isinstance(nic_gbit_per_gpu, bool) \
+            and math.isfinite(nic_gbit_per_gpu) and 0 < nic_gbit_per_gpu <= MAX_NIC_GBIT_PER_GPU
+        require(ok, "nic_gbit_per_gpu", f"must be a rate in (0, {MAX_NIC_GBIT_PER_GPU:,.0f}] Gb/s per GPU, "
+                                        f"got {nic_gbit_per_gpu!r}")
+        out = replace(out, nic_bytes_per_s=float(nic_gbit_per_gpu) * GBIT)
+    if gpus_per_node is not None:
+        require(isinstance(gpus_per_node, int) and not isinstance(gpus_per_node, bool)
+                and 1 <= gpus_per_node <= MAX_GPUS_PER_NODE, "gpus_per_node",
+                f"must be a whole number in 1..{MAX_GPUS_PER_NODE:,}, got {gpus_per_node!r}")
+        node_domain = system.scaleup_domain == system.gpus_per_node
+        out = replace(out, gpus_per_node=gpus_per_node,
+                      scaleup_domain=gpus_per_node if node_domain else system.scaleup_domain)
+    return out
 
 
 def get_system(key: str) -> SystemSpec:

@@ -1,0 +1,97 @@
+"""A run's own network: its GPUs' scale-out rate and the GPUs of a node, stated by a runs row (its
+columns or its network text) or by estimate's and plan's options, priced everywhere the same."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from supercluster.cli import app
+from supercluster.errors import InputError
+from supercluster.formats.runs import load_rows, network_gbit_per_gpu, row_network
+from supercluster.hardware.specs import get_gpu, get_system, with_network
+from supercluster.job import Job, check_job, default_network, estimate
+from supercluster.network.fabric import FabricNetwork
+from supercluster.network.twolevel import TwoLevelNetwork
+
+
+@pytest.mark.parametrize("text, per_gpu", [
+    ("IB HDR 200Gb/s x8 per DGX A100 node (Selene)", 200.0),   # 8 NICs of a node over its 8 GPUs
+    ("Omni-Path 4 x 100 Gb/s per node", 50.0),                  # BLOOM's Jean Zay: 4 NICs for 8 GPUs
+    ("1600 Gbps node-node interconnect (RoCE)", 200.0),
+    ("H100 (InfiniBand 8x50 GB/s)", 400.0),                      # GB/s: bytes
+    ("RDMA 400Gb/s (CX-7) per GPU", 400.0),
+    ("DGX-H100 (InfiniBand 400Gb/s per GPU)", 400.0),
+    ("2 x 200 Gb/s per GPU", 400.0),
+    ("3.2 Tbps per node", 400.0),
+    ("InfiniBand 400 Gb/s", None),                               # a link's speed, or a cluster's: not read
+    ("DGX-H100 (DGX SuperPOD InfiniBand rails)", None),
+    ("", None),
+])
+def test_the_network_text_of_a_run_is_read_only_where_it_says_per_gpu_or_per_node(text, per_gpu):
+    assert network_gbit_per_gpu(text, 8) == per_gpu
+
+
+def test_a_node_of_its_own_size_sets_the_scale_up_domain_only_where_the_domain_is_a_node():
+    dgx, nvl = get_system("dgx-h100"), get_system("gb200-nvl72")
+    assert (with_network(dgx, gpus_per_node=4).scaleup_domain, with_network(nvl, gpus_per_node=4).scaleup_domain) \
+        == (4, 72)
+    assert with_network(dgx, nic_gbit_per_gpu=100).nic_bytes_per_s == pytest.approx(100e9 / 8)
+    for bad in ({"nic_gbit_per_gpu": 0}, {"nic_gbit_per_gpu": float("inf")}, {"gpus_per_node": 0},
+                {"gpus_per_node": 2.5}, {"gpus_per_node": True}):
+        with pytest.raises(InputError, match=f"^{next(iter(bad))}: must be"):
+            with_network(dgx, **bad)
+
+
+def test_a_stated_rate_without_a_fabric_is_the_two_level_network_and_slows_what_crosses_it():
+    g = get_gpu("a100-80gb")
+    assert isinstance(default_network(g, num_gpus=384), FabricNetwork)
+    thin = default_network(g, num_gpus=384, nic_gbit_per_gpu=50.0)
+    assert isinstance(thin, TwoLevelNetwork) and thin.scaleout_bytes_per_s < 0.26 * get_system(
+        g.system).nic_bytes_per_s
+    # a fabric described as well: the sized fabric, at that rate (a switch family that runs it)
+    assert isinstance(default_network(g, num_gpus=384, nic_gbit_per_gpu=400.0, switch="quantum-2"), FabricNetwork)
+    job = Job.from_label("tp1-pp1-dp64", model="llama3-8b", gpu="h100-sxm", global_batch=256, seq_len=8192)
+    slow = Job.from_label("tp1-pp1-dp64", model="llama3-8b", gpu="h100-sxm", global_batch=256, seq_len=8192,
+                          network=default_network(get_gpu("h100-sxm"), num_gpus=64, nic_gbit_per_gpu=25.0))
+    a, b = estimate(job), estimate(slow)
+    assert b.ledger["exposed_dp_comm"] > 10 * a.ledger["exposed_dp_comm"] and b.step_time_s > a.step_time_s
+
+
+def test_a_runs_row_prices_the_network_it_states_and_says_so():
+    bloom = next(r for r in load_rows("heldout") if r["id"] == "BLOOM-176B-384")
+    assert row_network(bloom, 8) == {"nic_gbit_per_gpu": 50.0}
+    job, note = Job.from_row(bloom)
+    assert "network as the run states it: 50 Gb/s per GPU" in note and isinstance(job.network, TwoLevelNetwork)
+    default = dict(bloom, network="")
+    job0, note0 = Job.from_row(default)
+    assert job0.network is None and "network" not in (note0 or "")
+    assert estimate(check_job(job)).step_time_s > estimate(check_job(job0)).step_time_s
+    # a row stating its system's own figures keeps the default network (and its sized fabric)
+    assert Job.from_row(dict(bloom, network="HDR InfiniBand 200 Gb/s x8 per node"))[0].network is None
+    # the columns win over the text; a node's GPUs come from its own column
+    assert row_network(dict(bloom, nic_gbit_per_gpu="100", gpus_per_node="4"), 8) == {"gpus_per_node": 4,
+                                                                                        "nic_gbit_per_gpu": 100.0}
+    assert row_network(dict(bloom, gpus_per_node="4"), 8) == {"gpus_per_node": 4, "nic_gbit_per_gpu": 100.0}
+    with pytest.raises(InputError, match="^nic_gbit_per_gpu: 'fast': a rate"):
+        row_network(dict(bloom, nic_gbit_per_gpu="fast"), 8)
+
+
+def test_estimate_and_plan_take_the_run_network_and_price_it_alike():
+    r = CliRunner()
+    base = ["--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--no-evidence", "--json"]
+    plan = json.loads(r.invoke(app, ["plan", *base, "--nic-gbit-per-gpu", "25", "--top", "1"]).stdout)
+    b = plan["best"]
+    label = f"{b['layout']}-mb{b['micro_batch']}-z{b['zero_stage']}-{b['recompute']}" + ("-sp" if b["sequence_parallel"]
+                                                                                        else "")
+    est = json.loads(r.invoke(app, ["estimate", *base, "--layout", label, "--nic-gbit-per-gpu", "25"]).stdout)
+    assert est["step_time_s"] == pytest.approx(plan["best"]["step_time_s"], rel=1e-9)
+    dflt = json.loads(r.invoke(app, ["estimate", *base, "--layout", label]).stdout)
+    assert dflt["step_time_s"] < est["step_time_s"]
+    out = r.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--gpus-per-node",
+                         "4", "--export", "megatron-launch"])
+    assert out.exit_code == 0 and "GPUS_PER_NODE=4" in out.stdout and "NNODES=${NNODES:-16}" in out.stdout
+    bad = r.invoke(app, ["estimate", *base, "--layout", label, "--nic-gbit-per-gpu", "-5"])
+    assert isinstance(bad.exception, InputError) and str(bad.exception).startswith("nic_gbit_per_gpu: must be a rate")
