@@ -3,6 +3,7 @@ columns or its network text) or by estimate's and plan's options, priced everywh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -95,3 +96,20 @@ def test_estimate_and_plan_take_the_run_network_and_price_it_alike():
     assert out.exit_code == 0 and "GPUS_PER_NODE=4" in out.stdout and "NNODES=${NNODES:-16}" in out.stdout
     bad = r.invoke(app, ["estimate", *base, "--layout", label, "--nic-gbit-per-gpu", "-5"])
     assert isinstance(bad.exception, InputError) and str(bad.exception).startswith("nic_gbit_per_gpu: must be a rate")
+
+
+def test_a_run_without_a_stated_micro_batch_or_pipeline_runs_the_largest_that_fits():
+    """Issue 32: a blank micro-batch without pipelining was read as the whole local batch (terabytes a
+    GPU); a run that ran fitted, as automatic micro-batching picks it: the largest divisor that fits."""
+    row = next(r for r in load_rows(None) if r["id"] == "TT-A100-L2-70B-full")
+    big = dict(row, micro_batch="", global_batch=str(64 * 256))
+    job, note = Job.from_row(big)
+    b = estimate(check_job(job))
+    assert b.fits and 256 % job.layout.micro_batch == 0 and 1 < job.layout.micro_batch < 256
+    assert f"micro-batch not stated: {job.layout.micro_batch} of the local batch of 256 (the largest that fits)" \
+        in note
+    larger = dataclasses.replace(job, layout=dataclasses.replace(job.layout, micro_batch=2 * job.layout.micro_batch))
+    assert not estimate(check_job(larger)).fits
+    # a local batch that fits whole is run whole, and a stated micro-batch is kept as stated
+    assert Job.from_row(dict(row, micro_batch="", global_batch="64"))[0].layout.micro_batch == 1
+    assert Job.from_row(dict(big, micro_batch="64"))[0].layout.micro_batch == 64

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import require
+from .errors import InputError, require
 from .formats.load import load_model
 from .hardware.specs import GpuSpec, SystemSpec, get_gpu, get_system, with_network
 from .models.spec import ModelSpec
@@ -120,8 +120,11 @@ class Job:
         model, layout, fw, note = row_setup(row)
         gpu = get_gpu((row.get("gpu") or "").strip())
         net, said = stated_network(gpu, layout.num_gpus, **row_network(row, get_system(gpu.system).gpus_per_node))
-        note = "; ".join(x for x in (note, said) if x) or None
-        return cls.of(model, gpu=gpu, layout=layout, framework=fw, network=net), note
+        job = cls.of(model, gpu=gpu, layout=layout, framework=fw, network=net)
+        if not (row.get("micro_batch") or "").strip() and layout.pp == 1:
+            job, fitted = fitted_micro_batch(job)
+            said = "; ".join(x for x in (said, fitted) if x)
+        return job, "; ".join(x for x in (note, said) if x) or None
 
     @property
     def net(self) -> Network:
@@ -149,6 +152,35 @@ def stated_network(gpu: GpuSpec, num_gpus: int, **stated: float | int) -> tuple[
 @functools.lru_cache(maxsize=256)
 def _stated_network(gpu_key: str, num_gpus: int, nic: float | None, per_node: int | None) -> Network:
     return default_network(get_gpu(gpu_key), num_gpus=num_gpus, nic_gbit_per_gpu=nic, gpus_per_node=per_node)
+
+
+#: the most micro-batch sizes :func:`fitted_micro_batch` prices (a local batch's divisors, largest first)
+MAX_FITTED_CANDIDATES = 64
+
+
+def fitted_micro_batch(job: Job) -> tuple[Job, str | None]:
+    """A run that leaves its micro-batch unstated without pipelining: the largest micro-batch that
+    divides its local batch (``job.layout.micro_batch``) and fits the GPU's memory, as automatic
+    micro-batching (Composer's ``device_train_microbatch_size: auto``) picks it and as a run that ran
+    must have fitted; the whole local batch as one micro-batch can need terabytes. The note says which
+    (None where the whole local batch fits; 1 where nothing does)."""
+    local = job.layout.micro_batch
+    sizes = [d for d in range(local, 0, -1) if local % d == 0][:MAX_FITTED_CANDIDATES]
+    jobs = []
+    for mb in sizes:
+        try:
+            jobs.append(check_job(dataclasses.replace(job, layout=dataclasses.replace(job.layout, micro_batch=mb))))
+        except InputError:
+            continue
+    if not jobs:
+        return job, None
+    fits = [j for j, b in zip(jobs, price_many(jobs), strict=True) if b.fits]
+    best = fits[0] if fits else jobs[-1]
+    if best.layout.micro_batch == local:
+        return job, None
+    why = "the largest that fits" if fits else "none fits"
+    return (dataclasses.replace(job, layout=dataclasses.replace(job.layout, micro_batch=best.layout.micro_batch)),
+            f"micro-batch not stated: {best.layout.micro_batch} of the local batch of {local} ({why})")
 
 
 def derived_dp(label: str, num_gpus: int) -> int:
