@@ -331,7 +331,8 @@ class _DataParallel:
         return 1
 
 
-@pytest.mark.parametrize("label, gbs", [("tp1-pp1-dp64-mb2-z3-full", 256), ("tp1-pp4-dp16-z1-none", 512)])
+@pytest.mark.parametrize("label, gbs", [("tp1-pp1-dp64-mb2-z3-full", 256), ("tp1-pp4-dp16-z1-none", 512),
+                                        ("tp1-pp1-dp16-cp4-z3-full", 32)])
 def test_deepspeed_reads_each_export(label, gbs, tmp_path):
     _need("deepspeed")
     from unittest import mock
@@ -347,6 +348,9 @@ def test_deepspeed_reads_each_export(label, gbs, tmp_path):
     assert (cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps) == \
         (lay.global_batch, lay.micro_batch, lay.num_microbatches)
     assert cfg.zero_optimization_stage == lay.zero_stage and cfg.bfloat16_config.enabled
+    # context parallelism as DeepSpeed's Ulysses mesh: its (data, sequence) sizes fill the GPUs
+    said = json.loads(text)
+    assert (said.get("sequence_parallel_size", 1), said.get("data_parallel_size", lay.dp)) == (lay.cp, lay.dp)
     path = tmp_path / "ds.json"
     path.write_text(text)
     back = Job.from_config(str(path), model="llama3-70b", gpu="h100-sxm", num_gpus=64)

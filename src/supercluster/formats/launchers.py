@@ -188,6 +188,9 @@ def to_deepspeed_json(layout: Layout) -> str:
                                      "contiguous_memory_optimization": False},
         "tensor_parallel": {"autotp_size": layout.tp},
         "pipeline": {"stages": layout.pp},
+        # context parallelism as DeepSpeed runs it, Ulysses' all-to-all over a (data, sequence) mesh
+        # (deepspeed.initialize builds it from these two keys: deepspeed/__init__.py)
+        **({"sequence_parallel_size": layout.cp, "data_parallel_size": layout.dp} if layout.cp > 1 else {}),
         "supercluster": {"seq_len": layout.seq_len, "cp": layout.cp, "ep": layout.ep, "vpp": layout.vpp,
                          "recompute": layout.recompute, "precision": layout.precision,
                          "sequence_parallel": bool(layout.sequence_parallel)},
@@ -352,7 +355,7 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
     tp = config_int("tensor_parallel.autotp_size", subtable(cfg, "tensor_parallel").get("autotp_size", 1))
     pp_raw = subtable(cfg, "pipeline").get("stages", 1)
     pp = 1 if pp_raw == "auto" else config_int("pipeline.stages", pp_raw)
-    cp = config_int("supercluster.cp", extra.get("cp", 1))
+    cp = config_int("sequence_parallel_size", cfg.get("sequence_parallel_size", extra.get("cp", 1)))
     mb = config_int("train_micro_batch_size_per_gpu", cfg.get("train_micro_batch_size_per_gpu", 1))
     require("train_batch_size" in cfg or "gradient_accumulation_steps" in cfg, "train_batch_size",
             "give train_batch_size, or micro batch and gradient_accumulation_steps")
