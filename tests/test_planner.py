@@ -689,3 +689,22 @@ def test_the_planner_offers_only_the_zero_stages_each_framework_has():
         estimate("llama3-8b", gpu="h100-sxm", num_gpus=16, framework="deepspeed",
                  layout=Layout(pp=2, dp=8, global_batch=64, seq_len=4096, zero_stage=3))
     assert e.value.field == "zero_stage"
+
+
+def test_recompute_modules_are_searched_and_accepted_only_where_the_framework_has_them():
+    """Megatron-Core's --recompute-modules (layernorm, moe_act, ...) were searched for DeepSpeed MoE plans,
+    whose export then refused them: now only frameworks with per-module recompute search or take them."""
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.job import Job, check_job
+    from supercluster.parallelism.framework import get_framework
+
+    model, gpu = load_model("mixtral-8x7b"), get_gpu("h100-sxm")
+    ds = plan(model, gpu, 64, global_batch=256, seq_len=4096, framework=get_framework("deepspeed"), top=50)
+    assert all(not c.layout.recompute_modules for c in ds.top)
+    assert launchers.export(ds.best.layout, "deepspeed", model, get_framework("deepspeed")).startswith("{")
+    mc = plan(model, gpu, 64, global_batch=256, seq_len=4096, framework=get_framework("nemo-megatron"), top=200)
+    assert any(c.layout.recompute_modules == ("layernorm", "moe_act") for c in mc.top)
+    job = Job.from_label("tp1-pp1-dp64-ep8-selective", model="mixtral-8x7b", gpu="h100-sxm", global_batch=256,
+                         seq_len=4096, framework="deepspeed", recompute_modules=("layernorm", "moe_act"))
+    with pytest.raises(InputError, match="^recompute_modules: are Megatron-Core's .*deepspeed has no per-module"):
+        check_job(job)

@@ -215,9 +215,10 @@ def check_job(job: Job) -> Job:
     moe_mods = [x for x in lay.recompute_modules if x in ("moe", "moe_act")]
     require(not moe_mods or m.is_moe, "recompute_modules",
             f"{', '.join(moe_mods)} recompute MoE layers; {m.name} is dense (use mlp, core_attn or layernorm)")
-    require(not lay.recompute_modules or fw.selective_recompute == "attention", "recompute_modules",
-            f"are Megatron-Core's; framework {fw.key} recomputes by its own selective policy "
-            f"({fw.selective_recompute}); leave them out")
+    require(not lay.recompute_modules or fw.recompute_modules, "recompute_modules",
+            f"are Megatron-Core's (--recompute-modules); framework {fw.key} has no per-module recompute (its "
+            f"selective recompute: {'per op' if fw.selective_recompute == 'op' else 'the core attention'}); "
+            "leave them out")
     lay = fw.runnable(lay, m)
     job.gpu.peak(lay.precision)
     check_kernels(m, fw, job.gpu)

@@ -259,6 +259,7 @@ def test_timeline_without_jitter_is_the_ledgers_step(pp, vpp, accum, mb, rc, fw,
        st.sampled_from(["megatron", "nemo-megatron", "torchtitan", "deepspeed", "hai-llm", "automodel"]))
 def test_the_planner_returns_only_layouts_its_framework_runs(model_key, gpus, gbs, fw_key):
     from supercluster.errors import InputError
+    from supercluster.formats import launchers
     from supercluster.job import estimate
     from supercluster.planner.search import plan
 
@@ -273,6 +274,11 @@ def test_the_planner_returns_only_layouts_its_framework_runs(model_key, gpus, gb
         assert model.num_kv_heads % lay.tp == 0
         assert estimate(model, gpu=GPU, num_gpus=lay.num_gpus, layout=lay, framework=fw).step_time_s == \
             c.step_time_s
+        # ... and its launcher writes it (Megatron-Core's recompute modules were searched for DeepSpeed MoE
+        # plans, whose export then refused them)
+        fmt = {"deepspeed": "deepspeed", "megatron": "megatron", "nemo-megatron": "megatron"}.get(fw.family)
+        if fmt:
+            launchers.export(lay, fmt, model, fw)
 
 
 def test_fp4_weight_casts_are_paid_once_a_step_so_more_micro_batches_never_shorten_it():

@@ -68,6 +68,10 @@ class Framework:
     dropout: bool = False
     pp_scatter_gather: bool = False
     selective_recompute: str = "attention"
+    #: the framework recomputes chosen modules of a layer (Megatron-Core --recompute-modules: core_attn,
+    #: layernorm, moe_act, mlp, moe, mla_up_proj); elsewhere a layout naming them is refused and the
+    #: planner does not search them
+    recompute_modules: bool = False
     elementwise: str = "fused"
     #: the layers' kernels are captured in CUDA graphs and replayed by one launch (Megatron-Core
     #: --enable-cuda-graph / --external-cuda-graph, NeMo's enable_cuda_graph): no host launch cost per
@@ -297,7 +301,8 @@ class Framework:
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
-_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "elementwise", "cuda_graphs", "fp8_recipe",
+_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "recompute_modules", "elementwise",
+                "cuda_graphs", "fp8_recipe",
                 "context_parallel", "era_of",
                 "until_year", "pp_split_counts_head", "pp_split",
                 "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "moe_router", "cp_rotate", "cp_kv_repeated",

@@ -44,7 +44,7 @@ MAX_CP = 32
 #: settings a search can be told to keep (``plan(fixed=...)``): column -> the field users know
 FIXABLE = {"mb": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "rcm": "recompute_modules",
            "sp": "sequence_parallel"}
-#: Selective recompute modules searched for MoE models under Megatron-style frameworks: the default
+#: Selective recompute modules searched for MoE models where the framework has them: the default
 #: (core_attn) and the cheap pair the Megatron-Bridge MoE recipes use (layernorm, moe_act).
 MOE_MODULE_SETS = ((), ("layernorm", "moe_act"))
 
@@ -317,8 +317,8 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
                              max_pp=None if framework.pipeline_parallel else 1,
                              max_vpp=None if framework.interleaved_pipeline else 1,
                              extra_pp_layers=framework.extra_pp_layers,
-                             module_sets=MOE_MODULE_SETS if model.is_moe and framework.selective_recompute
-                             == "attention" else ((),))
+                             module_sets=MOE_MODULE_SETS if model.is_moe and framework.recompute_modules
+                             else ((),))
     cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"]), cols["vpp"]))
     cols = _keep(cols, framework.sequence_parallel_ok(model.is_moe, cols["tp"], cols["sp"]))
     cols = _keep(cols, framework.zero_ok(cols["zero"], cols["pp"]))
