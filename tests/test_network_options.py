@@ -113,3 +113,26 @@ def test_a_run_without_a_stated_micro_batch_or_pipeline_runs_the_largest_that_fi
     # a local batch that fits whole is run whole, and a stated micro-batch is kept as stated
     assert Job.from_row(dict(row, micro_batch="", global_batch="64"))[0].layout.micro_batch == 1
     assert Job.from_row(dict(big, micro_batch="64"))[0].layout.micro_batch == 64
+
+
+def test_train_goodput_and_simulate_price_the_run_network_as_estimate_does():
+    """One job, one answer: a Job's own network is the network of its run (the API's train and goodput
+    priced the default network), and the commands take the same options as estimate."""
+    import supercluster as sc
+
+    net = default_network(get_gpu("h100-sxm"), num_gpus=64, nic_gbit_per_gpu=25.0)
+    job = Job.from_label("tp1-pp1-dp64", model="llama3-8b", gpu="h100-sxm", global_batch=256, seq_len=8192,
+                         network=net)
+    step = estimate(job).step_time_s
+    run = sc.train(job, tokens=1e10, options=sc.RunOptions(trials=50))
+    assert run.step.step_time_s == pytest.approx(step, rel=1e-12)
+    r = CliRunner()
+    base = ["--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--seq-len", "8192",
+            "--layout", "tp1-pp1-dp64", "--nic-gbit-per-gpu", "25", "--json"]
+    est = json.loads(r.invoke(app, ["estimate", *base, "--no-evidence"]).stdout)["step_time_s"]
+    assert est == pytest.approx(step, rel=1e-12)
+    for cmd in (["train", "--tokens", "1e10"], ["goodput", "--days", "1"]):
+        out = json.loads(r.invoke(app, [*cmd, *base, "--trials", "50"]).stdout)
+        assert out["step_time_s"] == pytest.approx(step, rel=1e-12), cmd
+    sim = json.loads(r.invoke(app, ["simulate", *base]).stdout)  # (no jitter: the ledger's step)
+    assert sim["step_time_s"] == pytest.approx(step, rel=1e-9)

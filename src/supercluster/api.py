@@ -45,7 +45,7 @@ def _run(job: Job, options: RunOptions | None, **horizon: float | None) -> RunRe
     job = check_job(job)
     return analyse_run(job.model, job.gpu, job.num_gpus, framework=job.framework, layout=job.layout,
                        global_batch=job.layout.global_batch, seq_len=job.layout.seq_len,
-                       options=options or RunOptions(), **horizon)
+                       options=options or RunOptions(), network=job.network, **horizon)
 
 
 def goodput(job: Job, *, days: float, options: RunOptions | None = None) -> RunReport:

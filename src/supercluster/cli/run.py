@@ -26,6 +26,8 @@ from .app import (
     IntervalOpt,
     LayoutOpt,
     ModelOpt,
+    NicOpt,
+    NodeOpt,
     PlotOpt,
     PriceOpt,
     PueOpt,
@@ -52,12 +54,20 @@ def _layout_arg(layout: str | None, gbs: int, seq: int, recompute: str, precisio
 
 
 def _analyse(model: str, gpu: str, gpus: int, framework: str, layout: Layout | None, global_batch: int,
-             seq_len: int, opts: Any, **horizon: Any) -> dict[str, Any]:
+             seq_len: int, opts: Any, nic_gbit_per_gpu: float | None = None, gpus_per_node: int | None = None,
+             **horizon: Any) -> dict[str, Any]:
+    from ..hardware.specs import get_system, with_network
+    from ..job import default_network
     from ..parallelism.framework import get_framework
     from ..reliability.run import analyse_run
 
-    r = analyse_run(load_model(model), get_gpu(gpu), gpus, framework=get_framework(framework), layout=layout,
-                    global_batch=global_batch, seq_len=seq_len, options=opts, **horizon)
+    g = get_gpu(gpu)
+    stated = nic_gbit_per_gpu is not None or gpus_per_node is not None
+    net = default_network(g, num_gpus=gpus, nic_gbit_per_gpu=nic_gbit_per_gpu,
+                          gpus_per_node=gpus_per_node) if stated else None
+    system = with_network(get_system(g.system), gpus_per_node=gpus_per_node) if gpus_per_node else None
+    r = analyse_run(load_model(model), g, gpus, framework=get_framework(framework), layout=layout,
+                    global_batch=global_batch, seq_len=seq_len, options=opts, network=net, system=system, **horizon)
     return r.summary()
 
 
@@ -72,6 +82,7 @@ def goodput(
     rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
+    nic_gbit_per_gpu: NicOpt = None, gpus_per_node: NodeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     plot: PlotOpt = None,
     force: ForceOpt = False,
@@ -79,7 +90,7 @@ def goodput(
     """Interruptions, checkpoint interval and effective training time (ETTR) of a run of --days."""
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     s = _analyse(model, gpu, gpus, framework, _layout_arg(layout, global_batch, seq_len, recompute, "bf16"),
-                 global_batch, seq_len, opts, days=days)
+                 global_batch, seq_len, opts, nic_gbit_per_gpu, gpus_per_node, days=days)
     _plot(plot, lambda: plots.goodput(s, title=f"{days:g} days on {gpus:,} x {gpu} ({model}, {s['layout']}), "
                                                 f"rates {rates}"))
     if as_json:
@@ -101,6 +112,7 @@ def train(
     rates: RatesOpt = "llama3", trials: TrialsOpt = 10000, seed: SeedOpt = 0, asynchronous: AsyncOpt = False,
     hot_spares: SparesOpt = False, elastic: ElasticOpt = False, storage_bw: StorageOpt = None,
     interval: IntervalOpt = None, pue: PueOpt = 1.1, gpu_hour_usd: PriceOpt = None,
+    nic_gbit_per_gpu: NicOpt = None, gpus_per_node: NodeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     plot: PlotOpt = None,
     force: ForceOpt = False,
@@ -111,7 +123,7 @@ def train(
     opts = _run_options(rates, trials, seed, asynchronous, hot_spares, elastic, storage_bw, interval, pue, gpu_hour_usd)
     g = get_gpu(gpu)
     s = _analyse(model, gpu, gpus, framework, _layout_arg(layout, global_batch, seq_len, recompute, precision),
-                 global_batch, seq_len, opts, tokens=tokens)
+                 global_batch, seq_len, opts, nic_gbit_per_gpu, gpus_per_node, tokens=tokens)
     if deadline_days is not None:
         s["compute_optimal_for_deadline"] = compute_optimal_for_deadline(s["model_flops_per_s"], deadline_days,
                                                                          s["ettr_mean"])

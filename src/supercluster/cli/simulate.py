@@ -23,6 +23,8 @@ from .app import (
     GpusOpt,
     LayoutOpt,
     ModelOpt,
+    NicOpt,
+    NodeOpt,
     PlotOpt,
     SeedOpt,
     SeqOpt,
@@ -57,6 +59,8 @@ def simulate(
                                               callback=_output_path)] = None,
     pp_layout: Annotated[str | None, typer.Option(help="explicit pipeline layout (as estimate --pp-layout; "
                                                   "with --layout)")] = None,
+    nic_gbit_per_gpu: NicOpt = None,
+    gpus_per_node: NodeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     plot: PlotOpt = None,
     force: ForceOpt = False,
@@ -68,19 +72,19 @@ def simulate(
     from ..simulation.timeline import simulate as run_sim
 
     m, g, fw = load_model(model), get_gpu(gpu), get_framework(framework)
+    net = default_network(g, num_gpus=gpus, nic_gbit_per_gpu=nic_gbit_per_gpu, gpus_per_node=gpus_per_node)
     if pp_layout is not None and not layout:
         raise InputError("pp_layout", "needs --layout (the parallel degrees it splits)")
     lay = Layout.from_string(layout, global_batch=global_batch, seq_len=seq_len, recompute=recompute,
                              precision=precision, pp_layout=pp_layout) if layout else \
         plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw, precisions=(precision,),
              top=1, fixed=fixed_settings(seq_len, precision, recompute=recompute)
-             if "recompute" in _given_options(ctx) else None).best.layout
+             if "recompute" in _given_options(ctx) else None, network=net).best.layout
     lay.check_gpus(gpus)
     ops = 2 * lay.num_microbatches * lay.vpp * lay.pp
     # a spinner for the big schedules (about 40,000 operations a second)
     with _spinner(f"simulating {ops:,} operations on {lay.pp} stage(s)", enabled=ops >= 20000):
-        tl = run_sim(m, layout=lay, gpu=g, net=default_network(g, num_gpus=gpus), fw=fw, jitter=jitter, seed=seed,
-                     exact_stages=exact_stages)
+        tl = run_sim(m, layout=lay, gpu=g, net=net, fw=fw, jitter=jitter, seed=seed, exact_stages=exact_stages)
     if trace:
         from ..files import check_output, write_atomic
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError, require
-from ..hardware.specs import GpuSpec, get_system
+from ..hardware.specs import GpuSpec, SystemSpec, get_system
 from ..job import estimate
 from ..models.spec import ModelSpec
 from ..network import costs
+from ..network.twolevel import Network
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from ..perf.step import StepBreakdown
@@ -135,15 +136,18 @@ class RunReport:
 
 def analyse_run(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, framework: Framework,
                 layout: Layout | None = None, tokens: float | None = None, days: float | None = None,
-                global_batch: int = 2048, seq_len: int = 8192, options: RunOptions = RunOptions()) -> RunReport:
-    """Price a run of ``tokens`` (default: compute-optimal 20 per parameter) or of ``days`` of wall time."""
+                global_batch: int = 2048, seq_len: int = 8192, options: RunOptions = RunOptions(),
+                network: Network | None = None, system: SystemSpec | None = None) -> RunReport:
+    """Price a run of ``tokens`` (default: compute-optimal 20 per parameter) or of ``days`` of wall time;
+    ``network`` / ``system``: the run's own (the step's collectives; the nodes failures strike), else
+    the GPU's catalog system's."""
     require(tokens is None or tokens > 0, "tokens", f"must be > 0, got {tokens}")
     require(days is None or 0 < days <= MAX_RUN_DAYS, "days", f"must be in (0, {MAX_RUN_DAYS:,}] days, got {days}")
     if layout is None:
         layout = plan(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len,
-                      framework=framework, top=1).best.layout
-    step = estimate(model, gpu=gpu, num_gpus=num_gpus, layout=layout, framework=framework)
-    system = get_system(gpu.system)
+                      framework=framework, top=1, network=network).best.layout
+    step = estimate(model, gpu=gpu, num_gpus=num_gpus, layout=layout, framework=framework, network=network)
+    system = system or get_system(gpu.system)
     fm = load_failure_model(options.rates)
     rate, hw_rate = fm.rates_per_s(num_gpus, system.gpus_per_node)
     rec = Recovery.default()
