@@ -11,7 +11,10 @@ from typer.testing import CliRunner
 
 from supercluster.cli import app
 from supercluster.errors import InputError
+from supercluster.formats.launchers import config_gpus_per_node
+from supercluster.formats.megatron_args import node_gpus
 from supercluster.formats.runs import load_rows, network_gbit_per_gpu, row_network
+from supercluster.formats.torchtitan import parse_launch
 from supercluster.hardware.specs import get_gpu, get_system, with_network
 from supercluster.job import Job, check_job, default_network, estimate
 from supercluster.network.fabric import FabricNetwork
@@ -96,6 +99,30 @@ def test_estimate_and_plan_take_the_run_network_and_price_it_alike():
     assert out.exit_code == 0 and "GPUS_PER_NODE=4" in out.stdout and "NNODES=${NNODES:-16}" in out.stdout
     bad = r.invoke(app, ["estimate", *base, "--layout", label, "--nic-gbit-per-gpu", "-5"])
     assert isinstance(bad.exception, InputError) and str(bad.exception).startswith("nic_gbit_per_gpu: must be a rate")
+
+
+def test_a_launch_script_read_back_keeps_the_node_its_torchrun_line_starts(tmp_path):
+    r = CliRunner()
+    base = ["--model", "llama3-70b", "--gpus", "64", "--global-batch", "256"]
+    plan = json.loads(r.invoke(app, ["plan", *base, "--gpus-per-node", "4", "--top", "1", "--no-evidence",
+                                     "--json"]).stdout)["best"]
+    script = tmp_path / "launch.sh"
+    script.write_text(r.invoke(app, ["plan", *base, "--gpus-per-node", "4", "--export", "megatron-launch"]).stdout)
+    read = ["estimate", "--config", str(script), "--gpu", "h100-sxm", "--no-evidence", "--json"]
+    back = json.loads(r.invoke(app, read).stdout)
+    assert back["layout"] == plan["layout"] and back["step_time_s"] == pytest.approx(plan["step_time_s"], rel=1e-9)
+    assert estimate(Job.from_config(str(script), gpu="h100-sxm")).step_time_s == pytest.approx(back["step_time_s"])
+    eight = json.loads(r.invoke(app, [*read, "--gpus-per-node", "8"]).stdout)  # (the option still wins)
+    assert eight["step_time_s"] < back["step_time_s"]
+    # one node running some of its GPUs says nothing of the node; torchtitan's torchrun line is read alike
+    assert node_gpus({"nnodes": "1", "nproc-per-node": "4"}) is None
+    assert node_gpus({"nnodes": "2:4", "nproc-per-node": "4"}) is None
+    tt = tmp_path / "tt.sh"
+    tt.write_text("torchrun --nnodes 8 --nproc-per-node 4 -m torchtitan.train --module llama3 --config llama3_8b\n")
+    assert config_gpus_per_node(tt) == 4 and parse_launch(tt.read_text())[1] == 32
+    exported = r.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
+                              "--framework", "torchtitan", "--export", "torchtitan"]).stdout
+    assert "-m torchtitan.train" in exported and parse_launch(exported)[1] == 64
 
 
 def test_a_run_without_a_stated_micro_batch_or_pipeline_runs_the_largest_that_fits():

@@ -103,11 +103,15 @@ class Job:
                     framework: Framework | str | None = None, network: Network | None = None) -> Job:
         """A job from a launcher config: a Megatron-LM launch script (its model and the behaviours its
         flags switch), a torchtitan job TOML or a DeepSpeed JSON
-        (:func:`supercluster.formats.launchers.read_config`)."""
-        from .formats.launchers import read_config
+        (:func:`supercluster.formats.launchers.read_config`); without ``network``, the node size the
+        script's torchrun line starts where it starts several nodes."""
+        from .formats.launchers import config_gpus_per_node, read_config
 
         m, fw, layout = read_config(path, model=model, framework=framework if isinstance(framework, str) else None,
                                     num_gpus=num_gpus)
+        if network is None:  # (the node the script's torchrun line starts, as estimate --config reads it)
+            g = gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+            network = stated_network(g, layout.num_gpus, gpus_per_node=config_gpus_per_node(path))[0]
         return cls.of(m, gpu=gpu, layout=layout, framework=framework if isinstance(framework, Framework) else fw,
                       network=network)
 

@@ -133,9 +133,12 @@ def estimate(
     show = dict(as_json=as_json, profile=profile, fabric_options=fab, rank_order=rank_order, evidence=evidence,
                 plot=plot, sensitivity=sensitivity, show_placement=placement)
     if config is not None:
-        from ..formats.launchers import read_config
+        from ..formats.launchers import config_gpus_per_node, read_config
 
-        # (without --gpus: the GPUs the config itself starts, where it says)
+        # (without --gpus: the GPUs the config itself starts, where it says; without --gpus-per-node:
+        # the node its torchrun line starts, where it starts several, as the planner's export wrote it)
+        if gpus_per_node is None:
+            fab["gpus_per_node"] = config_gpus_per_node(config)
         model, fw, lay = read_config(config, model=model, framework=framework,
                                      num_gpus=gpus if "gpus" in _given_options(ctx) else None)
         _estimate_and_print(model, gpu, lay.num_gpus, lay, fw, **show)

@@ -443,3 +443,18 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
     from .load import load_model
 
     return model, fw, load_layout(path, num_gpus=num_gpus, num_layers=load_model(model).num_layers)
+
+
+def config_gpus_per_node(config: str | Path) -> int | None:
+    """The GPUs per node a launch script's torchrun line starts across several nodes (a Megatron-LM
+    or torchtitan 0.3 script: :func:`~supercluster.formats.megatron_args.node_gpus`); None for a
+    JSON or TOML config, one node, or a script that does not say."""
+    path = user_path(config, "config")
+    kind = detect_format(path) if path.is_file() else None
+    if kind == "megatron":
+        args = _megatron_script(path)
+        return megatron_args.node_gpus(args) if args is not None else None
+    if kind == "torchtitan":
+        out, _ = torchtitan.parse_launch(read_input(path, "config"))
+        return megatron_args.node_gpus({"nnodes": out.get("nnodes"), "nproc-per-node": out.get("nproc_per_node")})
+    return None

@@ -228,6 +228,16 @@ def world_size(args: dict[str, Any]) -> int | None:
     return int(n) * int(per)
 
 
+def node_gpus(args: dict[str, Any]) -> int | None:
+    """The GPUs a node runs where a launch script starts several nodes (``--nproc-per-node`` when
+    ``--nnodes`` is above one): the ranks that share a node's NVLink and NICs. None for one node (a
+    node running 4 of its 8 GPUs says nothing of the node) or where the script does not say."""
+    n, per = args.get("nnodes"), args.get("nproc-per-node")
+    if world_size(args) is None or int(n) < 2:  # type: ignore[arg-type]
+        return None
+    return int(per)  # type: ignore[arg-type]
+
+
 def has_model(args: dict[str, Any]) -> bool:
     """Whether the flags describe a model (its depth and width), not only a parallel layout."""
     return ("num-layers" in args or "hybrid-override-pattern" in args) and "hidden-size" in args

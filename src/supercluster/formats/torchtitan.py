@@ -181,6 +181,8 @@ def parse_launch(text: str) -> tuple[dict[str, Any], int | None]:
             name, eq, value = tok[2:].partition("=")
             key = name.replace("-", "_")
             out[key] = value if eq else True
+        elif tok.startswith("-") and not tok.lstrip("-").replace(".", "", 1).isdigit():
+            key = None  # (torchrun's short flags, ``-m torchtitan.train``: not an override's value)
         elif tok.startswith("activation-checkpoint:") or tok.startswith("activation_checkpoint:"):
             out["activation_checkpoint"], key = tok.split(":", 1)[1].replace("-", "_"), None
         elif key is not None:
