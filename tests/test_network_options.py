@@ -16,7 +16,7 @@ from supercluster.formats.megatron_args import node_gpus
 from supercluster.formats.runs import load_rows, network_gbit_per_gpu, row_network
 from supercluster.formats.torchtitan import parse_launch
 from supercluster.hardware.specs import get_gpu, get_system, with_network
-from supercluster.job import Job, check_job, default_network, estimate
+from supercluster.job import Job, check_job, default_network, estimate, stated_network
 from supercluster.network.fabric import FabricNetwork
 from supercluster.network.twolevel import TwoLevelNetwork
 
@@ -97,6 +97,12 @@ def test_estimate_and_plan_take_the_run_network_and_price_it_alike():
     out = r.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256", "--gpus-per-node",
                          "4", "--export", "megatron-launch"])
     assert out.exit_code == 0 and "GPUS_PER_NODE=4" in out.stdout and "NNODES=${NNODES:-16}" in out.stdout
+    # the catalog's own rate stated is the catalog's network, in estimate as in a runs row
+    same = json.loads(r.invoke(app, ["estimate", *base, "--layout", label, "--nic-gbit-per-gpu", "400"]).stdout)
+    assert same["step_time_s"] == dflt["step_time_s"]
+    assert stated_network(get_gpu("h100-sxm"), 64, nic_gbit_per_gpu=400.0, gpus_per_node=8) == (None, None)
+    with pytest.raises(InputError, match="^nic_gbit_per_gpu: must be"):
+        stated_network(get_gpu("h100-sxm"), 64, nic_gbit_per_gpu=float("nan"))
     bad = r.invoke(app, ["estimate", *base, "--layout", label, "--nic-gbit-per-gpu", "-5"])
     assert isinstance(bad.exception, InputError) and str(bad.exception).startswith("nic_gbit_per_gpu: must be a rate")
 

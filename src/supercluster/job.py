@@ -49,11 +49,10 @@ def default_network(gpu: GpuSpec, system: SystemSpec | None = None, num_gpus: in
     with no fabric described is priced on the two-level model (no switch family is assumed to carry
     it: a 50 Gb/s share of a node's NIC is no switch's port speed).
     """
-    stated = {k: fabric_options.pop(k) for k in NETWORK_RUN_OPTIONS if k in fabric_options}
-    sys_ = with_network(system or get_system(gpu.system), **{k: v for k, v in stated.items()  # type: ignore[arg-type]
-                                                             if v is not None})
+    base = system or get_system(gpu.system)
+    sys_ = _run_system(base, **{k: fabric_options.pop(k) for k in NETWORK_RUN_OPTIONS if k in fabric_options})
     described = any(v not in (None, False) for v in fabric_options.values())
-    if num_gpus is None or (stated.get("nic_gbit_per_gpu") is not None and not described):
+    if num_gpus is None or (_new_rate(base, sys_) and not described):
         return TwoLevelNetwork.for_system(gpu, sys_)
     from .network.fabric import FabricNetwork, build_fabric
 
@@ -136,18 +135,28 @@ class Job:
         return self.network or default_network(self.gpu, num_gpus=self.num_gpus)
 
 
-def stated_network(gpu: GpuSpec, num_gpus: int, **stated: float | int) -> tuple[Network | None, str | None]:
-    """The network a run states (:data:`NETWORK_RUN_OPTIONS`) where it differs from ``gpu``'s system
-    (None otherwise: the job keeps its default), and the note that says so; the same object for the
-    same statement, so that runs of one network are priced together."""
+def _run_system(system: SystemSpec, **stated: object) -> SystemSpec:
+    """``system`` with what a run states of its network (:data:`NETWORK_RUN_OPTIONS`; None: not
+    stated), each value checked (:func:`~supercluster.hardware.specs.with_network`)."""
+    return with_network(system, **{k: v for k, v in stated.items() if v is not None})  # type: ignore[arg-type]
+
+
+def _new_rate(system: SystemSpec, run: SystemSpec) -> bool:
+    """Whether ``run`` states a scale-out rate of its own, not ``system``'s (within 0.5 %: a stated
+    400 Gb/s is the catalog's 400 Gb/s)."""
+    return abs(run.nic_bytes_per_s / system.nic_bytes_per_s - 1.0) > 0.005
+
+
+def stated_network(gpu: GpuSpec, num_gpus: int, **stated: float | int | None) -> tuple[Network | None, str | None]:
+    """The network a run states (:data:`NETWORK_RUN_OPTIONS`, None: not stated) where it differs from
+    ``gpu``'s system (None otherwise: the job keeps its default), and the note that says so; the same
+    object for the same statement, so that runs of one network are priced together."""
     sys_ = get_system(gpu.system)
-    nic = stated.get("nic_gbit_per_gpu")
-    per_node = stated.get("gpus_per_node")
-    new_nic = nic is not None and abs(float(nic) * GBIT / sys_.nic_bytes_per_s - 1.0) > 0.005
-    new_node = per_node is not None and per_node != sys_.gpus_per_node
+    run = _run_system(sys_, **stated)
+    new_nic, new_node = _new_rate(sys_, run), run.gpus_per_node != sys_.gpus_per_node
     if not (new_nic or new_node):
         return None, None
-    opts = (float(nic) if new_nic else None, int(per_node) if new_node else None)  # type: ignore[arg-type]
+    opts = (run.nic_bytes_per_s / GBIT if new_nic else None, run.gpus_per_node if new_node else None)
     said = ", ".join(x for x in (f"{opts[0]:g} Gb/s per GPU" if new_nic else "",
                                  f"{opts[1]} GPUs per node" if new_node else "") if x)
     return _stated_network(gpu.key, num_gpus, *opts), f"network as the run states it: {said}"

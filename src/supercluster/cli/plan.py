@@ -11,7 +11,7 @@ from rich.console import Console
 from ..errors import InputError
 from ..formats.load import load_model
 from ..hardware.specs import get_gpu
-from ..job import default_network
+from ..job import stated_network
 from ..parallelism.layout import Layout
 from ..planner.fallback import fixed_settings
 from ..reports import plots
@@ -91,9 +91,7 @@ def plan(
     precs = ("bf16", "fp8") if precision == "any" else (precision,)
     fixed = fixed_settings(seq_len, precs[0], micro_batch=micro_batch, zero=zero, recompute=recompute)
     # (the run's own network, where it states one: the search and the export price the same)
-    stated = nic_gbit_per_gpu is not None or gpus_per_node is not None
-    net = default_network(g, num_gpus=gpus, nic_gbit_per_gpu=nic_gbit_per_gpu,
-                          gpus_per_node=gpus_per_node) if stated else None
+    net = stated_network(g, gpus, nic_gbit_per_gpu=nic_gbit_per_gpu, gpus_per_node=gpus_per_node)[0]
     with _pricing_bar() as progress:
         res = run_plan(m, g, gpus, global_batch=global_batch, seq_len=seq_len, framework=fw,
                        objective=objective, precisions=precs, headroom=headroom, top=top, gpu_hour_usd=gpu_hour_usd,

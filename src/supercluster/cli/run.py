@@ -57,14 +57,12 @@ def _analyse(model: str, gpu: str, gpus: int, framework: str, layout: Layout | N
              seq_len: int, opts: Any, nic_gbit_per_gpu: float | None = None, gpus_per_node: int | None = None,
              **horizon: Any) -> dict[str, Any]:
     from ..hardware.specs import get_system, with_network
-    from ..job import default_network
+    from ..job import stated_network
     from ..parallelism.framework import get_framework
     from ..reliability.run import analyse_run
 
     g = get_gpu(gpu)
-    stated = nic_gbit_per_gpu is not None or gpus_per_node is not None
-    net = default_network(g, num_gpus=gpus, nic_gbit_per_gpu=nic_gbit_per_gpu,
-                          gpus_per_node=gpus_per_node) if stated else None
+    net = stated_network(g, gpus, nic_gbit_per_gpu=nic_gbit_per_gpu, gpus_per_node=gpus_per_node)[0]
     system = with_network(get_system(g.system), gpus_per_node=gpus_per_node) if gpus_per_node else None
     r = analyse_run(load_model(model), g, gpus, framework=get_framework(framework), layout=layout,
                     global_batch=global_batch, seq_len=seq_len, options=opts, network=net, system=system, **horizon)

@@ -78,7 +78,7 @@ def published_ranks(path: str | Path | None = None,
             job, _ = Job.from_row(row)
             layout = job.layout
             res = plan(job.model, job.gpu, layout.num_gpus, global_batch=layout.global_batch, seq_len=layout.seq_len,
-                       framework=job.framework, precisions=(layout.precision,), top=1)
+                       framework=job.framework, precisions=(layout.precision,), top=1, network=job.network)
         except InputError as exc:
             out.append({"id": row.get("id"), "rank": None, "feasible": 0, "reason": str(exc)})
             continue
