@@ -378,6 +378,60 @@ def test_unknown_column_values_fall_back_with_a_note():
     assert res.supported and "HSDP" in res.reason and "zero 3" in res.reason
 
 
+
+@pytest.mark.parametrize("gpu,gpu_type,key,note", [
+    ("h100-sxm", "", "h100-sxm", None),
+    ("H200", "", "h200", None),  # a key in any case
+    ("H100-SXM5-80GB", "", "h100-sxm", "gpu 'H100-SXM5-80GB' read as h100-sxm"),
+    ("A100-SXM4-40GB", "", "a100-40gb", "read as a100-40gb"),
+    ("a100", "", "a100-80gb", "(memory not stated: 80 GB assumed)"),
+    ("GB200 NVL72", "", "gb200", "read as gb200"),  # (not b200)
+    ("", "DGX-B300", "b300", "gpu 'DGX-B300' read as b300"),  # gpu_type where gpu is blank
+    ("", "H100 96GB HBM2e @500W (Grand Teton)", "h100-96gb-500w", "read as h100-96gb-500w"),
+    ("h100-pcie", "H100-SXM-80GB", "h100-pcie", None),  # another part: left as written, gpu_type not asked
+    ("l40s", "", "l40s", None),
+])
+def test_a_published_gpu_name_is_read_as_its_catalog_key_with_a_note(gpu, gpu_type, key, note):
+    from supercluster.formats.runs import row_gpu
+
+    got, said = row_gpu({"gpu": gpu, "gpu_type": gpu_type})
+    assert got == key
+    assert (said is None) if note is None else (note in said)
+
+
+def test_a_row_naming_its_gpu_as_published_is_priced_as_the_catalog_key():
+    from supercluster.validation.validate import load_rows, predict_row
+
+    base = next(r for r in load_rows() if r["id"] == "DGXC-L31-70B-bf16-64")
+    keyed, named = predict_row(base), predict_row(dict(base, gpu="NVIDIA H100 SXM5 80GB"))
+    assert named.supported and named.predicted_step_time_s == keyed.predicted_step_time_s
+    assert named.gpu == "h100-sxm" and "read as h100-sxm" in named.reason
+    other = predict_row(dict(base, gpu="h100-pcie"))
+    assert not other.supported and other.reason.startswith("gpu: unknown GPU 'h100-pcie'")
+
+
+@pytest.mark.parametrize("text,recompute", [
+    ("full", "full"), ("Full (uniform, 1 layer)", "full"), ("activation checkpointing", "full"),
+    ("yes", "full"), ("block", "full"), ("selective (op)", "selective"), ("SAC per op", "selective"),
+    ("none", "none"), ("off", "none"), ("no activation checkpointing", "none"), ("partial", None),
+])
+def test_published_recompute_phrases_are_read(text, recompute):
+    from supercluster.formats.runs import recompute_word
+
+    assert recompute_word(text) == recompute
+
+
+@pytest.mark.parametrize("text,zero", [
+    ("ZeRO-1", 1), ("ZeRO 2", 2), ("zero stage 3", 3), ("3", 3), ("0", 0), ("FSDP", 3), ("FULL_SHARD", 3),
+    ("SHARD_GRAD_OP", 2), ("NO_SHARD", 0), ("distributed optimizer (ZeRO-1)", 1), ("DDP", 0),
+    ("FSDP: optimizer states and gradients sharded, weights not re-sharded after forward (ZeRO-2)", 2),
+    ("Megatron FSDP (optim_grads_params)", 3), ("yes", None),
+])
+def test_published_zero_phrases_are_read(text, zero):
+    from supercluster.formats.runs import zero_word
+
+    assert zero_word(text) == zero
+
 def test_predicted_memory_against_the_torchtitan_tables():
     """torchtitan's H100 tables (Dec 2024) and the Trainy H200 runs (June 2025) publish peak memory per
     GPU (the maximum over ranks): every row within 11 % (today -11 .. +4 %, mean 3.7 %; the 405B CP 8
@@ -626,3 +680,35 @@ def test_rows_of_one_model_share_one_model_named_by_the_run():
     assert len(rows) > 1
     models = {id(row_model(r)) for r in rows if r["seq_len"] == rows[0]["seq_len"]}
     assert len(models) == 1 and row_model(rows[0]).key == "GPT-3 175B"
+
+
+def test_a_row_that_cannot_be_priced_leaves_the_rest_of_its_file_scored(tmp_path, monkeypatch):
+    """An fp8 recipe the GPU has no kernels for (MXFP8 on an H100) is refused by check_job, so its row is
+    unsupported with the reason and the other rows are scored; and where pricing a group of jobs that
+    passed their checks still fails, the rows are priced one by one and only the failing one is unsupported."""
+    from supercluster.job import Job, check_job
+    from supercluster.validation import validate as v
+
+    rows = [r for r in v.load_rows("public") if r["scored"] == "yes" and r["gpu"] == "h100-sxm"][:3]
+    bad = dict(rows[0], id="mxfp8-on-h100", precision="fp8 (MXFP8 block scaling)")
+    res = v.validate(_runs_file(tmp_path, [*rows, bad]))
+    by_id = {r.id.rsplit("-", 1)[0]: r for r in res["rows"]}
+    assert not by_id["mxfp8-on-h100"].supported
+    assert by_id["mxfp8-on-h100"].reason.startswith("fp8_recipe: MXFP8 runs on block-scaled tensor cores")
+    assert all(by_id[r["id"]].supported for r in rows)
+    with pytest.raises(InputError, match="fp8_recipe"):
+        check_job(Job.from_row(bad)[0])
+
+    real = v.price_many
+
+    def refuse_first(jobs):
+        if any(j.layout == jobs_seen[0] for j in jobs):
+            raise InputError("layout", "cannot be priced")
+        return real(jobs)
+
+    jobs_seen = [Job.from_row(rows[0])[0].layout]
+    monkeypatch.setattr(v, "price_many", refuse_first)
+    out = v.predict_rows(rows)
+    assert [r.supported for r in out] == [False, True, True]
+    assert out[0].reason == "layout: cannot be priced"
+    assert [r.predicted_step_time_s for r in out[1:]] == [r.predicted_step_time_s for r in v.predict_rows(rows[1:])]

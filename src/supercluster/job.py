@@ -23,6 +23,7 @@ from typing import Any
 
 from .errors import InputError, require
 from .formats.load import load_model
+from .hardware.kernels import quantize_bytes_per_element
 from .hardware.specs import GpuSpec, SystemSpec, get_gpu, get_system, with_network
 from .models.spec import ModelSpec
 from .network.twolevel import Network, TwoLevelNetwork
@@ -118,10 +119,12 @@ class Job:
     def from_row(cls, row: dict[str, str]) -> tuple[Job, str | None]:
         """A job from a row of a runs CSV (the shared validation format), and the note of what the
         row's columns left to defaults (:func:`supercluster.formats.runs.row_setup`)."""
-        from .formats.runs import row_network, row_setup
+        from .formats.runs import row_gpu, row_network, row_setup
 
         model, layout, fw, note = row_setup(row)
-        gpu = get_gpu((row.get("gpu") or "").strip())
+        key, read = row_gpu(row)
+        gpu = get_gpu(key)
+        note = "; ".join(x for x in (read, note) if x) or None
         net, said = stated_network(gpu, layout.num_gpus, **row_network(row, get_system(gpu.system).gpus_per_node))
         job = cls.of(model, gpu=gpu, layout=layout, framework=fw, network=net)
         if not (row.get("micro_batch") or "").strip() and layout.pp == 1:
@@ -234,6 +237,9 @@ def check_job(job: Job) -> Job:
             "leave them out")
     lay = fw.runnable(lay, m)
     job.gpu.peak(lay.precision)
+    if lay.precision == "fp8":
+        # the fp8 recipe has kernels on this GPU's generation (MXFP8 needs Blackwell's block scaling)
+        quantize_bytes_per_element(job.gpu.arch, "fp8", fw.fp8_recipe)
     check_kernels(m, fw, job.gpu)
     return job if lay == job.layout else dataclasses.replace(job, layout=lay)
 

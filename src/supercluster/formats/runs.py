@@ -21,6 +21,7 @@ from typing import IO
 
 from ..errors import InputError, require
 from ..files import user_path
+from ..hardware.specs import gpu_catalog
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
 from ..parallelism.framework import (
@@ -127,15 +128,25 @@ def parse_precision(text: str) -> str:
     return "bf16"  # bf16, fp16 and "16-bit mixed" run on the same tensor cores
 
 
-def parse_recompute(text: str, fw: Framework) -> str:
+def recompute_word(text: str) -> str | None:
+    """The recompute a published phrase names, or None where it names none: "full" / "selective" (or
+    "SAC") as such; a negation ("none", "no", "off", "false", "disabled", "without") none; activation
+    checkpointing named without a kind ("activation checkpointing", "block", "uniform", "yes", "on")
+    full, as Megatron-LM's --checkpoint-activations and torchtitan's full AC checkpoint whole blocks."""
     t = text.lower()
     if "full" in t:
         return "full"
-    if "selective" in t:
+    if "selective" in t or re.search(r"\bsac\b", t):
         return "selective"
-    if "none" in t or t.strip() in ("no", "0"):
+    if re.search(r"\b(none|no|off|false|disabled|without)\b", t) or t.strip() == "0":
         return "none"
-    return fw.default_recompute
+    if re.search(r"checkpoint|\bblock\b|\buniform\b|\b(yes|true|on)\b", t) or t.strip() == "1":
+        return "full"
+    return None
+
+
+def parse_recompute(text: str, fw: Framework) -> str:
+    return recompute_word(text) or fw.default_recompute
 
 
 def parse_recompute_layers(text: str) -> int:
@@ -162,17 +173,30 @@ def parse_layer_ac(text: str) -> int | None:
     return max(1, int(m.group(1))) if m else 2
 
 
-def parse_zero(text: str, fw: Framework) -> int:
+def zero_word(text: str) -> int | None:
+    """The ZeRO stage a published phrase names, or None where it names none: a stage by number ("ZeRO-2",
+    "zero stage 3", "ZeRO 1", a bare 0-3); fully sharded data parallelism (FSDP, FULL_SHARD, HSDP, hybrid
+    shard, Megatron-FSDP's optim_grads_params) 3; PyTorch FSDP's SHARD_GRAD_OP 2; a distributed optimizer
+    1; NO_SHARD, DDP or none 0. A stated number wins over the words around it ("FSDP ... (ZeRO-2)")."""
     t = text.lower()
-    if "zero-3" in t or "zero3" in t or "fsdp" in t or "fully sharded" in t or "hsdp" in t or "hybrid shard" in t:
-        return 3
-    if "zero-2" in t or "zero2" in t:
+    if m := re.search(r"zero[\s_-]*(?:stage[\s_-]*)?([0-3])\b", t) or re.fullmatch(r"\s*(?:stage\s*)?([0-3])\s*", t):
+        return int(m.group(1))
+    if "shard_grad_op" in t or "shard grad op" in t:
         return 2
-    if "zero-1" in t or "zero1" in t or "distributed optimizer" in t:
-        return 1
-    if "none" in t or "ddp" in t:
+    if "no_shard" in t:
         return 0
-    return fw.default_zero_stage
+    if re.search(r"fsdp|fully sharded|full_shard|hsdp|hybrid shard|optim_grads_params", t):
+        return 3
+    if "distributed optimizer" in t or "distributed_optimizer" in t:
+        return 1
+    if re.search(r"\b(none|ddp|no)\b", t):
+        return 0
+    return None
+
+
+def parse_zero(text: str, fw: Framework) -> int:
+    z = zero_word(text)
+    return fw.default_zero_stage if z is None else z
 
 
 def publication_year(source: str) -> int | None:
@@ -182,12 +206,9 @@ def publication_year(source: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-_KNOWN_WORDS = {
-    "precision": ("fp8", "float8", "fp4", "bf16", "bfloat16", "fp16", "float16", "16-bit", "mixed"),
-    "recompute": ("full", "selective", "none", "no", "0"),
-    "zero_stage_or_fsdp": ("zero", "fsdp", "fully sharded", "hsdp", "hybrid shard", "distributed optimizer", "none",
-                           "ddp"),
-}
+#: how each free-text column is read, for the note of a value none of them reads
+_READERS = {"recompute": recompute_word, "zero_stage_or_fsdp": zero_word}
+_PRECISION_WORDS = ("fp8", "float8", "fp4", "bf16", "bfloat16", "fp16", "float16", "16-bit", "mixed")
 
 
 def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
@@ -195,9 +216,12 @@ def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
     notes = []
     defaults = {"precision": "bf16", "recompute": fw.default_recompute,
                 "zero_stage_or_fsdp": f"zero {fw.default_zero_stage}"}
-    for col, words in _KNOWN_WORDS.items():
+    precision = (row.get("precision") or "").strip()
+    if precision and not any(w in precision.lower() for w in _PRECISION_WORDS):
+        notes.append(f"precision {precision!r} not known: bf16 assumed")
+    for col, reader in _READERS.items():
         text = (row.get(col) or "").strip()
-        if text and not any(w in text.lower() for w in words):
+        if text and reader(text) is None:
             notes.append(f"{col} {text!r} not known: {defaults[col]} assumed")
     if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower():
         notes.append("HSDP priced as fully sharded over the whole data-parallel group")
@@ -260,6 +284,36 @@ def routing_suffixes(row: dict[str, str]) -> str:
         return ""
     factor = capacity_factor(raw, "moe_capacity_factor")
     return f"{CAPACITY_PREFIX}{factor:g}" + (PAD_SUFFIX if pad else "")
+
+
+#: GPUs as published names spell them (a row's ``gpu``, else its ``gpu_type``), first match wins: each a
+#: pattern over the lower-cased name and the catalog key it reads as. Memory decides between the A100s
+#: (a bare "A100" is the 80 GB part, with a note); an H100 PCIe or NVL, another part, is not read.
+GPU_NAMES = (
+    (r"gb300", "gb300"), (r"gb200", "gb200"), (r"b300", "b300"), (r"b200", "b200"),
+    (r"h800", "h800"), (r"h200", "h200"),
+    (r"h100\b.*\b96\s*gb.*500\s*w", "h100-96gb-500w"), (r"h100(?!.*(pcie|nvl))", "h100-sxm"),
+    (r"a100(?!.*pcie).*\b40\s*gb", "a100-40gb"), (r"a100(?!.*pcie)", "a100-80gb"),
+    (r"mi355x", "mi355x"), (r"mi325x", "mi325x"), (r"mi300x", "mi300x"), (r"gaudi\s*3|hl-?325", "gaudi3"),
+)
+
+
+def row_gpu(row: dict[str, str]) -> tuple[str, str | None]:
+    """A row's catalog GPU key and, where it was read from a published name, the note saying so: the
+    ``gpu`` column as a key (any case), else read by :data:`GPU_NAMES` (the ``gpu_type`` column where
+    ``gpu`` is blank). A name it cannot read is left as written (the catalog refuses it by name)."""
+    raw = (row.get("gpu") or "").strip()
+    keys = gpu_catalog()
+    if raw in keys or raw.lower() in keys:
+        return raw.lower(), None
+    text = raw or (row.get("gpu_type") or "").strip()
+    if text:
+        low = text.lower()[:200]
+        key = next((k for pat, k in GPU_NAMES if re.search(pat, low)), None)
+        if key is not None and key in keys:
+            bare = key == "a100-80gb" and not re.search(r"\b80\s*gb", low)
+            return key, f"gpu {text[:60]!r} read as {key}" + (" (memory not stated: 80 GB assumed)" if bare else "")
+    return raw, None
 
 
 #: a rate in a runs row's network text: a number and its unit (GB/s, a capital B: bytes, is 8 Gb/s), with

@@ -108,9 +108,30 @@ def predict_rows(rows: list[dict[str, str]]) -> list[RowResult]:
     GPU count and framework are priced together (:func:`supercluster.job.price_many`)."""
     read = [_read_row(row) for row in rows]
     jobs = [x[0] for x in read if not isinstance(x, RowResult)]
-    priced = iter(price_many(jobs))
-    return [x if isinstance(x, RowResult) else _result(row, *x, next(priced)) for row, x in zip(rows, read,
-                                                                                                  strict=True)]
+    try:
+        priced = iter(price_many(jobs))
+    except InputError:
+        # a job that passed its checks and still cannot be priced must not stop the file: price one by
+        # one, and the row that fails is unsupported with its reason
+        priced = iter([_price_one(job) for job in jobs])
+    out = []
+    for row, x in zip(rows, read, strict=True):
+        if isinstance(x, RowResult):
+            out.append(x)
+            continue
+        b = next(priced)
+        out.append(_result(row, *x, b) if isinstance(b, StepBreakdown) else
+                   RowResult(row.get("id", "?"), None, x[2], None, False, b, "",
+                             gpu=(row.get("gpu") or "").strip(), framework=(row.get("framework") or "").strip()))
+    return out
+
+
+def _price_one(job: Job) -> StepBreakdown | str:
+    """A job's step, or why it cannot be priced."""
+    try:
+        return price_many([job])[0]
+    except InputError as exc:
+        return str(exc)
 
 
 def _read_row(row: dict[str, str]) -> RowResult | tuple[Job, str | None, float | None]:
@@ -143,7 +164,7 @@ def _result(row: dict[str, str], job: Job, note: str | None, measured: float | N
     reason = "; ".join(x for x in (note, f"{fw.key}, {layout.recompute_label} recompute, zero {layout.zero_stage}")
                        if x)
     return RowResult(row.get("id", "?"), b.step_time_s, measured, err, True, reason, group, layout.short(),
-                     gpu=(row.get("gpu") or "").strip(), framework=fw.key, kind=job.model.kind,
+                     gpu=job.gpu.key, framework=fw.key, kind=job.model.kind,
                      memory_per_gpu_bytes=b.memory_per_gpu_bytes, fits=b.fits, layout_label=layout.label())
 
 
