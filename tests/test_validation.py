@@ -712,3 +712,29 @@ def test_a_row_that_cannot_be_priced_leaves_the_rest_of_its_file_scored(tmp_path
     assert [r.supported for r in out] == [False, True, True]
     assert out[0].reason == "layout: cannot be priced"
     assert [r.predicted_step_time_s for r in out[1:]] == [r.predicted_step_time_s for r in v.predict_rows(rows[1:])]
+
+
+@pytest.mark.parametrize("change,note", [
+    ({"dp": ""}, "dp blank: 2 from the GPU count"),
+    ({"dp": "4"}, "dp 4 read as counting the CP ranks: dp 2 x cp 2"),
+])
+def test_a_rows_dp_is_read_against_its_gpu_count(change, note):
+    """tp4-pp4-dp2-cp2 on 64 GPUs written with dp blank, or with a dp that counts the CP ranks, is the
+    same job; a dp that fits no reading is refused with the product named."""
+    from supercluster.validation.validate import load_rows, predict_row
+
+    base = next(r for r in load_rows() if r["id"] == "DGXC-L31-70B-bf16-64")
+    res = predict_row(dict(base, **change))
+    assert res.supported and note in res.reason
+    assert res.predicted_step_time_s == predict_row(base).predicted_step_time_s
+    bad = predict_row(dict(base, dp="8"))
+    assert not bad.supported and "4 x 4 x 8 x 2 = 256, not the 64 GPUs" in bad.reason
+
+
+def test_an_moe_rows_dp_that_leaves_out_the_ep_ranks_is_read_so():
+    from supercluster.validation.validate import load_rows, predict_row
+
+    base = {r["id"]: r for r in load_rows("heldout")}["MB2511-QWEN3-30B-GB300-mxfp8-8"]  # tp1 dp8 ep8
+    res = predict_row(dict(base, dp="1"))
+    assert res.supported and "dp 1 read as leaving out the EP ranks: dp 8" in res.reason
+    assert res.predicted_step_time_s == predict_row(base).predicted_step_time_s

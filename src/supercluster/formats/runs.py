@@ -378,7 +378,8 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     name += run_option_suffixes(row)
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
-    pp, dp, vpp = _int(row, "pp", 1) or 1, _int(row, "dp"), _int(row, "vpp", 1) or 1
+    pp, vpp = _int(row, "pp", 1) or 1, _int(row, "vpp", 1) or 1
+    dp, dp_note = _row_dp(row)
     # A blank micro-batch means the whole local batch without pipelining; under pipelining 1, or the
     # local batch split into the framework's default number of micro-batches (torchtitan: one per stage).
     local = max(1, _int(row, "global_batch") // max(dp, 1))
@@ -421,8 +422,29 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     layout = fw.runnable(layout, model)
     folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
               if layout.expert_tp == 1 and not _int(row, "expert_tp", 0) else [])
-    note = "; ".join(x for x in [note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
+    note = "; ".join(x for x in [note, dp_note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
     return model, layout, fw, note
+
+
+def _row_dp(row: dict[str, str]) -> tuple[int, str | None]:
+    """A row's data-parallel degree as a layout counts it (model replicas over TP x PP x CP, EP carved out
+    of them), read against its GPU count, and a note where it was not read as written: a blank dp is the
+    GPUs over TP x PP x CP; a dp that counts the CP ranks too (TP x PP x dp = the GPUs) or leaves the EP
+    ranks out (TP x PP x dp x CP x EP = the GPUs), as some tables write it, is read so."""
+    n, tp, pp = _int(row, "num_gpus"), _int(row, "tp", 1) or 1, _int(row, "pp", 1) or 1
+    cp, ep = _int(row, "cp", 1) or 1, _int(row, "ep", 1) or 1
+    if not (row.get("dp") or "").strip():
+        require(n % (tp * pp * cp) == 0, "dp", f"is blank, and the {n} GPUs are not a multiple of tp x pp x cp = "
+                                               f"{tp} x {pp} x {cp}")
+        return n // (tp * pp * cp), f"dp blank: {n // (tp * pp * cp)} from the GPU count"
+    dp = _int(row, "dp")
+    if tp * pp * dp * cp == n:
+        return dp, None
+    if cp > 1 and tp * pp * dp == n and dp % cp == 0:
+        return dp // cp, f"dp {dp} read as counting the CP ranks: dp {dp // cp} x cp {cp}"
+    if ep > 1 and tp * pp * dp * cp * ep == n:
+        return dp * ep, f"dp {dp} read as leaving out the EP ranks: dp {dp * ep}, EP {ep} carved out of it"
+    return dp, None
 
 
 #: Runs shipped in the package: ``public`` (../shared/validation/public-runs.csv, the default) and
