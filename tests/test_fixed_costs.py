@@ -54,6 +54,29 @@ def test_a_short_layer_waits_for_its_kernel_launches_unless_graphed(tmp_path):
     assert long.ledger["kernel_launch"] == 0.0
 
 
+
+def test_a_layers_kernel_count_follows_its_attention_and_positions(tmp_path):
+    """Counted in the layer code: a fused layer with RoPE launches 12 kernels forward and 24 backward;
+    a model without rotary embeddings 2 fewer each way; unfused attention (Megatron-LM before
+    FlashAttention) five kernels for the one fused call forward and seven for one backward. A host-bound
+    GPT-2-small layer under the legacy profile waits for those extra launches."""
+    from supercluster.models.catalog import model_catalog
+    from supercluster.perf.compute import layer_ops
+
+    llama, gpt3 = model_catalog()["llama3-8b"], model_catalog()["gpt3-175b"]
+    assert llama.position_embedding == "rope" and gpt3.position_embedding == "learned"
+    assert layer_ops(llama, get_framework("nemo-megatron")) == (12.0, 24.0)
+    assert layer_ops(gpt3, get_framework("nemo-megatron")) == (10.0, 22.0)
+    assert layer_ops(gpt3, get_framework("megatron-legacy")) == (14.0, 28.0)
+    assert layer_ops(llama, get_framework("torchtitan")) == (34.0, 68.0)  # (eager: counted op by op)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+                               "n_positions": 1024, "vocab_size": 50257}))
+    layout = sc.Layout(tp=1, dp=1, global_batch=8, micro_batch=1, seq_len=128, precision="fp16")
+    fused = sc.estimate(str(cfg), gpu="a100-80gb", num_gpus=1, layout=layout, framework="megatron")
+    legacy = sc.estimate(str(cfg), gpu="a100-80gb", num_gpus=1, layout=layout, framework="megatron-legacy")
+    assert legacy.ledger["kernel_launch"] > fused.ledger["kernel_launch"] > 0.0
+
 def test_a_grace_host_runs_zero3s_per_rank_python_slower():
     """DeepSpeed's 2021 ZeRO-3 builds a view and launches a copy per data-parallel rank for each
     collective, on the host: from a Grace host (kernels.toml [host] grace_op_factor) that loop, and the

@@ -22,7 +22,8 @@ T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
 * Recompute: full recompute runs the forward again (of the first ``rcl`` layers of a chunk where
   set); selective recompute runs the recomputed modules' forward again.
 * The host launches each pass's kernels (counted in the frameworks' layer code, an MoE layer's router,
-  dispatcher and per-expert GEMMs included) while the GPU runs them; a pass takes the longer of the
+  dispatcher and per-expert GEMMs included, unfused attention's five kernels for one, no rotary
+  kernels in a model without RoPE) while the GPU runs them; a pass takes the longer of the
   two. A Grace host (GB200, GB300) launches each 2.75x slower than an x86 server (data/kernels.toml
   [host]). A dropless MoE dispatcher makes the host wait for the router's counts, so the experts'
   kernels cannot be launched ahead under the attention's compute: :func:`.host.host_bound`.
@@ -60,6 +61,27 @@ from .spread import moe_load_factor
 #: backward launches about twice the forward's (each GEMM a data and a weight gradient). TP
 #: collectives are added per layer (:data:`.host.TP_CALLS_PER_LAYER`).
 OPS_PER_LAYER = {"fused": (12.0, 24.0), "eager": (34.0, 68.0)}
+#: Kernels unfused attention (Megatron-LM before FlashAttention, megatron/model/transformer.py
+#: CoreAttention) launches per layer beyond one fused attention kernel, (forward, backward): forward the
+#: scores' baddbmm, FusedScaleMaskSoftmax, the attention dropout, the context bmm and the permuted copy
+#: of the context (5 for 1); backward two matmuls for each of the two batched matmuls, the softmax's and
+#: the dropout's backward and the copy's (7 for 1).
+UNFUSED_ATTENTION_OPS = (4.0, 6.0)
+#: Kernels of the rotary embedding in the fused count (on q and on k, forward and backward)
+ROPE_OPS = (2.0, 2.0)
+
+
+def layer_ops(model: ModelSpec, fw: Framework) -> tuple[float, float]:
+    """Kernels a layer launches per micro-batch, (forward, backward), besides its collectives:
+    :data:`OPS_PER_LAYER` by the framework's elementwise mode; in the fused count, none for a rotary
+    embedding the model does not have (learned or ALiBi positions: GPT-3, BLOOM, MPT), and
+    :data:`UNFUSED_ATTENTION_OPS` more where the framework runs attention unfused."""
+    ops_f, ops_b = OPS_PER_LAYER[fw.elementwise]
+    if fw.elementwise == "fused" and model.position_embedding != "rope":
+        ops_f, ops_b = ops_f - ROPE_OPS[0], ops_b - ROPE_OPS[1]
+    if fw.attention == "unfused":
+        ops_f, ops_b = ops_f + UNFUSED_ATTENTION_OPS[0], ops_b + UNFUSED_ATTENTION_OPS[1]
+    return ops_f, ops_b
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +281,7 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     else:
         bytes_f = fused_layer_bytes(model, T, tok_sp, tp, kv_local, el, act_passes, f_act, f_moe)
     bytes_f = bytes_f + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
-    t_mem_f = bytes_f / mem_bw + OPS_PER_LAYER[fw.elementwise][0] * gpu.op_overhead_s
+    t_mem_f = bytes_f / mem_bw + layer_ops(model, fw)[0] * gpu.op_overhead_s
     t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f + t_rec_f
     t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b + t_rec_b
     w_dense = model.num_dense_layers * model.dense_mlp_params / L

@@ -10,7 +10,7 @@ import numpy as np
 from ..models.spec import ModelSpec
 from ..parallelism.framework import Framework
 from .columns import Rows
-from .compute import OPS_PER_LAYER, LayerWork
+from .compute import LayerWork, layer_ops
 
 #: TP collectives per layer and pass (attention and MLP: an all-reduce each, or an all-gather and a
 #: reduce-scatter each under sequence parallelism; Megatron-Core's TE linears)
@@ -48,7 +48,7 @@ def host_bound(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, tp_
                ep_f: np.ndarray, ep_b: np.ndarray, host_op_s: float) -> LayerWork:
     """The layer with the seconds its GPU waits for the host to launch its kernels.
 
-    The host launches a layer pass's kernels one after another (:data:`OPS_PER_LAYER`, plus its TP
+    The host launches a layer pass's kernels one after another (:func:`.compute.layer_ops`, plus its TP
     collectives, plus a K/V ring's :func:`cp_ring_ops`, plus an MoE layer's :func:`moe_host_ops`) at the
     PyTorch launch cost ``host_op_s`` (data/kernels.toml [host] op_launch_s, slower from a Grace host)
     while the GPU runs the ones already queued; the pass takes the longer of the two, so a layer whose
@@ -68,7 +68,7 @@ def host_bound(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, tp_
     profile has measured its own per-kernel cost (``op_overhead_s``) and is not host-priced again. Full
     recompute's forward launches its kernels (and waits) again."""
     launch = 0.0 if fw.cuda_graphs else host_op_s
-    ops_f, ops_b = OPS_PER_LAYER[fw.elementwise]
+    ops_f, ops_b = layer_ops(model, fw)
     calls = np.where(rows.tp > 1, np.where(rows.sp, TP_CALLS_PER_LAYER[1], TP_CALLS_PER_LAYER[0]), 0.0)
     ring_f, ring_b = cp_ring_ops(fw, rows)
     f_moe = model.num_moe_layers / model.num_layers
