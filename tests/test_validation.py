@@ -343,6 +343,40 @@ def test_published_framework_names_select_a_profile():
     assert get_framework("nemo-megatron+embedding-split") == get_framework("nemo-megatron")  # already so
 
 
+
+@pytest.mark.parametrize("name,key", [
+    ("Megatron-LM + DeepEP", "megatron+deepep"),
+    ("Megatron-Core (DeepEP dispatcher, 1F1B A2A overlap)", "megatron+ep-overlap+deepep"),
+    ("Megatron-Core, HybridEP", "megatron+deepep"),
+    ("NeMo AutoModel (round-robin gate)", "automodel+round-robin-gate"),
+    ("Megatron-LM (--account-for-embedding-in-pipeline-split)", "megatron+embedding-split"),
+    ("torchtitan (async TP, torch.compile)", "torchtitan+compile+tp-overlap"),
+    ("NeMo 2.0, CUDA graphs", "nemo-megatron+cuda-graphs"),
+    ("Megatron-FSDP", "megatron"),
+    ("torchtitan (Ulysses CP)", "torchtitan"),  # (an option the profile cannot take is left out)
+])
+def test_run_options_named_in_a_published_framework_name_are_read(name, key):
+    from supercluster.parallelism.framework import resolve_framework
+
+    fw, note = resolve_framework(name, 2025)
+    assert fw.key == key and note == f"framework {name!r} read as {key}"
+
+
+def test_more_pipeline_slots_than_layers_reads_as_the_embedding_and_loss_split():
+    """Qwen3 235B's 94 layers at pp 32 x vpp 3 = 96 slots ran only with Megatron-Core counting the
+    embedding and the loss as layers: a row that does not say so is read so, with a note; two slots
+    more than that are still refused."""
+    from supercluster.validation.validate import load_rows, predict_row
+
+    row = {r["id"]: r for r in load_rows("heldout")}["MZOO-QWEN3-235B-H100-PP32-A2A-256"]
+    plain = predict_row(dict(row, framework="Megatron-LM"))
+    assert plain.supported and "96 slots for 94 layers" in plain.reason
+    assert plain.framework == "megatron+embedding-split"
+    stated = predict_row(dict(row, framework="megatron+embedding-split"))
+    assert plain.predicted_step_time_s == stated.predicted_step_time_s
+    over = predict_row(dict(row, framework="Megatron-LM", pp="16", vpp="7", dp="8"))
+    assert not over.supported and over.reason.startswith("pp: pp x vpp = 16 x 7 exceeds")
+
 def test_the_loss_implementation_decides_whether_a_published_mpt_batch_fits():
     """MPT 760M at 512 tokens x 96 sequences per GPU (no recomputation) ran on 80 GB H100s. llm-foundry's
     default loss (flash-attn's fused cross-entropy on the 16-bit logits: 4 bytes a logit with its

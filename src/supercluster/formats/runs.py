@@ -36,6 +36,7 @@ from ..parallelism.framework import (
     TP_OVERLAP_SUFFIX,
     Framework,
     capacity_factor,
+    get_framework,
     resolve_framework,
 )
 from ..parallelism.layout import UNPRICED_MODULES, Layout
@@ -380,6 +381,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     model = row_model(row)
     pp, vpp = _int(row, "pp", 1) or 1, _int(row, "vpp", 1) or 1
     dp, dp_note = _row_dp(row)
+    fw, split_note = _split_for_slots(fw, model, pp * vpp)
     # A blank micro-batch means the whole local batch without pipelining; under pipelining 1, or the
     # local batch split into the framework's default number of micro-batches (torchtitan: one per stage).
     local = max(1, _int(row, "global_batch") // max(dp, 1))
@@ -422,8 +424,25 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     layout = fw.runnable(layout, model)
     folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
               if layout.expert_tp == 1 and not _int(row, "expert_tp", 0) else [])
-    note = "; ".join(x for x in [note, dp_note, *_unread_columns(row, fw), *folded, *layer_note] if x) or None
+    note = "; ".join(x for x in [note, dp_note, split_note, *_unread_columns(row, fw), *folded, *layer_note]
+                     if x) or None
     return model, layout, fw, note
+
+
+def _split_for_slots(fw: Framework, model: ModelSpec, slots: int) -> tuple[Framework, str | None]:
+    """A run with more pipeline slots (pp x vpp) than layers ran the split that counts the embedding and
+    the loss as a layer each (Megatron-Core's --account-for-embedding- and -loss-in-pipeline-split,
+    the only way it fills them): where the profile can take that split and it fills the slots, the
+    row is read so, with a note; otherwise unchanged (the layout check then refuses it by name)."""
+    layers = model.num_layers + model.mtp_layers
+    if fw.pp_split_counts_head or not layers < slots <= layers + 2:
+        return fw, None
+    try:
+        split = get_framework(fw.key + EMBED_SPLIT_SUFFIX)
+    except InputError:
+        return fw, None
+    return split, (f"pp x vpp = {slots} slots for {layers} layers: the embedding and the loss counted as "
+                   f"layers ({split.key})")
 
 
 def _row_dp(row: dict[str, str]) -> tuple[int, str | None]:

@@ -514,7 +514,8 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
         # whose name it mentions, else the default; the note says which was read.
         low, mods = _split_suffixes(name)
         key = next((k for words, k in _MENTIONS if any(w in low for w in words)), None)
-        fw = framework_of_year(get_framework((key or DEFAULT_FRAMEWORK) + "".join(mods)), year)
+        base = get_framework((key or DEFAULT_FRAMEWORK) + "".join(mods))
+        fw = framework_of_year(_with_named_options(base, low, mods), year)
         shown = name.strip()[:len(low)]  # as published, without the options appended to it
         note = (f"framework {shown!r} read as {fw.key}" if key is not None
                 else f"framework {shown!r} unknown: {fw.key} assumed")
@@ -522,10 +523,40 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
     return framework_of_year(fw, year), note
 
 
+#: Words in a published framework name that name a run option, and the option's suffix (an option the
+#: profile cannot take is left out): DeepEP's or HybridEP's node-deduplicated dispatch, the MoE
+#: all-to-all overlapped across micro-batches, a round-robin benchmark gate, the embedding and loss
+#: counted as pipeline layers, torch.compile, CUDA graphs, TP overlap (async TP), Ulysses CP.
+_OPTION_WORDS = ((("deepep", "hybridep", "hybrid-ep"), DEEPEP_SUFFIX),
+                 (("ep overlap", "ep-overlap", "a2a overlap", "a2a-overlap", "overlap-moe-expert-parallel-comm",
+                   "1f1b overlap"), EP_OVERLAP_SUFFIX),
+                 (("round-robin", "round robin", "fake balanced gate", "fake_balanced_gate"), ROUND_ROBIN_SUFFIX),
+                 (("account-for-embedding", "account_for_embedding", "transformer|embedding"), EMBED_SPLIT_SUFFIX),
+                 (("compile",), COMPILE_SUFFIX),
+                 (("cuda graph", "cuda-graph", "cudagraph"), CUDA_GRAPHS_SUFFIX),
+                 (("tp overlap", "tp-comm-overlap", "tp comm overlap", "async tp", "async-tp", "asynctp"),
+                  TP_OVERLAP_SUFFIX),
+                 (("ulysses", "cp-comm-type a2a"), CP_A2A_SUFFIX))
+
+
+def _with_named_options(fw: Framework, low: str, given: list[str]) -> Framework:
+    """``fw`` with the run options a published name states in words (:data:`_OPTION_WORDS`) and does
+    not already carry as suffixes; one the profile cannot take is left out."""
+    for words, suffix in _OPTION_WORDS:
+        if suffix in given or suffix in fw.key or not any(w in low for w in words):
+            continue
+        try:
+            fw = get_framework(fw.key + suffix)
+        except InputError:
+            continue
+    return fw
+
+
 #: Words in a published framework name and the profile they select, most specific first.
 #: GPT-NeoX runs Megatron's model code on DeepSpeed (its README); MosaicML llm-foundry / Composer
 #: have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP runs read as torchtitan.
-_MENTIONS = ((("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
+_MENTIONS = ((("automodel",), "automodel"), (("megatron-fsdp", "megatron fsdp"), "megatron"),
+             (("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
              (("foundry", "composer", "mosaic"), "composer"), (("titan", "fsdp"), "torchtitan"),
              (("hai-llm", "dualpipe"), "hai-llm"), (("maxtext", "paxml", "praxis"), "maxtext"),
              (("megatron",), "megatron"))
