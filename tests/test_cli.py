@@ -50,6 +50,16 @@ def test_estimate_json_has_the_contract_keys():
     assert d["tokens_per_s"] == pytest.approx(128 * 8192 / d["step_time_s"])
 
 
+
+def test_a_gpu_key_in_any_case_is_that_key_in_every_view():
+    args = ["estimate", "--model", "llama3-8b", "--gpus", "64", "--tp", "1", "--pp", "1", "--global-batch", "64",
+            "--json"]
+    upper = json.loads(runner.invoke(app, [*args, "--gpu", "H200"]).output)
+    lower = json.loads(runner.invoke(app, [*args, "--gpu", "h200"]).output)
+    assert upper == lower
+    r = run("estimate", "--gpu", "H100 PCIe", "--gpus", "8", "--tp", "8", "--pp", "1")
+    assert r.returncode == 2 and "unknown GPU 'H100 PCIe'" in r.stderr
+
 def test_estimate_prices_deepseek_v3_with_its_mtp_module():
     args = ["estimate", "--gpu", "b200", "--gpus", "256", "--tp", "1", "--pp", "16", "--vpp", "1", "--ep", "8",
             "--global-batch", "1024", "--seq-len", "4096", "--precision", "fp8", "--json"]

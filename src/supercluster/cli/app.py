@@ -60,7 +60,16 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 ModelOpt = Annotated[str, typer.Option(help="preset key, or path to a Hugging Face config.json or a Megatron-LM "
                                              "launch script (its architecture arguments); a +mtp / +mtpN suffix "
                                              "adds N multi-token-prediction modules (deepseek-v3+mtp)")]
-GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)")]
+def _gpu_key(value: str | None) -> str | None:
+    """--gpu: a catalog key in any case (H200, MI300X) is that key, so every view names it alike."""
+    from ..hardware.specs import gpu_catalog
+
+    if isinstance(value, str) and value not in gpu_catalog() and value.strip().lower() in gpu_catalog():
+        return value.strip().lower()
+    return value
+
+
+GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)", callback=_gpu_key)]
 PrecisionAnyOpt = Annotated[str, typer.Option(help="bf16 | fp16 | fp8 | any (bf16 and fp8, where the GPU has them)")]
 
 

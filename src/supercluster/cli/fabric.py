@@ -15,6 +15,7 @@ from .app import (
     GpusOpt,
     PlotOpt,
     _emit_json,
+    _gpu_key,
     _num,
     _out,
     _over,
@@ -26,7 +27,8 @@ from .app import (
 @app.command()
 def fabric(
     gpus: GpusOpt = 16384,
-    gpu: Annotated[str, typer.Option(help="GPU key (its default system sets node, NIC and host power)")] = "h100-sxm",
+    gpu: Annotated[str, typer.Option(help="GPU key (its default system sets node, NIC and host power)",
+                                     callback=_gpu_key)] = "h100-sxm",
     switch: Annotated[str | None, typer.Option(help="scale-out switch (default by NIC speed)")] = None,
     tiers: Annotated[int | None, typer.Option(help="tiers (default: the fewest that reach --gpus)")] = None,
     oversubscription: Annotated[str | None, typer.Option(
