@@ -30,7 +30,14 @@ from supercluster.network.twolevel import TwoLevelNetwork
     ("DGX-H100 (InfiniBand 400Gb/s per GPU)", 400.0),
     ("2 x 200 Gb/s per GPU", 400.0),
     ("3.2 Tbps per node", 400.0),
+    ("8x400G InfiniBand NDR", 400.0),                            # a bare G is Gb/s
+    ("4x NDR400 per node", 200.0),                               # an InfiniBand generation's port rate
+    ("400 Gb/s InfiniBand (1 NIC per GPU)", 400.0),
+    ("EFA 3200 Gbps per instance", 400.0),
     ("InfiniBand 400 Gb/s", None),                               # a link's speed, or a cluster's: not read
+    ("DGX-H100 (InfiniBand 400 Gb/s)", None),
+    ("NDR 400", None),
+    ("H100 80GB, InfiniBand", None),
     ("DGX-H100 (DGX SuperPOD InfiniBand rails)", None),
     ("", None),
 ])

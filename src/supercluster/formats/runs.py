@@ -317,28 +317,39 @@ def row_gpu(row: dict[str, str]) -> tuple[str, str | None]:
     return raw, None
 
 
-#: a rate in a runs row's network text: a number and its unit (GB/s, a capital B: bytes, is 8 Gb/s), with
-#: a count of NICs before or after it
-_RATE = re.compile(r"(?:(\d{1,4})\s*[x\u00d7]\s*)?(\d+(?:\.\d+)?)\s*(Gb/s|Gbit/s|Gbps|Gb|GB/s|GBps|Tb/s|Tbit/s|Tbps)"
-                   r"(?:\s*[x\u00d7]\s*(\d{1,4}))?")
+#: a rate in a runs row's network text: a number and its unit (GB/s, a capital B: bytes, is 8 Gb/s; a bare
+#: G, as in "400G", is Gb/s), with a count of NICs before or after it
+_RATE = re.compile(r"(?:(\d{1,4})\s*[x\u00d7]\s*)?(\d+(?:\.\d+)?)\s*(Gb/s|Gbit/s|Gbps|Gb|GB/s|GBps|Tb/s|Tbit/s|Tbps|"
+                   r"G(?![A-Za-z]))(?:\s*[x\u00d7]\s*(\d{1,4}))?")
+#: an InfiniBand port named by its generation (EDR, HDR, NDR, XDR: 100, 200, 400, 800 Gb/s), with a count
+_IB_PORT = re.compile(r"(?:(\d{1,4})\s*[x\u00d7]\s*)?\b(EDR|HDR|NDR|XDR)(?:\s*\d{3})?\b(?:\s*[x\u00d7]\s*(\d{1,4}))?")
+_IB_GBIT = {"EDR": 100.0, "HDR": 200.0, "NDR": 400.0, "XDR": 800.0}
+#: words naming a node's NICs together (a rate over the node's GPUs)
+_NODE_WORDS = re.compile(r"node|per\s+(?:server|host|instance)")
 
 
 def network_gbit_per_gpu(text: str, gpus_per_node: int) -> float | None:
     """The scale-out rate per GPU (Gb/s per direction) a runs row's network text states, or None where
-    it states none it can be read as: "400 Gb/s per GPU" (a GPU's own NIC), "200Gb/s x8 per node",
-    "4 x 100 Gb/s per node", "1600 Gbps node-node" or "8x50 GB/s" (a node's NICs together, over its
-    ``gpus_per_node`` GPUs). A rate with neither a count nor "per GPU" / "node" is not read (it may be
-    a link's speed or a whole cluster's)."""
-    m = _RATE.search(text or "")
-    if m is None:
+    it states none it can be read as: "400 Gb/s per GPU" or "400G (1 NIC per GPU)" (a GPU's own NIC),
+    "200Gb/s x8 per node", "4 x 100 Gb/s per node", "1600 Gbps node-node", "8x400G", "4x NDR400 per
+    node", "3200 Gbps per instance" or "8x50 GB/s" (a node's NICs together, over its ``gpus_per_node``
+    GPUs); an InfiniBand generation (EDR, HDR, NDR, XDR) where no rate is written. A rate with neither
+    a count nor "per GPU" / a node is not read (it may be a link's speed or a whole cluster's)."""
+    text = (text or "")[:1000]
+    m = _RATE.search(text)
+    if m is not None:
+        count_given = m.group(1) or m.group(4)
+        unit = m.group(3)
+        rate = float(m.group(2)) * (8.0 if unit.startswith("GB") else 1000.0 if unit.startswith("T") else 1.0)
+    elif (ib := _IB_PORT.search(text)) is not None:
+        m, count_given, rate = ib, ib.group(1) or ib.group(3), _IB_GBIT[ib.group(2)]
+    else:
         return None
-    count = float(m.group(1) or m.group(4) or 1)
-    unit = m.group(3)
-    rate = float(m.group(2)) * (8.0 if unit.startswith("GB") else 1000.0 if unit.startswith("T") else 1.0) * count
-    tail = text[m.end():].lower()
-    if re.match(r"\s*(?:\([^)]*\)\s*)?per\s+gpu", tail):
+    rate *= float(count_given or 1)
+    low, tail = text.lower(), text[m.end():].lower()
+    if re.match(r"\s*(?:\([^)]*\)\s*)?per\s+gpu", tail) or (not count_given and "per gpu" in low):
         return rate
-    if m.group(1) or m.group(4) or "node" in text.lower():
+    if count_given or _NODE_WORDS.search(low):
         return rate / gpus_per_node
     return None
 
