@@ -62,11 +62,9 @@ ModelOpt = Annotated[str, typer.Option(help="preset key, or path to a Hugging Fa
                                              "adds N multi-token-prediction modules (deepseek-v3+mtp)")]
 def _gpu_key(value: str | None) -> str | None:
     """--gpu: a catalog key in any case (H200, MI300X) is that key, so every view names it alike."""
-    from ..hardware.specs import gpu_catalog
+    from ..hardware.specs import gpu_key
 
-    if isinstance(value, str) and value not in gpu_catalog() and value.strip().lower() in gpu_catalog():
-        return value.strip().lower()
-    return value
+    return value if value is None else gpu_key(value)
 
 
 GpuOpt = Annotated[str, typer.Option(help="GPU key (supercluster catalog gpus)", callback=_gpu_key)]

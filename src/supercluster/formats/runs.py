@@ -21,7 +21,7 @@ from typing import IO
 
 from ..errors import InputError, require
 from ..files import user_path
-from ..hardware.specs import gpu_catalog
+from ..hardware.specs import gpu_catalog, gpu_key
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
 from ..parallelism.framework import (
@@ -305,8 +305,8 @@ def row_gpu(row: dict[str, str]) -> tuple[str, str | None]:
     ``gpu`` is blank). A name it cannot read is left as written (the catalog refuses it by name)."""
     raw = (row.get("gpu") or "").strip()
     keys = gpu_catalog()
-    if raw in keys or raw.lower() in keys:
-        return raw.lower(), None
+    if gpu_key(raw) in keys:
+        return gpu_key(raw), None
     text = raw or (row.get("gpu_type") or "").strip()
     if text:
         low = text.lower()[:200]

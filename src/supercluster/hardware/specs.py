@@ -236,11 +236,18 @@ NOT_PRICED = {
 }
 
 
+def gpu_key(name: str) -> str:
+    """A catalog key written in any case (H200, MI300X) as the key; any other name as given."""
+    if isinstance(name, str) and name not in gpu_catalog() and name.strip().lower() in {**gpu_catalog(),
+                                                                                      **NOT_PRICED}:
+        return name.strip().lower()
+    return name
+
+
 def get_gpu(key: str) -> GpuSpec:
     """The catalog GPU ``key``, or an :class:`InputError` listing the known keys."""
     cat = gpu_catalog()
-    if isinstance(key, str) and key not in cat and key.strip().lower() in {**cat, **NOT_PRICED}:
-        key = key.strip().lower()  # (a key in any case: H200, MI300X)
+    key = gpu_key(key)
     if key in NOT_PRICED and key not in cat:
         raise InputError("gpu", f"{key!r} is not in the catalog: {NOT_PRICED[key]} has no published measurement "
                                 f"of its achieved matmul rate, and the model does not guess one; known: "
