@@ -45,11 +45,6 @@ REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
                     "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",
                     "step_time_s", "scored")
 
-#: a published framework column naming the option that counts the embedding and the head as pipeline
-#: layers (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding', Megatron-Core
-#: --account-for-embedding/loss-in-pipeline-split) selects the profile with that split
-EMBED_SPLIT_WORDS = ("transformer|embedding", "account-for-embedding", "account_for_embedding")
-
 
 def _int(row: dict[str, str], name: str, default: int | None = None) -> int:
     raw = (row.get(name) or "").strip()
@@ -385,8 +380,6 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     name = row.get("framework") or ""
     if "compile" in (row.get("precision") or "").lower():  # e.g. "fp8 linears (Float8) + torch.compile"
         name += "+compile"
-    if any(w in name.lower() for w in EMBED_SPLIT_WORDS):
-        name += EMBED_SPLIT_SUFFIX
     name += run_option_suffixes(row)
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)

@@ -18,7 +18,6 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..formats.runs import (  # noqa: F401 (the runs-file reader, re-exported for validate's callers)
-    EMBED_SPLIT_WORDS,
     REQUIRED_COLUMNS,
     SHIPPED_RUNS,
     _int,
