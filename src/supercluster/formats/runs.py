@@ -115,6 +115,7 @@ def _row_model(values: tuple[str, ...]) -> ModelSpec:
                      seq_len=_int(row, "seq_len"), mtp_layers=mtp, **moe)
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_precision(text: str) -> str:
     t = text.lower()
     if "fp8" in t or "float8" in t:
@@ -124,6 +125,7 @@ def parse_precision(text: str) -> str:
     return "bf16"  # bf16, fp16 and "16-bit mixed" run on the same tensor cores
 
 
+@functools.lru_cache(maxsize=1024)
 def recompute_word(text: str) -> str | None:
     """The recompute a published phrase names, or None where it names none: "full" / "selective" (or
     "SAC") as such; a negation ("none", "no", "off", "false", "disabled", "without") none; activation
@@ -145,6 +147,7 @@ def parse_recompute(text: str, fw: Framework) -> str:
     return recompute_word(text) or fw.default_recompute
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_recompute_layers(text: str) -> int:
     """Partial full recompute, e.g. "full (5 layers)" or "recompute_num_layers=5": layers per chunk; else 0."""
     t = text.lower()
@@ -152,12 +155,14 @@ def parse_recompute_layers(text: str) -> int:
     return int(m.group(1)) if m and "full" in t else 0
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_recompute_modules(text: str) -> tuple[str, ...]:
     """Megatron-Core selective modules, e.g. "selective (recompute_modules=layernorm,moe_act)"; else ()."""
     m = re.search(r"recompute_modules\s*=\s*\[?([a-z_,\s'\"]+)", text.lower())
     return tuple(x.strip(" '\"") for x in m.group(1).split(",") if x.strip(" '\"")) if m else ()
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_layer_ac(text: str) -> int | None:
     """torchtitan's selective *layer* AC ("selective (layer)"): every N-th transformer block fully
     recomputed, N = selective_ac_option, 2 by default (torchtitan config: "2 = checkpoint every other
@@ -169,6 +174,7 @@ def parse_layer_ac(text: str) -> int | None:
     return max(1, int(m.group(1))) if m else 2
 
 
+@functools.lru_cache(maxsize=1024)
 def zero_word(text: str) -> int | None:
     """The ZeRO stage a published phrase names, or None where it names none: a stage by number ("ZeRO-2",
     "zero stage 3", "ZeRO 1", a bare 0-3); fully sharded data parallelism (FSDP, FULL_SHARD, HSDP, hybrid
@@ -195,6 +201,7 @@ def parse_zero(text: str, fw: Framework) -> int:
     return fw.default_zero_stage if z is None else z
 
 
+@functools.lru_cache(maxsize=1024)
 def publication_year(source: str) -> int | None:
     """The first year (1990-2099) a row's source names, e.g. "Narayanan et al. 2021 (SC21)"; it picks
     the framework profile of that era (:func:`~supercluster.parallelism.framework.framework_of_year`)."""
@@ -258,9 +265,19 @@ def fp8_recipe(row: dict[str, str]) -> str | None:
     return None
 
 
+#: the columns :func:`run_option_suffixes` reads
+RUN_OPTION_INPUTS = (*RUN_OPTION_COLUMNS, "fp8_recipe", "precision", "moe_capacity_factor", "moe_pad_to_capacity")
+
+
 def run_option_suffixes(row: dict[str, str]) -> str:
     """The framework options the row's run-option columns (and its fp8 recipe) state, as framework-name
     suffixes."""
+    return _run_option_suffixes(tuple(row.get(c) or "" for c in RUN_OPTION_INPUTS))
+
+
+@functools.lru_cache(maxsize=1024)
+def _run_option_suffixes(values: tuple[str, ...]) -> str:
+    row = dict(zip(RUN_OPTION_INPUTS, values, strict=True))
     out = ""
     for col, (on, off) in RUN_OPTION_COLUMNS.items():
         said = _yes_no(row, col)
@@ -298,11 +315,15 @@ def row_gpu(row: dict[str, str]) -> tuple[str, str | None]:
     """A row's catalog GPU key and, where it was read from a published name, the note saying so: the
     ``gpu`` column as a key (any case), else read by :data:`GPU_NAMES` (the ``gpu_type`` column where
     ``gpu`` is blank). A name it cannot read is left as written (the catalog refuses it by name)."""
-    raw = (row.get("gpu") or "").strip()
+    return _row_gpu((row.get("gpu") or "").strip(), (row.get("gpu_type") or "").strip())
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_gpu(raw: str, gpu_type: str) -> tuple[str, str | None]:
     keys = gpu_catalog()
     if gpu_key(raw) in keys:
         return gpu_key(raw), None
-    text = raw or (row.get("gpu_type") or "").strip()
+    text = raw or gpu_type
     if text:
         low = text.lower()[:200]
         key = next((k for pat, k in GPU_NAMES if re.search(pat, low)), None)
@@ -323,6 +344,7 @@ _IB_GBIT = {"EDR": 100.0, "HDR": 200.0, "NDR": 400.0, "XDR": 800.0}
 _NODE_WORDS = re.compile(r"node|per\s+(?:server|host|instance)")
 
 
+@functools.lru_cache(maxsize=1024)
 def network_gbit_per_gpu(text: str, gpus_per_node: int) -> float | None:
     """The scale-out rate per GPU (Gb/s per direction) a runs row's network text states, or None where
     it states none it can be read as: "400 Gb/s per GPU" or "400G (1 NIC per GPU)" (a GPU's own NIC),

@@ -191,7 +191,7 @@ class Framework:
     def family(self) -> str:
         """The framework this profile describes, whatever its era or options
         (``torchtitan-2024+compile`` -> ``torchtitan``)."""
-        return self.era_of or _split_suffixes(self.key)[0]
+        return self.era_of or _base_name(self.key)
 
     @property
     def extra_pp_layers(self) -> int:
@@ -402,6 +402,12 @@ def _split_suffixes(name: str) -> tuple[str, list[str]]:
         mods.append(found)
         base = base.removesuffix(found)
     return base, mods
+
+
+@lru_cache(maxsize=512)
+def _base_name(name: str) -> str:
+    """A framework name without its option suffixes (:func:`_split_suffixes`)."""
+    return _split_suffixes(name)[0]
 
 
 def get_framework(name: str) -> Framework:
