@@ -70,14 +70,15 @@ def accuracy() -> str:
     lines.append(f"| held-out, cut to the shared format's columns and bare framework names | {n} of "
                  f"{len(cut['rows'])} | {_pct(cut['mape'])} | {_pct(cut['worst_abs_error'])} |")
     lines += ["", "| ranking (one job measured at several layouts) | jobs | predicted fastest is measured fastest "
-              "| pairs in measured order | memory misses |", "|---|---|---|---|---|"]
+              "| pairs in measured order | memory misses | traffic misses |", "|---|---|---|---|---|---|"]
     for name, d in (("shared public file", pub), ("held-out file", held)):
         rk = d["ranking"]
         pairwise = "-" if rk["pairwise"] is None else _pct(rk["pairwise"])
         lines.append(f"| {name} | {rk['groups']} | {rk['picks']} | {rk['pairs_in_order']} of {rk['pairs']} "
-                     f"({pairwise}) | {d['memory_misses']} |")
+                     f"({pairwise}) | {d['memory_misses']} | {d['traffic_misses']} |")
     lines += ["", f"Measured steps within {100 * pub['ranking']['tie']:.0f} % of each other count as a tie; a memory "
-              "miss is a run that ran but is predicted not to fit."]
+              "miss is a run that ran but is predicted not to fit; a traffic miss, a run measured faster than the "
+              "data-parallel traffic its row states can move on its network."]
     return "\n".join(lines) + "\n"
 
 

@@ -791,3 +791,42 @@ def test_every_heldout_run_cut_to_the_shared_format_is_still_priced(tmp_path):
     cut = validate(_runs_file(tmp_path, rows))
     assert cut["supported_fraction"] == 1.0
     assert cut["mape"] <= validate("heldout")["mape"] + 0.03
+
+
+def _fsdp_job(micro_batch: int, zero: int, dp: int = 8):
+    from supercluster.job import Job, check_job
+    from supercluster.parallelism.layout import Layout
+
+    lay = Layout(tp=1, pp=1, dp=dp, micro_batch=micro_batch, global_batch=8 * dp, seq_len=4096, zero_stage=zero)
+    return check_job(Job.of("llama3-8b", gpu="h100-sxm", layout=lay, framework="torchtitan"))
+
+
+def test_dp_traffic_is_every_collective_of_the_step_and_the_step_carries_it():
+    """ZeRO-3 gathers (forward; backward, as torchtitan reshards after the forward) and reduce-scatters
+    once per micro-batch: 8 micro-batches move 8 times one's traffic. ZeRO-1 syncs once a step, whatever
+    the micro-batches. One data-parallel rank moves nothing. The model's own step is never shorter."""
+    from supercluster.job import price_many
+
+    z3_one, z3_eight, z1_one, z1_eight, solo = price_many([
+        _fsdp_job(8, 3), _fsdp_job(1, 3), _fsdp_job(8, 1), _fsdp_job(1, 1), _fsdp_job(8, 3, dp=1)])
+    assert z3_one.microbatches == 1 and z3_eight.microbatches == 8
+    assert z3_eight.dp_traffic_s == pytest.approx(8 * z3_one.dp_traffic_s, rel=1e-9)
+    assert z1_eight.dp_traffic_s == pytest.approx(z1_one.dp_traffic_s, rel=1e-9) and z1_one.dp_traffic_s > 0
+    assert z3_one.dp_traffic_s > z1_one.dp_traffic_s  # (two gathers and a reduce-scatter vs one of each)
+    assert solo.dp_traffic_s == 0.0
+    for b in (z3_one, z3_eight, z1_one, z1_eight):
+        assert b.step_time_s >= b.dp_traffic_s
+
+
+def test_validate_counts_rows_measured_faster_than_their_own_data_parallel_traffic():
+    """The Megatron-FSDP Qwen3 235B row states per-micro-batch gathers and fp32 reduce-scatters over 32
+    nodes that need more network time than its measured step: the row's one traffic miss, and its
+    worst error. Every priced step carries its own traffic."""
+    res = validate("heldout")
+    misses = [r.id for r in res["rows"] if r.traffic_miss]
+    assert res["traffic_misses"] == len(misses) and misses == ["MZOO-QWEN3-235B-H100-FSDP-EP8-256"]
+    assert res["worst_row"] == misses[0]
+    for r in res["rows"]:
+        assert not r.supported or r.predicted_step_time_s >= r.dp_traffic_s
+    out = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["traffic_misses"] == 1

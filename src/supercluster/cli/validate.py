@@ -75,7 +75,9 @@ def validate(
               f"supported {100 * res['supported_fraction']:.0f}%")
     rk = res["ranking"]
     pairwise = "-" if rk["pairwise"] is None else f"{100 * rk['pairwise']:.0f} %"  # type: ignore[index]
-    con.print(f"memory: {res['memory_misses']} row(s) that ran predicted not to fit | ranking: {rk['groups']} "  # type: ignore[index]
+    con.print(f"memory: {res['memory_misses']} row(s) that ran predicted not to fit | traffic: "
+              f"{res['traffic_misses']} row(s) measured faster than their own data-parallel traffic | ranking: "
+              f"{rk['groups']} "  # type: ignore[index]
               f"job(s) measured at several layouts, the predicted fastest is the measured fastest (within "
               f"{100 * rk['tie']:.0f} %) in {rk['picks']}, pairs of layouts in measured order "  # type: ignore[index]
               f"{rk['pairs_in_order']}/{rk['pairs']} ({pairwise})")  # type: ignore[index]

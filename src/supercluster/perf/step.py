@@ -87,7 +87,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     out.update(memory_bytes(model, fw, rows, sync.dense_params, sync.expert_params, st.Lh_first, st.Lh_last,
                             comm.ring_bytes, work.score_tok))
     out.update(
-        microbatches=rows.m, params_per_gpu=sync.dense_params + sync.expert_params,
+        microbatches=rows.m, params_per_gpu=sync.dense_params + sync.expert_params, dp_traffic_s=sync.dp_traffic,
         # one micro-batch on the heaviest stage (all its chunks), and its forward share: what the
         # timeline simulator lays out on the pipeline schedule
         stage_time_s=st.t_stage, stage_forward_s=st.Lc * st.t_layer * st.fwd_share + st.heads * st.t_head_pass_f
@@ -211,6 +211,9 @@ class StepBreakdown:
     #: kernels an MoE layer launches per micro-batch beyond a dense layer's, forward and backward) and
     #: host_waits (the host waits for the router's counts before the experts' kernels)
     moe: dict[str, object] | None = None
+    #: the step's data-parallel traffic at the network's rate, one collective after another and none
+    #: hidden (:func:`~.sync.dp_traffic_s`): a floor under any step that carries it
+    dp_traffic_s: float = 0.0
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -274,5 +277,6 @@ def step_breakdowns(model: ModelSpec, *, layouts: list[Layout], gpu: GpuSpec, ne
             memory={k: first[k] for k in MEMORY_KEYS}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
             mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
             split_counts_head=bool(first["split_counts_head"]), moe=_moe(model, fw, layouts[i], first),
+            dp_traffic_s=first["dp_traffic_s"],
         ))
     return res

@@ -42,6 +42,9 @@ class SyncTimes:
     t_opt: np.ndarray
     #: the compute the hidden part of the traffic slows, holding SMs beside it (perf.compute.contended)
     dp_cont: np.ndarray
+    #: every data-parallel collective of the step at the network's rate, one after another, none hidden and
+    #: no per-call latency: a floor under any step that carries this traffic (:func:`dp_traffic_s`)
+    dp_traffic: np.ndarray
 
 
 def local_params(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
@@ -113,7 +116,22 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     world = rows.tp * rows.pp * rows.dp * rows.cp
     t_opt = t_opt + 4.0 * shard / mem_bw + np.asarray(net.collective_time_s("all_reduce", 4.0, world, 1))
     return SyncTimes(dense_params=dense_params, expert_params=expert_params, dpg=dpg, edpg=edpg, dp_x=dp_x,
-                     t_opt=t_opt, dp_cont=dp_cont)
+                     t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs, dp_all))
+
+
+def dp_traffic_s(fw: Framework, rows: Rows, ag: np.ndarray, rs: np.ndarray, dp_all: np.ndarray) -> np.ndarray:
+    """Seconds of all the step's data-parallel traffic on its links, one collective after another: the
+    gathers and reduce-scatters of one step (ZeRO 0-2: ``dp_all``), or ZeRO-3 / FSDP's per micro-batch
+    (a forward gather, again for a recomputed forward where the framework re-gathers, a backward gather
+    where it reshards after the forward, one reduce-scatter; once a schedule where FSDP keeps a pipeline
+    stage gathered). ``ag`` / ``rs`` are the whole stage's collectives at the network's rate, without
+    the per-call latency the step adds: what no overlap can hide, so a measured step shorter than this
+    carried less traffic than its row states."""
+    regather = 1.0 + rows.frc * float(fw.zero3_regather_on_recompute) + float(fw.zero3_reshard_after_forward)
+    z3 = rows.m * (ag * regather + rs)
+    if fw.fsdp_pp_unsharded:
+        z3 = np.where(rows.pp > 1, rows.ga * (ag + rs), z3)
+    return np.where(rows.dp * rows.cp > 1, np.where(rows.zero >= 3, z3, dp_all), 0.0)
 
 
 def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.ndarray, rs: np.ndarray,

@@ -56,6 +56,15 @@ class RowResult:
     fits: bool | None = None
     #: the layout as priced, whole (Layout.label: degrees, micro-batch, ZeRO, recompute, SP)
     layout_label: str = ""
+    #: the step's data-parallel traffic at the network's rate, none hidden (StepBreakdown.dp_traffic_s): a
+    #: measured step shorter than it moved less than the row states (counted as a traffic miss)
+    dp_traffic_s: float | None = None
+
+    @property
+    def traffic_miss(self) -> bool:
+        """The run measured faster than its own data-parallel traffic, as the row states it, can run."""
+        return bool(self.supported and self.measured_step_time_s and self.dp_traffic_s
+                    and self.dp_traffic_s > self.measured_step_time_s)
 
 
 #: What ``by_group`` can summarise the rows by.
@@ -164,7 +173,8 @@ def _result(row: dict[str, str], job: Job, note: str | None, measured: float | N
                        if x)
     return RowResult(row.get("id", "?"), b.step_time_s, measured, err, True, reason, group, layout.short(),
                      gpu=job.gpu.key, framework=fw.key, kind=job.model.kind,
-                     memory_per_gpu_bytes=b.memory_per_gpu_bytes, fits=b.fits, layout_label=layout.label())
+                     memory_per_gpu_bytes=b.memory_per_gpu_bytes, fits=b.fits, layout_label=layout.label(),
+                     dp_traffic_s=b.dp_traffic_s)
 
 
 #: Rows read, checked and priced together by :func:`validate` (memory stays bounded on any file).
@@ -199,6 +209,7 @@ def validate(path: str | Path | None = None, progress: Callable[[int], None] | N
         "worst_row": worst_row.id if worst_row else None,
         "supported_fraction": (n - len(miss)) / n, "ranking": ranking(results),
         "memory_misses": sum(r.fits is False for r in results),
+        "traffic_misses": sum(r.traffic_miss for r in results),
     }
 def check_group_key(key: str) -> None:
     require(key in GROUP_KEYS, "by", f"unknown {key!r}; allowed: {', '.join(GROUP_KEYS)}")
