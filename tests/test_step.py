@@ -509,6 +509,30 @@ def test_deepspeed_2021_zero3_gathers_pay_their_copies_at_hbm_speed():
     assert extra == pytest.approx(m * 3.0 * per_pass, rel=1e-6)  # forward, recomputed forward, backward
 
 
+def test_deepspeed_2021_zero3_holds_one_weight_gathered_not_two_layers():
+    # Without prefetch DeepSpeed 0.3 gathered a submodule's weight in its pre-forward hook and released it
+    # after the submodule: at the peak (a backward) the largest weight (GPT-3's FC1 or FC2, 4 h^2) is
+    # gathered, its full gradient waits for its reduce-scatter, and PyTorch's list-form reduce-scatter
+    # copies it into a flat buffer: 3 x 4 h^2 elements beyond the shard, where a prefetching ZeRO-3 holds
+    # two whole layers (2 x 12 h^2).
+    from dataclasses import replace
+
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
+
+    model, gpu = load_model("gpt3-175b"), get_gpu("a100-80gb")
+    h = model.d_model
+    lay = Layout(tp=1, pp=1, dp=64, micro_batch=1, global_batch=128, seq_len=2048, recompute="full", zero_stage=3)
+    legacy = get_framework("deepspeed-legacy")
+    net = default_network(gpu, num_gpus=64)
+    one = estimate(model, gpu=gpu, num_gpus=64, layout=lay, framework=legacy, network=net)
+    two = estimate(model, gpu=gpu, num_gpus=64, layout=lay, framework=replace(legacy, zero3_prefetch=True),
+                   network=net)
+    saved = two.memory["mem_weights_bytes"] - one.memory["mem_weights_bytes"]
+    assert saved == pytest.approx((2 * 12 - 3 * 4) * h * h * 2.0, rel=1e-9)
+
+
 def test_deepspeed_2021_zero3_gathers_the_four_linear_weights_and_reduces_every_parameter():
     # DeepSpeed 0.3 keeps parameters under 1e5 elements gathered (stage3.py persistence_threshold), so a
     # GPT block's gathers are its 4 linear weights, while each of its 12 parameters' gradients is

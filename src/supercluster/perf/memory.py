@@ -42,6 +42,35 @@ def stage_activation_bytes(layers: np.ndarray | float, layer_bytes: np.ndarray, 
             + np.where(last, logits_bytes, 0.0))
 
 
+def zero3_gathered_elements(model: ModelSpec, fw: Framework) -> float:
+    """Parameter elements ZeRO-3 / FSDP holds gathered beyond its shard at the peak (before TP sharding).
+
+    A framework that prefetches holds the layer it runs and the next one gathered: two layers. One that
+    gathers each weight on its own and releases it after its submodule, without prefetch (DeepSpeed
+    before v0.4: the coordinator fetched a submodule's parameters in its pre-forward hook and released
+    them in its post-forward hook; frameworks.toml ``zero3_prefetch`` false, ``zero3_gathers_per_layer`` >
+    1), holds one weight: at its peak, in the backward, the largest weight of a layer gathered, its full
+    gradient before the reduce-scatter, and, through PyTorch's list-form collectives
+    (``zero3_list_collectives``), the flat buffer the reduce-scatter copies its input into."""
+    if fw.zero3_prefetch or fw.zero3_gathers_per_layer <= 1:
+        return 2.0 * (max(model.attn_params, model.ssm_params, model.gdn_params) + model.dense_mlp_params)
+    return largest_layer_weight(model) * (2.0 + float(fw.zero3_list_collectives))
+
+
+def largest_layer_weight(model: ModelSpec) -> float:
+    """Elements of a layer's largest weight tensor, as Megatron's GPT layer holds them: the fused QKV
+    projection, the output projection, FC1 (gate and up fused where gated) or FC2; an MLA or recurrent
+    mixer counted whole (an upper bound)."""
+    h, a, k, d, dv = (float(x) for x in (model.d_model, model.num_heads, model.num_kv_heads, model.qk_dim,
+                                         model.v_dim))
+    if model.kv_lora_rank or model.ssm_params or model.gdn_params:
+        mixer = float(max(model.attn_params, model.ssm_params, model.gdn_params))
+    else:
+        mixer = max(h * (a * d * (2.0 if model.attn_output_gate else 1.0) + 2.0 * k * d), a * dv * h)
+    ffn = float(model.ffn_dim)
+    return max(mixer, (model.mlp_mats - 1) * h * ffn, ffn * h)
+
+
 def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.ndarray, expert_params: np.ndarray,
                  Lh: np.ndarray, Lh_last: np.ndarray, ring_bytes: np.ndarray,
                  score_tok: np.ndarray) -> dict[str, np.ndarray]:
@@ -58,8 +87,9 @@ def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.n
     dq, dv = float(model.qk_dim), float(model.v_dim)
     local = dense_params + expert_params
     shard = dense_params / dpg + expert_params / edpg
-    # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded).
-    gathered = 2.0 * (max(model.attn_params, model.ssm_params, model.gdn_params) + model.dense_mlp_params) / tp
+    # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded); a
+    # framework that gathers each weight on its own, without prefetch, one weight at a time
+    gathered = zero3_gathered_elements(model, fw) / tp
     low = lowp > 0
     # bf16 weights, plus their fp8 / fp4 copy for the GEMMs, or that copy alone (fp8_param_gather)
     w_bytes = np.where(fp32, 4.0, np.where(low, np.where(fw.fp8_param_gather, 0.0, 2.0) + low_el, 2.0))
