@@ -830,3 +830,21 @@ def test_validate_counts_rows_measured_faster_than_their_own_data_parallel_traff
         assert not r.supported or r.predicted_step_time_s >= r.dp_traffic_s
     out = CliRunner().invoke(app, ["validate", "--runs", "heldout", "--json"])
     assert out.exit_code == 0 and json.loads(out.stdout)["traffic_misses"] == 1
+
+
+def test_a_row_of_a_framework_with_no_profile_is_priced_and_marked_approximated(tmp_path):
+    """A framework the catalog has no profile for, and that names none ("ColossalAI"), is priced with
+    the default profile and counted as approximated, apart from the rows of known frameworks (a
+    published spelling such as "NeMo 2.0" or "PyTorch FSDP" reads as a profile and is not)."""
+    from supercluster.validation.validate import load_rows
+
+    base = next(r for r in load_rows("public") if r["id"] == "DGXC-L31-70B-bf16-64")
+    rows = [dict(base, id="named", framework="NeMo 2.0"), dict(base, id="pytorch", framework="PyTorch FSDP"),
+            dict(base, id="other", framework="ColossalAI")]
+    res = validate(_runs_file(tmp_path, rows))
+    by_id = {r.id: r for r in res["rows"]}
+    assert [by_id[k].approximated for k in ("named-0", "pytorch-0", "other-0")] == [False, False, True]
+    assert res["approximated"] == 1 and all(r.supported for r in res["rows"])
+    assert "unknown: nemo-megatron assumed" in by_id["other-0"].reason
+    out = CliRunner().invoke(app, ["validate", "--runs", str(tmp_path / "runs.csv")])
+    assert out.exit_code == 0 and "(1 approximated: no profile for their framework)" in out.stdout

@@ -71,8 +71,9 @@ def validate(
     con.print(reports.validation_table(res))
     if groups is not None:
         con.print(reports.groups_table(groups, f"by {by}"))
+    approx = f" ({res['approximated']} approximated: no profile for their framework)" if res["approximated"] else ""
     con.print(f"MAPE {100 * res['mape']:.1f}% | worst {100 * res['worst_abs_error']:.1f}% ({res['worst_row']}) | "
-              f"supported {100 * res['supported_fraction']:.0f}%")
+              f"supported {100 * res['supported_fraction']:.0f}%{approx}")
     rk = res["ranking"]
     pairwise = "-" if rk["pairwise"] is None else f"{100 * rk['pairwise']:.0f} %"  # type: ignore[index]
     con.print(f"memory: {res['memory_misses']} row(s) that ran predicted not to fit | traffic: "

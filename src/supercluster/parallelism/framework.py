@@ -509,6 +509,19 @@ def framework_of_year(fw: Framework, year: int | None) -> Framework:
 
 
 @lru_cache(maxsize=512)
+def framework_named(name: str) -> bool:
+    """Whether a published framework name names a profile: a key or alias (with any options), or a name
+    :func:`resolve_framework` reads as one ("NeMo 2.0", "PyTorch FSDP"); False where it falls back to the
+    default profile with nothing to go on (a run priced so is approximated)."""
+    try:
+        get_framework(name)
+        return True
+    except InputError:
+        low = _split_suffixes(name)[0]
+        return any(w in low for words, _ in _MENTIONS for w in words)
+
+
+@lru_cache(maxsize=512)
 def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, str | None]:
     """Like :func:`get_framework`, but an unknown name falls back to the default with a note; a
     publication ``year`` selects the profile of that era (see :func:`framework_of_year`). Profiles are

@@ -34,6 +34,7 @@ from ..formats.runs import (  # noqa: F401 (the runs-file reader, re-exported fo
     row_setup,
 )
 from ..job import Job, check_job, price_many
+from ..parallelism.framework import framework_named
 from ..perf.step import StepBreakdown
 
 
@@ -59,6 +60,9 @@ class RowResult:
     #: the step's data-parallel traffic at the network's rate, none hidden (StepBreakdown.dp_traffic_s): a
     #: measured step shorter than it moved less than the row states (counted as a traffic miss)
     dp_traffic_s: float | None = None
+    #: the row names no framework profile: priced with the default one (its reason says which), so its
+    #: figure is an approximation, counted apart from the rows of a known framework
+    approximated: bool = False
 
     @property
     def traffic_miss(self) -> bool:
@@ -174,7 +178,7 @@ def _result(row: dict[str, str], job: Job, note: str | None, measured: float | N
     return RowResult(row.get("id", "?"), b.step_time_s, measured, err, True, reason, group, layout.short(),
                      gpu=job.gpu.key, framework=fw.key, kind=job.model.kind,
                      memory_per_gpu_bytes=b.memory_per_gpu_bytes, fits=b.fits, layout_label=layout.label(),
-                     dp_traffic_s=b.dp_traffic_s)
+                     dp_traffic_s=b.dp_traffic_s, approximated=not framework_named(row.get("framework") or ""))
 
 
 #: Rows read, checked and priced together by :func:`validate` (memory stays bounded on any file).
@@ -210,6 +214,7 @@ def validate(path: str | Path | None = None, progress: Callable[[int], None] | N
         "supported_fraction": (n - len(miss)) / n, "ranking": ranking(results),
         "memory_misses": sum(r.fits is False for r in results),
         "traffic_misses": sum(r.traffic_miss for r in results),
+        "approximated": sum(r.approximated for r in results),
     }
 def check_group_key(key: str) -> None:
     require(key in GROUP_KEYS, "by", f"unknown {key!r}; allowed: {', '.join(GROUP_KEYS)}")
