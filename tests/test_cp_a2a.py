@@ -107,7 +107,7 @@ def test_a_plan_that_rings_kv_says_what_all_to_all_cp_would_take():
     r = runner.invoke(app, args)
     assert "all-to-all CP (framework option +cp-a2a) on the same layout" in r.stdout
     # Llama 3 8B's 8 KV heads at tp 4 leave 2 a rank: cp 4 cannot split them, and nothing is claimed
-    plain = json.loads(runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--seq-len", "131072",
+    plain = json.loads(runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--seq-len", "262144",
                                            "--global-batch", "64", "--json"]).stdout)
     assert plain["best"]["layout"].startswith("tp4-") and "-cp4" in plain["best"]["layout"]
     assert "cp_a2a_step_time_s" not in plain

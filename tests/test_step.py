@@ -76,7 +76,7 @@ def test_the_advice_for_a_layout_that_does_not_fit_names_only_what_it_does_not_u
     from supercluster.parallelism.framework import get_framework
     from supercluster.reports.tables import fit_reason
 
-    long = dict(tp=8, pp=1, dp=16, global_batch=32, seq_len=524288)
+    long = dict(tp=8, pp=1, dp=16, global_batch=32, seq_len=1048576)
     done = Layout(**long, recompute="full", micro_batch=1, sequence_parallel=True)
     b = estimate("llama3-8b", gpu=h100, num_gpus=128, layout=done)
     assert not b.fits and "largest term activations" in fit_reason(b)

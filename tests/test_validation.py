@@ -116,12 +116,13 @@ KNOWN_MEMORY_MISSES = {"DGXC-N4-340B-bf16-128"}
 # price (SwiGLU inputs cached in FP8 with the output recomputed, the attention output cached once in
 # E5M6, BF16 Adam moments), and even with those the Megatron-style census of the expert outputs kept
 # for the gate gradient would not fit 80 GiB: how HAI-LLM keeps them is not published.
-KNOWN_MOE_MEMORY_MISSES = {"DSV3-REPORT-H800-2048",
-    "MB2511-QWEN3-30B-H100-SXM-fp8cs-16", "MB2511-GPTOSS-120B-B200-bf16-64", "MB2511-GPTOSS-120B-H100-SXM-bf16-64",
+# (Qwen3 30B-A3B on 16 H100 in NeMo 25.09 and 25.11 and GPT-OSS 120B on 64 B200 fit since the loss is
+# priced as the benchmark scripts' Transformer Engine cross-entropy: 2 bytes a logit, not 8.)
+KNOWN_MOE_MEMORY_MISSES = {"DSV3-REPORT-H800-2048", "MB2511-GPTOSS-120B-H100-SXM-bf16-64",
     "MB2602-DSV3-GB300-mxfp8-256", "MB2602-DSV3-GB200-mxfp8-256", "MB2511-DSV3-GB200-bf16-256",
-    # NeMo 25.09: the same Qwen3 30B H100 layout as 25.11's; DeepSeek-V3 with its MTP module on 256 GB200 at
-    # PP 4 and on 1,024 H100 (whose later recipe recomputes mla_up_proj and mlp)
-    "MB2509-QWEN3-30B-H100-SXM-fp8cs-16", "MB2509-DSV3-GB200-fp8cs-256", "MB2509-DSV3-H100-SXM-fp8cs-1024",
+    # NeMo 25.09: DeepSeek-V3 with its MTP module on 256 GB200 at PP 4 and on 1,024 H100 (whose later
+    # recipe recomputes mla_up_proj and mlp)
+    "MB2509-DSV3-GB200-fp8cs-256", "MB2509-DSV3-H100-SXM-fp8cs-1024",
 }
 
 
