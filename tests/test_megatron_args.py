@@ -243,6 +243,35 @@ def test_framework_flags_switch_megatron_behaviours_at_megatron_lm_defaults():
         framework_from_args(parse_args("--attention-dropout x"))
 
 
+def test_optimizer_state_and_loss_kernel_flags_read_as_their_bytes_and_export_back():
+    """--use-precision-aware-optimizer is TE's FusedAdam: bf16 parameters keep their fp32 master as 16-bit
+    remainders (2 bytes) beside m and v in the dtypes the flags name; --cross-entropy-fusion-impl te keeps
+    2 bytes a logit. The nemo-megatron profile (NVIDIA's scripts: precision-aware for bf16, the TE loss)
+    exports the flags that read back as it."""
+    from supercluster.formats.megatron_flags import framework_args
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.parallelism.layout import Layout
+
+    bare = framework_from_args(parse_args("--bf16"))
+    assert (bare.optimizer_bytes_per_param, bare.bf16_optimizer_bytes_per_param, bare.loss_bytes_per_logit) == \
+        (12.0, 0.0, 8.0)
+    aware = framework_from_args(parse_args("--bf16 --use-precision-aware-optimizer --cross-entropy-loss-fusion "
+                                           "--cross-entropy-fusion-impl te"))
+    assert (aware.optimizer_bytes_per_param, aware.bf16_optimizer_bytes_per_param, aware.loss_bytes_per_logit) == \
+        (12.0, 10.0, 2.0)
+    low = framework_from_args(parse_args("--bf16 --use-precision-aware-optimizer --exp-avg-dtype bf16 "
+                                         "--exp-avg-sq-dtype bf16"))
+    assert (low.optimizer_bytes_per_param, low.bf16_optimizer_bytes_per_param) == (8.0, 6.0)
+    with pytest.raises(InputError, match="exp-avg-dtype"):
+        framework_from_args(parse_args("--use-precision-aware-optimizer --exp-avg-dtype fp64"))
+    nemo = get_framework("nemo-megatron")
+    bf16 = framework_args(nemo, Layout(tp=1, global_batch=8, seq_len=4096), sequence_parallel=False)
+    back = framework_from_args(parse_args("--bf16 " + " ".join(bf16)))
+    assert (back.bf16_optimizer_bytes_per_param, back.loss_bytes_per_logit) == (10.0, 2.0)
+    fp8 = framework_args(nemo, Layout(tp=1, global_batch=8, seq_len=4096, precision="fp8"), sequence_parallel=False)
+    assert not any("precision-aware" in a for a in fp8)  # (fp8 runs keep the fp32 master: 12 bytes)
+
+
 def test_estimate_prices_the_scripts_own_overlap_flags(tmp_path):
     lean, tuned = tmp_path / "lean.sh", tmp_path / "tuned.sh"
     lean.write_text(SCRIPT)

@@ -509,6 +509,25 @@ def test_deepspeed_2021_zero3_gathers_pay_their_copies_at_hbm_speed():
     assert extra == pytest.approx(m * 3.0 * per_pass, rel=1e-6)  # forward, recomputed forward, backward
 
 
+def test_nvidia_bf16_recipes_keep_a_precision_aware_optimizer_state():
+    # NeMo 2.0's and Megatron-Bridge's benchmark scripts turn on the precision-aware optimizer for bf16
+    # runs only: fp32 master weights as 16-bit remainders of the bf16 parameters, m and v in fp32 (10
+    # bytes a parameter); an fp8 run keeps the fp32 master copy (12). Megatron-LM's own profile has none.
+    from supercluster.parallelism.framework import get_framework
+
+    lay = dict(tp=8, pp=1, dp=8, micro_batch=1, global_batch=64, seq_len=4096, zero_stage=1)
+    per = {}
+    for prec in ("bf16", "fp8"):
+        for fw in ("nemo-megatron", "megatron"):
+            b = estimate("llama3-70b", gpu="h100-sxm", num_gpus=64, layout=Layout(**lay, precision=prec),
+                         framework=get_framework(fw))
+            per[prec, fw] = b.memory["mem_optimizer_bytes"]
+    shard = per["fp8", "nemo-megatron"] / 12.0
+    assert per["bf16", "nemo-megatron"] == pytest.approx(10.0 * shard, rel=1e-9)
+    assert per["bf16", "megatron"] == pytest.approx(12.0 * shard, rel=1e-9)
+    assert per["fp8", "megatron"] == pytest.approx(12.0 * shard, rel=1e-9)
+
+
 def test_deepspeed_2021_zero3_holds_one_weight_gathered_not_two_layers():
     # Without prefetch DeepSpeed 0.3 gathered a submodule's weight in its pre-forward hook and released it
     # after the submodule: at the peak (a backward) the largest weight (GPT-3's FC1 or FC2, 4 h^2) is

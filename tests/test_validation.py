@@ -100,12 +100,11 @@ def test_validation_groups_partition_the_rows_and_their_errors():
     assert kinds["moe"]["rows"] == sum(r.id.startswith("DGXC-GROK1") for r in res["rows"])  # the public MoE rows
 
 
-# Published layouts that ran must be predicted to fit (DeepSpeed 2021 ZeRO-3 530B on 640 GPUs does since
-# its one-weight-at-a-time gathers are priced: 76 GiB). The known exception, with what is not modelled:
-# Nemotron-4 340B in BF16 on 128 H100 (TP8 PP8 DP2: 82 of 80 GiB, optimizer 32 GiB of it; its DGX Cloud YAML
-# sets distributed_fused_adam dtype bf16, whose state layout is not priced). The FP8 run of that
-# layout and NeMo 24.12's fit since gradients are kept in bf16 as those configurations say.
-KNOWN_MEMORY_MISSES = {"DGXC-N4-340B-bf16-128"}
+# Published layouts that ran must be predicted to fit. DeepSpeed 2021 ZeRO-3 530B on 640 GPUs does since
+# its one-weight-at-a-time gathers are priced (76 GiB), Nemotron-4 340B in BF16 on 128 H100 (TP8 PP8 DP2)
+# since NVIDIA's bf16 recipes are priced with their precision-aware optimizer state (10 bytes a parameter:
+# 77 of 80 GiB; its own DGX Cloud YAML keeps less still, distributed_fused_adam dtype bf16).
+KNOWN_MEMORY_MISSES: set[str] = set()
 # Held-out MoE recipes predicted not to fit: they recompute modules or offload (Megatron-Core
 # recompute_modules, paged stash) and the published tables do not say which each container version
 # used (the GPT-OSS configs read name layernorm + moe_act for some). Listed so that a change that

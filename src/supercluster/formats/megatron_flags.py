@@ -26,6 +26,34 @@ from .megatron_args import float_flag
 #: profiles whose behaviours Megatron-LM flags can set (others export the layout and model only)
 MEGATRON_FAMILIES = ("megatron", "nemo-megatron")
 
+#: bytes an optimizer-state element takes by Megatron-LM's --exp-avg-dtype / --exp-avg-sq-dtype /
+#: --main-params-dtype names
+STATE_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+#: what Transformer Engine's cross-entropy kernel (--cross-entropy-fusion-impl te) keeps a logit: the
+#: 16-bit logits, the gradient written into them in place (frameworks.toml nemo-megatron)
+TE_LOSS_BYTES_PER_LOGIT = 2.0
+
+
+def precision_aware_bytes(exp_avg: str = "fp32", exp_avg_sq: str = "fp32", main_params: str = "fp32",
+                          bf16: bool = True) -> float:
+    """Optimizer-state bytes a parameter under Megatron-LM's --use-precision-aware-optimizer
+    (Transformer Engine's FusedAdam): the master weights (fp32 ones of bf16 parameters kept as their
+    16-bit remainders, store_param_remainders from TE 2.1: 2; else their own dtype) and Adam's m and v."""
+    master = 2 if bf16 and main_params == "fp32" else STATE_DTYPE_BYTES[main_params]
+    return float(master + STATE_DTYPE_BYTES[exp_avg] + STATE_DTYPE_BYTES[exp_avg_sq])
+
+
+def _optimizer_args(fw: Framework, precision: str) -> list[str]:
+    """The flags of the precision-aware optimizer state the profile keeps on this precision, if any."""
+    own = fw.bf16_optimizer_bytes_per_param if precision in ("bf16", "fp16") and fw.bf16_optimizer_bytes_per_param \
+        else fw.optimizer_bytes_per_param
+    bf16 = precision in ("bf16", "fp16")
+    for dt in ("fp32", "bf16"):
+        if own == precision_aware_bytes(dt, dt, bf16=bf16) and own != 12.0:
+            return ["--use-precision-aware-optimizer" + ("" if dt == "fp32" else f" --exp-avg-dtype {dt} "
+                                                          f"--exp-avg-sq-dtype {dt}")]
+    return []
+
 
 def framework_args(fw: Framework, layout: Layout, sequence_parallel: bool, moe: bool = False) -> list[str]:
     """The flags that make Megatron-LM run the way ``fw`` is priced on ``layout`` (the inverse of
@@ -59,7 +87,9 @@ def framework_args(fw: Framework, layout: Layout, sequence_parallel: bool, moe: 
         a.append("--attention-dropout 0 --hidden-dropout 0")
     if fw.fp8_param_gather and precision == "fp8":
         a.append("--fp8-param-gather")
-    return a
+    if fw.loss_bytes_per_logit == TE_LOSS_BYTES_PER_LOGIT:
+        a.append("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te")
+    return a + _optimizer_args(fw, precision)
 
 
 def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") -> Framework:
@@ -93,8 +123,21 @@ def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") 
     backend = str(args.get("attention-backend", "auto")).lower()
     recipe = str(args.get("fp8-recipe", "delayed")).lower()
     require(recipe in FP8_RECIPE_NAMES, "fp8-recipe", f"{recipe!r}: allowed {', '.join(MEGATRON_FP8_RECIPE.values())}")
+    # --use-precision-aware-optimizer: TE's FusedAdam with the state dtypes the flags name
+    opt = {}
+    if args.get("use-precision-aware-optimizer"):
+        dts = [str(args.get(f, "fp32")).lower() for f in ("exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype")]
+        for f, dt in zip(("exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype"), dts, strict=True):
+            require(dt in STATE_DTYPE_BYTES, f, f"{dt!r}; allowed: {', '.join(STATE_DTYPE_BYTES)}")
+        opt = dict(optimizer_bytes_per_param=precision_aware_bytes(*dts, bf16=False),
+                   bf16_optimizer_bytes_per_param=precision_aware_bytes(*dts, bf16=True))
+    impl = str(args.get("cross-entropy-fusion-impl", "native")).lower()
+    require(impl in ("native", "te"), "cross-entropy-fusion-impl", f"{impl!r}; allowed: native, te")
+    te_loss = args.get("cross-entropy-loss-fusion") and impl == "te"
+    loss = TE_LOSS_BYTES_PER_LOGIT if te_loss else fw.loss_bytes_per_logit
     out = dataclasses.replace(
         fw, key=name, era_of="megatron",  # (its family: the evidence line and the notes name Megatron-LM)
+        loss_bytes_per_logit=loss, **opt,
         tp_comm_overlap=bool(args.get("tp-comm-overlap")), dp_overlap=bool(args.get("overlap-grad-reduce")),
         pp_overlap=not args.get("no-overlap-p2p-communication"),
         pp_split_counts_head=bool(args.get("account-for-embedding-in-pipeline-split")

@@ -181,6 +181,9 @@ class Framework:
     #: v (12, the mixed-precision default); 4 where the 16-bit parameters are the master and Adam keeps
     #: its states in their dtype (torch.optim.Adam: zeros_like(param))
     optimizer_bytes_per_param: float = 12.0
+    #: the same where the layout trains in bf16 (fp8 / fp4 runs keep ``optimizer_bytes_per_param``); 0 =
+    #: ``optimizer_bytes_per_param``. A recipe that turns on a precision-aware optimizer for bf16 only
+    bf16_optimizer_bytes_per_param: float = 0.0
     #: peak bytes per logit the loss holds (default: fp32 logits and their fp32 gradient)
     loss_bytes_per_logit: float = 8.0
     #: the same where the framework compiles its loss under torch.compile (the "+compile" option);
@@ -313,6 +316,7 @@ _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "recomput
                 "tensor_parallel", "pipeline_parallel", "interleaved_pipeline", "interleave_microbatches",
                 "moe_tp_needs_sp",
                 "pp_microbatches_per_stage", "loss_bytes_per_logit", "optimizer_bytes_per_param",
+                "bf16_optimizer_bytes_per_param",
                 "compiled_loss_bytes_per_logit", "zero_stages", "zero_max_with_pp", "moe_expert_launches",
                 "moe_dispatch_sync"}
 

@@ -42,6 +42,13 @@ def stage_activation_bytes(layers: np.ndarray | float, layer_bytes: np.ndarray, 
             + np.where(last, logits_bytes, 0.0))
 
 
+def optimizer_bytes(fw: Framework, rows: Rows) -> np.ndarray:
+    """Optimizer-state bytes per parameter of each 16-bit row: the framework's, or its bf16 figure on a
+    bf16 layout where it has one (fp8 / fp4 layouts keep the former)."""
+    bf16 = (rows.lowp == 0) & ~rows.fp32 & (fw.bf16_optimizer_bytes_per_param > 0)
+    return np.where(bf16, fw.bf16_optimizer_bytes_per_param, fw.optimizer_bytes_per_param)
+
+
 def zero3_gathered_elements(model: ModelSpec, fw: Framework) -> float:
     """Parameter elements ZeRO-3 / FSDP holds gathered beyond its shard at the peak (before TP sharding).
 
@@ -110,7 +117,7 @@ def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.n
         # micro-batch every layer of the stage is gathered
         weights = np.where(zero >= 3, local * w_bytes, weights)
     # (fp32 master,) Adam m and v: 12 bytes, or what the framework keeps (16-bit parameters as the master)
-    optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, fw.optimizer_bytes_per_param)
+    optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, optimizer_bytes(fw, rows))
     # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
     # SP-shardable: the two LN inputs (2 B), the QKV and FC1 inputs and, with dropout, two masks (1 B);
     # a dropout of probability 0 saves no mask (PyTorch returns its input). Transformer Engine saves a

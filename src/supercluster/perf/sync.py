@@ -24,6 +24,7 @@ from ..parallelism.framework import Framework
 from .columns import Rows
 from .comm import CommTimes
 from .compute import LayerWork
+from .memory import optimizer_bytes
 
 ADAM_BYTES_PER_PARAM = 30.0  # read fp32 param, grad, m, v (16); write param, m, v (12) + bf16 copy (2)
 DDP_BUCKET_PARAMS = 40e6  # Megatron-Core default gradient bucket (max(40M, 1M x dp))
@@ -108,7 +109,7 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
     # Adam reads and writes its states (the framework's optimizer bytes: fp32 master, m and v = 12, as
     # ADAM_BYTES_PER_PARAM counts them), reads a 4-byte gradient and writes the 2-byte copy: 2 S + 6
-    adam = np.where(rows.fp32, ADAM_BYTES_PER_PARAM, 2.0 * fw.optimizer_bytes_per_param + 6.0)
+    adam = np.where(rows.fp32, ADAM_BYTES_PER_PARAM, 2.0 * optimizer_bytes(fw, rows) + 6.0)
     t_opt = (shard * adam + np.where(zero >= 2, shard, local) * 2.0 * gb) / mem_bw
     # Gradient clipping reads every fp32 gradient of the shard once for its norm (Megatron-LM
     # clip_grads.py get_grad_norm_fp32: multi_tensor_l2norm; FSDP2 / DeepSpeed alike) and all-reduces
