@@ -521,8 +521,12 @@ def framework_named(name: str) -> bool:
         get_framework(name)
         return True
     except InputError:
-        low = _split_suffixes(name)[0]
-        return any(w in low for words, _ in _MENTIONS for w in words)
+        return _mentioned(_split_suffixes(name)[0]) is not None
+
+
+def _mentioned(low: str) -> str | None:
+    """The profile a published framework name (lower case, options split off) mentions (:data:`_MENTIONS`)."""
+    return next((k for words, k in _MENTIONS if any(w in low for w in words)), None)
 
 
 @lru_cache(maxsize=512)
@@ -536,7 +540,7 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
         # A run's framework column as published ("NeMo 2.0", "PyTorch FSDP", ...): the first profile
         # whose name it mentions, else the default; the note says which was read.
         low, mods = _split_suffixes(name)
-        key = next((k for words, k in _MENTIONS if any(w in low for w in words)), None)
+        key = _mentioned(low)
         base = get_framework((key or DEFAULT_FRAMEWORK) + "".join(mods))
         fw = framework_of_year(_with_named_options(base, low, mods), year)
         shown = name.strip()[:len(low)]  # as published, without the options appended to it
