@@ -524,6 +524,10 @@ def test_nvidia_bf16_recipes_keep_a_precision_aware_optimizer_state():
             per[prec, fw] = b.memory["mem_optimizer_bytes"]
     shard = per["fp8", "nemo-megatron"] / 12.0
     assert per["bf16", "nemo-megatron"] == pytest.approx(10.0 * shard, rel=1e-9)
+    # (it runs only as the distributed optimizer: without one, ZeRO-0, the fp32 master stays)
+    ddp = estimate("llama3-70b", gpu="h100-sxm", num_gpus=64, layout=Layout(**{**lay, "zero_stage": 0}),
+                   framework=get_framework("nemo-megatron"))
+    assert ddp.memory["mem_optimizer_bytes"] == pytest.approx(12.0 * 8 * shard, rel=1e-9)  # (unsharded over dp 8)
     assert per["bf16", "megatron"] == pytest.approx(12.0 * shard, rel=1e-9)
     assert per["fp8", "megatron"] == pytest.approx(12.0 * shard, rel=1e-9)
 

@@ -43,8 +43,11 @@ def precision_aware_bytes(exp_avg: str = "fp32", exp_avg_sq: str = "fp32", main_
     return float(master + STATE_DTYPE_BYTES[exp_avg] + STATE_DTYPE_BYTES[exp_avg_sq])
 
 
-def _optimizer_args(fw: Framework, precision: str) -> list[str]:
-    """The flags of the precision-aware optimizer state the profile keeps on this precision, if any."""
+def _optimizer_args(fw: Framework, precision: str, zero_stage: int) -> list[str]:
+    """The flags of the precision-aware optimizer state the profile keeps on this precision, if any (only
+    with the distributed optimizer, as Megatron-Core's OptimizerConfig requires)."""
+    if zero_stage < 1:
+        return []
     own = fw.bf16_optimizer_bytes_per_param if precision in ("bf16", "fp16") and fw.bf16_optimizer_bytes_per_param \
         else fw.optimizer_bytes_per_param
     bf16 = precision in ("bf16", "fp16")
@@ -87,9 +90,10 @@ def framework_args(fw: Framework, layout: Layout, sequence_parallel: bool, moe: 
         a.append("--attention-dropout 0 --hidden-dropout 0")
     if fw.fp8_param_gather and precision == "fp8":
         a.append("--fp8-param-gather")
-    if fw.loss_bytes_per_logit == TE_LOSS_BYTES_PER_LOGIT:
-        a.append("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te")
-    return a + _optimizer_args(fw, precision)
+    # (a profile's Transformer Engine loss is not exported: Megatron-LM refuses --cross-entropy-fusion-impl
+    # te, "disabled due to stability issues" (megatron-core 0.17 arguments.py), so the script runs the
+    # native kernel, whose fp32 buffer its read-back prices: memory only, the step time is the plan's)
+    return a + _optimizer_args(fw, precision, zero_stage)
 
 
 def framework_from_args(args: dict[str, Any], name: str = "megatron-lm script") -> Framework:
