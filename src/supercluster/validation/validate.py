@@ -182,7 +182,7 @@ def _result(row: dict[str, str], job: Job, note: str | None, measured: float | N
 
 
 #: Rows read, checked and priced together by :func:`validate` (memory stays bounded on any file).
-CHUNK_ROWS = 16384
+CHUNK_ROWS = 65536
 
 
 def validate(path: str | Path | None = None, progress: Callable[[int], None] | None = None) -> dict[str, object]:
