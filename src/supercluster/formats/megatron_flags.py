@@ -46,13 +46,11 @@ def precision_aware_bytes(exp_avg: str = "fp32", exp_avg_sq: str = "fp32", main_
 def _optimizer_args(fw: Framework, precision: str, zero_stage: int) -> list[str]:
     """The flags of the precision-aware optimizer state the profile keeps on this precision, if any (only
     with the distributed optimizer, as Megatron-Core's OptimizerConfig requires)."""
-    if zero_stage < 1:
-        return []
-    own = fw.bf16_optimizer_bytes_per_param if precision in ("bf16", "fp16") and fw.bf16_optimizer_bytes_per_param \
-        else fw.optimizer_bytes_per_param
     bf16 = precision in ("bf16", "fp16")
+    own = fw.optimizer_state_bytes(bf16, zero_stage >= 1)
+    plain = precision_aware_bytes(bf16=False)  # (fp32 master, m and v: what Megatron-LM keeps without the flag)
     for dt in ("fp32", "bf16"):
-        if own == precision_aware_bytes(dt, dt, bf16=bf16) and own != 12.0:
+        if zero_stage >= 1 and own != plain and own == precision_aware_bytes(dt, dt, bf16=bf16):
             return ["--use-precision-aware-optimizer" + ("" if dt == "fp32" else f" --exp-avg-dtype {dt} "
                                                           f"--exp-avg-sq-dtype {dt}")]
     return []

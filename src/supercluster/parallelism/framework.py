@@ -190,6 +190,15 @@ class Framework:
     #: 0 = compiling leaves the loss as it is
     compiled_loss_bytes_per_logit: float = 0.0
 
+    def optimizer_state_bytes(self, bf16: bool, distributed: bool) -> float:
+        """Optimizer-state bytes per parameter of a 16-bit layout: the profile's bf16 figure on a bf16
+        layout with a distributed optimizer where it has one (Megatron-Core's precision-aware optimizer
+        runs only as the distributed optimizer: OptimizerConfig asserts it), else
+        ``optimizer_bytes_per_param``."""
+        if bf16 and distributed and self.bf16_optimizer_bytes_per_param > 0:
+            return self.bf16_optimizer_bytes_per_param
+        return self.optimizer_bytes_per_param
+
     @property
     def family(self) -> str:
         """The framework this profile describes, whatever its era or options

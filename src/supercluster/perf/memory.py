@@ -43,11 +43,10 @@ def stage_activation_bytes(layers: np.ndarray | float, layer_bytes: np.ndarray, 
 
 
 def optimizer_bytes(fw: Framework, rows: Rows) -> np.ndarray:
-    """Optimizer-state bytes per parameter of each 16-bit row: the framework's, or its bf16 figure on a
-    bf16 layout with a distributed optimizer where it has one (fp8 / fp4 layouts keep the former; Megatron-
-    Core's precision-aware optimizer runs only as the distributed optimizer: OptimizerConfig asserts it)."""
-    bf16 = (rows.lowp == 0) & ~rows.fp32 & (rows.zero >= 1) & (fw.bf16_optimizer_bytes_per_param > 0)
-    return np.where(bf16, fw.bf16_optimizer_bytes_per_param, fw.optimizer_bytes_per_param)
+    """Optimizer-state bytes per parameter of each 16-bit row (:meth:`Framework.optimizer_state_bytes`;
+    fp8 / fp4 layouts are not bf16)."""
+    bf16 = (rows.lowp == 0) & ~rows.fp32 & (rows.zero >= 1)
+    return np.where(bf16, fw.optimizer_state_bytes(True, True), fw.optimizer_state_bytes(False, False))
 
 
 def zero3_gathered_elements(model: ModelSpec, fw: Framework) -> float:
