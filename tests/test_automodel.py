@@ -109,13 +109,13 @@ SUPER_64 = dict(gpu="h100-sxm", num_gpus=64,
 ])
 def test_published_runs_are_priced_only_with_the_gate_they_ran(row_id, model, kw):
     """NeMo AutoModel's DeepSeek-V3 on 256 H100 (8.18 s a step) and Nemotron 3 Super on 64 (7.29 s):
-    within 15 % priced with the gate the benchmark ran (-3 % and +12 %); priced with a learned router's
-    spread, the all-to-all makes each over 30 % slower (over 40 % while every step carried a flat
-    10.4 % straggler charge)."""
+    within 15 % priced with the gate the benchmark ran (-9 % and +4 %); priced with a learned router's
+    spread, the all-to-all makes each over 25 % slower (DeepSeek-V3's +27 %: its group-limited routing
+    keeps a token's experts on fewer nodes)."""
     from supercluster.validation.validate import load_rows
 
     row = next(r for r in load_rows("heldout") if r["id"] == row_id)
     measured = float(row["step_time_s"])
     gate = estimate(model, framework="automodel+round-robin-gate", **kw).step_time_s
     learned = estimate(model, framework="automodel", **kw).step_time_s
-    assert abs(gate / measured - 1) <= 0.15 and learned / measured - 1 > 0.30
+    assert abs(gate / measured - 1) <= 0.15 and learned / measured - 1 > 0.25

@@ -341,6 +341,7 @@ moe_options=" \\
     --moe-layer-freq '${MOE_LAYER_FREQ}' \\
     --moe-shared-expert-intermediate-size $((${NUM_SHARED_EXPERTS} * ${MOE_INTERMEDIATE_SIZE})) \\
     --num-experts 256 --moe-router-topk 8 \\
+    --moe-router-num-groups 8 --moe-router-group-topk 4 \\
     --expert-model-parallel-size ${EP}"
 if [ "$PR" = fp8 ]; then
     pr_options="--bf16 --fp8-format hybrid"

@@ -124,6 +124,10 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
             top_k=int(top_k),
             num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=mlp_layers - n_moe,
         )
+        # group-limited routing (DeepSeek-V3: n_group 8, topk_group 4); all groups kept is no limit
+        groups, kept = int(get("n_group", default=0) or 0), int(get("topk_group", default=0) or 0)
+        if groups > 1 and 0 < kept < groups:
+            fields.update(router_groups=groups, router_group_topk=kept)
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
         ffn = get("intermediate_size_mlp", default=ffn)
     fields["mtp_layers"] = int(get("num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
@@ -234,6 +238,7 @@ _HF_INT_FIELDS = (
     "num_nextn_predict_layers", "mtp_num_layers", "max_position_embeddings", "n_positions", "max_seq_len",
     "interleave_moe_layer_step", "decoder_sparse_step", "first_k_dense_replace", "moe_layer_start_index",
     "moe_layer_frequency", "moe_layer_freq", "moe_shared_expert_intermediate_size", "shared_intermediate_size",
+    "n_group", "topk_group",
 )
 
 #: Hugging Face model families whose MLP is one up-projection and one down-projection (GELU, not gated),

@@ -26,7 +26,8 @@ MLP activation                 ``--swiglu`` (SwiGLU), ``--quick-geglu`` (GeGLU; 
 MoE                            ``--num-experts --moe-router-topk --moe-ffn-hidden-size
                                --moe-shared-expert-intermediate-size`` (all shared experts' width),
                                ``--moe-layer-freq`` (dense and MoE layers; only the count is priced),
-                               ``--moe-latent-size`` (latent MoE)
+                               ``--moe-latent-size`` (latent MoE), ``--moe-router-num-groups
+                               --moe-router-group-topk`` (group-limited routing)
 MLA                            ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim
                                --qk-pos-emb-head-dim --v-head-dim`` (Megatron's defaults when absent)
 sliding windows                ``--window-size (w,0) --window-attn-skip-freq``
@@ -312,6 +313,8 @@ def model_args(m: ModelSpec, seq_len: int | None = None) -> list[str]:
             a.append(f"--moe-shared-expert-intermediate-size {m.shared_width}")
         if m.moe_latent_dim:
             a.append(f"--moe-latent-size {m.moe_latent_dim}")
+        if m.router_groups:
+            a.append(f"--moe-router-num-groups {m.router_groups} --moe-router-group-topk {m.router_group_topk}")
         if m.first_dense_layers and not m.hybrid_pattern:  # a hybrid's pattern places its MoE layers
             a.append("--moe-layer-freq " + shlex.quote(f"([0]*{m.first_dense_layers}+[1]*{m.num_moe_layers})"))
     if m.sliding_window:
@@ -472,6 +475,9 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
         moe_ffn = _int(args, "moe-ffn-hidden-size", _int(args, "ffn-hidden-size", 4 * h))
         f.update(num_experts=experts, top_k=_int(args, "moe-router-topk", 2), moe_ffn_dim=moe_ffn,
                  moe_latent_dim=_int(args, "moe-latent-size", 0, low=0))
+        groups, kept = _int(args, "moe-router-num-groups", 0, low=0), _int(args, "moe-router-group-topk", 0, low=0)
+        if groups > 1 and 0 < kept < groups:
+            f.update(router_groups=groups, router_group_topk=kept)
         shared = _int(args, "moe-shared-expert-intermediate-size", 0, low=0)
         if shared:
             whole = shared % moe_ffn == 0

@@ -10,7 +10,8 @@ from .spec import ModelSpec, hybrid_counts
 
 _REQUIRED = {"name", "d_model", "ffn_dim", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "source"}
 _OPTIONAL = {"num_layers", "mlp", "tied_embeddings", "num_experts", "top_k", "num_shared_experts", "shared_ffn_dim",
-             "moe_ffn_dim", "moe_latent_dim", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+             "router_groups", "router_group_topk", "moe_ffn_dim", "moe_latent_dim", "first_dense_layers",
+             "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
              "v_head_dim", "seq_len", "sliding_window", "window_layers", "attention_chunk", "mtp_layers", "ssm_heads",
              "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "hybrid_pattern", "index_topk",
              "index_heads", "index_head_dim", "gdn_layers", "gdn_k_heads", "gdn_v_heads", "gdn_k_dim", "gdn_v_dim",

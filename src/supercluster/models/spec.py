@@ -74,6 +74,13 @@ class ModelSpec(RecurrentMixers):
     #: d_model. 0 = experts on d_model
     moe_latent_dim: int = 0
     first_dense_layers: int = 0
+    #: group-limited routing (DeepSeek-V3 config.json ``n_group`` / ``topk_group``; Megatron-Core
+    #: --moe-router-num-groups / --moe-router-group-topk): the experts form ``router_groups`` equal
+    #: contiguous groups, each token keeps its ``router_group_topk`` best groups and takes its top_k
+    #: experts inside them (DeepSeek-V3 report, arXiv:2412.19437, sec. 2.1.2: with groups on nodes a
+    #: token reaches at most that many nodes). 0 = no groups
+    router_groups: int = 0
+    router_group_topk: int = 0
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
@@ -141,7 +148,7 @@ class ModelSpec(RecurrentMixers):
             cap = {"num_layers": MAX_LAYERS, "seq_len": MAX_SEQ}.get(f, MAX_WIDTH)
             require(v <= cap, f"model.{f}", f"{v} is past any real model (at most {cap:,})")
         for f in ("num_experts", "top_k", "num_shared_experts", "shared_ffn_dim", "moe_ffn_dim", "moe_latent_dim",
-                  "first_dense_layers",
+                  "first_dense_layers", "router_groups", "router_group_topk",
                   "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
                   "window_layers", "attention_chunk", "mtp_layers", "ssm_layers", "ssm_heads", "ssm_head_dim",
                   "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk", "mlp_only_layers", "mixer_only_layers",
@@ -186,6 +193,7 @@ class ModelSpec(RecurrentMixers):
             require(self.moe_ffn_dim > 0, "model.moe_ffn_dim", "must be > 0 for an MoE model")
             require(self.first_dense_layers < self.mlp_layers, "model.first_dense_layers",
                     f"must be < the {self.mlp_layers} layers with an MLP")
+        self._check_router_groups()
         require(not self.moe_latent_dim or self.num_experts, "model.moe_latent_dim",
                 "a latent width goes with routed experts (num_experts > 0)")
         require(self.window_layers <= self.attention_layers, "model.window_layers",
@@ -203,6 +211,20 @@ class ModelSpec(RecurrentMixers):
                     "DeepSeek Sparse Attention is priced on MLA (kv_lora_rank > 0) only")
             require(not self.window_layers and not self.recurrent_layers, "model.index_topk",
                     "sparse attention with sliding-window, chunked or recurrent layers is not modelled")
+
+    def _check_router_groups(self) -> None:
+        """Group-limited routing: both fields 0, or groups that cut the experts evenly and leave a
+        token at least top_k experts in its chosen groups."""
+        g, k = self.router_groups, self.router_group_topk
+        if not (g or k):
+            return
+        require(self.num_experts > 0, "model.router_groups", "group-limited routing goes with routed experts")
+        require(g > 0 and 0 < k <= g, "model.router_group_topk",
+                f"must be in 1..router_groups={g} (router_groups > 0), got {k}")
+        require(self.num_experts % g == 0, "model.router_groups",
+                f"{g} must divide num_experts {self.num_experts}")
+        require(k * (self.num_experts // g) >= self.top_k, "model.router_group_topk",
+                f"{k} groups of {self.num_experts // g} experts hold fewer than top_k={self.top_k}")
 
     # ---- shape helpers -------------------------------------------------------------------
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from math import gcd
+from math import comb, gcd
 from typing import Protocol
 
 import numpy as np
@@ -83,11 +83,16 @@ class TokenDispatch:
     once to every domain, holding any of its ``top_k`` experts (DeepEP's kernels: intranode one copy
     per destination rank, internode one RDMA copy per destination node forwarded over NVLink;
     the DeepSeek-V3 report, sec. 3.2.2), instead of one copy per expert. The experts sit in equal
-    contiguous blocks on the group's ranks (rank r of g holds experts r E/g ... (r + 1) E/g - 1)."""
+    contiguous blocks on the group's ranks (rank r of g holds experts r E/g ... (r + 1) E/g - 1).
+    ``groups`` / ``group_topk``: the model's group-limited routing (:attr:`ModelSpec.router_groups`;
+    0 = none), which keeps a balanced router's experts inside ``group_topk`` of ``groups`` contiguous
+    groups and so on fewer ranks and domains."""
 
     experts: float
     top_k: float
     router: str = "random"
+    groups: int = 0
+    group_topk: int = 0
 
     def __post_init__(self) -> None:
         require(self.router in ROUTERS, "router", f"unknown {self.router!r}; allowed: {', '.join(ROUTERS)}")
@@ -96,16 +101,55 @@ class TokenDispatch:
         """(rank share, domain share): distinct ranks, and distinct domains, a token reaches, each as a
         share of its top_k expert copies; over g ranks, n per scale-up domain, k domains."""
         g, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (g, n, k)))
-        if self.router == "random":
+        grouped = self.router == "random" and 0 < self.group_topk < self.groups
+        if self.router == "random" and not grouped:
             return (node_dedup_factor(self.experts, self.top_k, g),
                     node_dedup_factor(self.experts, self.top_k, k))
         # (one count per distinct group shape: a sweep's rows share a handful)
         pairs, inverse = np.unique(np.stack([np.maximum(g, 1.0).ravel(), np.maximum(n, 1.0).ravel()], axis=1),
                                    axis=0, return_inverse=True)
-        reach = np.array([_round_robin_reach(int(self.experts), int(self.top_k), int(gi), int(ni))
-                          for gi, ni in pairs]).reshape(-1, 2)
-        ranks, domains = (reach[inverse.ravel(), i].reshape(g.shape) for i in (0, 1))
+        if grouped:
+            e, t, gr, gk = int(self.experts), int(self.top_k), self.groups, self.group_topk
+            reach = np.array([(_grouped_reach(e, t, gr, gk, int(gi)),
+                               _grouped_reach(e, t, gr, gk, int(-(-gi // ni)))) for gi, ni in pairs])
+        else:
+            reach = np.array([_round_robin_reach(int(self.experts), int(self.top_k), int(gi), int(ni))
+                              for gi, ni in pairs])
+        ranks, domains = (reach.reshape(-1, 2)[inverse.ravel(), i].reshape(g.shape) for i in (0, 1))
         return ranks / self.top_k, np.where(k > 1, domains / self.top_k, 1.0)
+
+
+@cache
+def _grouped_reach(experts: int, top_k: int, groups: int, group_topk: int, units: int) -> float:
+    """Mean distinct units (``units`` equal contiguous blocks of the experts: ranks or scale-up domains)
+    a token's experts fall in under group-limited routing with a balanced router: the token's
+    ``group_topk`` groups are any of the C(groups, group_topk) sets alike, its ``top_k`` experts any
+    ``top_k`` of the ones those groups hold. A unit overlapping the chosen groups in x experts is
+    missed with probability C(pool - x, top_k) / C(pool, top_k); the chosen groups' overlaps with the
+    unit are counted exactly (the sets of c overlapping groups summing to x, times the ways to pick
+    the other groups among those that miss it). Without groups (1 of 1) this is the ungrouped
+    :func:`node_dedup_factor` count."""
+    size = experts // groups
+    pool = group_topk * size
+    total = comb(pool, top_k)
+    hit = 0.0
+    for u in range(units):
+        lo, hi = u * experts // units, (u + 1) * experts // units
+        overlaps = [min(hi, (j + 1) * size) - max(lo, j * size) for j in range(groups)]
+        overlaps = [o for o in overlaps if o > 0]
+        # ways[c][x]: sets of c of the overlapping groups whose overlaps sum to x
+        ways = [[0] * (hi - lo + 1) for _ in range(len(overlaps) + 1)]
+        ways[0][0] = 1
+        for o in overlaps:
+            for c in range(len(overlaps) - 1, -1, -1):
+                for x in range(hi - lo - o, -1, -1):
+                    if ways[c][x]:
+                        ways[c + 1][x + o] += ways[c][x]
+        others = groups - len(overlaps)
+        miss = sum(ways[c][x] * comb(others, group_topk - c) * comb(pool - x, top_k)
+                   for c in range(min(len(overlaps), group_topk) + 1) for x in range(hi - lo + 1) if ways[c][x])
+        hit += 1.0 - miss / (comb(groups, group_topk) * total)
+    return hit
 
 
 @cache

@@ -10,7 +10,9 @@ interface (the two-level model, a sized fabric, or a device profile's measuremen
   Engine's rescale-and-add per step, :func:`p2p_ring_merges`; PyTorch's fp32 merges); all-to-all
   (Ulysses) CP exchanges heads for sequence around the attention (:func:`all_to_all_attention`).
 * EP: Megatron-Core's all-to-all dispatcher (and DeepEP's node-deduplicated dispatch), exposed
-  unless the framework overlaps it.
+  unless the framework overlaps it. DeepEP sends a token once to each rank and node holding any of
+  its experts; under a model's group-limited routing (DeepSeek-V3: each token's experts inside its
+  best 4 of 8 groups) those are fewer, counted over the groups a token can choose.
 * The head: a vocabulary-parallel embedding and loss (Megatron).
 """
 
@@ -158,8 +160,8 @@ def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: Layer
     hx = float(model.expert_width)
     # (DeepEP: each token goes once to every rank, and crosses once to every node, holding any of
     # its experts; where they are depends on how the router spreads them)
-    dedup = {"dedup": TokenDispatch(float(model.num_experts), float(model.top_k), fw.moe_router)
-             } if fw.ep_node_dedup else {}
+    dedup = {"dedup": TokenDispatch(float(model.num_experts), float(model.top_k), fw.moe_router,
+                                    model.router_groups, model.router_group_topk)} if fw.ep_node_dedup else {}
     # (the call ends when the busiest rank has received its tokens: work.moe_load times the mean)
     a2a = net.collective_time_s("all_to_all", rows.tok_sp * model.top_k * hx * el * work.moe_load, ep, s_ep, **dedup)
     tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * hx * el, etp,

@@ -239,6 +239,7 @@ def _moe(model: ModelSpec, fw: Framework, layout: Layout, col: dict[str, float])
         return None
     return {"experts": model.num_experts, "top_k": model.top_k, "ep": layout.ep,
             "experts_per_gpu": model.num_experts / layout.ep, "router": fw.moe_router,
+            "router_groups": model.router_groups, "router_group_topk": model.router_group_topk,
             "dropless": fw.moe_capacity_factor <= 0, "capacity_factor": fw.moe_capacity_factor,
             "padded": fw.moe_pad_to_capacity,
             "load_factor": col["moe_load_factor"], "dispatch_call_s": col["ep_call_s"],

@@ -96,6 +96,8 @@ def moe_line(b: StepBreakdown) -> str:
     e = b.moe or {}
     router = ("a balanced router (tokens spread at random over the experts)" if e["router"] == "random"
               else "a fixed round-robin gate (every rank the same tokens)")
+    if e["router"] == "random" and e.get("router_groups"):
+        router += f" inside each token's best {e['router_group_topk']} of {e['router_groups']} expert groups"
     per_gpu = float(e["experts_per_gpu"])  # type: ignore[arg-type]
     cap = float(e.get("capacity_factor") or 0.0)  # type: ignore[arg-type]
     routing = ("dropless" if cap <= 0 else f"token-drop at capacity factor {cap:g}"
