@@ -1142,3 +1142,37 @@ def test_blackwell_attention_forward_is_bound_by_its_exponentials():
     assert h100.sfu_exp_per_s == 0.0
     assert float(attention_forward_s(hopper, h100, flops, scores, np.array([h100.peak("bf16")]), 1.0)[0]) \
         == pytest.approx(512.0e12 / (h100.peak("bf16") * h100.clock_frac * hopper.fwd_frac))
+
+
+def test_batch_level_ep_overlap_pairs_each_all_to_all_with_one_chunk_and_leaves_the_warmup_exposed():
+    """Megatron-Core's --overlap-moe-expert-parallel-comm (schedule_layer_1f1b): each all-to-all runs
+    beside one compute chunk of another micro-batch, and only the steady 1F1B phase has a partner. By
+    hand on one layer: calls of 1 ms beside chunks of 3, 0.5, 6 and 1 ms expose 0.5 + 0 + 0 + 0 ms when
+    paired; a tenth of the steps alone expose their 4 ms. Through the step: one micro-batch hides nothing,
+    more micro-batches (a smaller warm-up share) hide more, and never more than the plain overlap bound."""
+    from types import SimpleNamespace
+
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.perf.comm import paired_ep_exposed_s
+
+    one = np.array([1.0])
+    work = SimpleNamespace(t_fwd=3.5e-3 * one, t_bwd=7e-3 * one, t_rc=0.0 * one, t_experts_f=0.5e-3 * one)
+    rows = SimpleNamespace(pp=2.0 * one, vpp=1.0 * one, ms=10.0 * one)  # 1F1B: pp - 1 = 1 of 10 alone
+    x = paired_ep_exposed_s(rows, work, 1e-3 * one, 4.0 * one, 0.0 * one, 1.0)
+    assert float(x[0]) == pytest.approx(0.9 * 0.5e-3 + 0.1 * 4e-3)
+    assert float(paired_ep_exposed_s(rows, work, 1e-3 * one, 4.0 * one, 10.5e-3 * one, 1.0)[0]) == \
+        pytest.approx(4e-3)  # compute already hiding other traffic hides no dispatch
+
+    h100 = get_gpu("h100-sxm")
+
+    def exposed(gbs, fw, pp=8, vpp=4):
+        lay = Layout(tp=2, pp=pp, vpp=vpp, dp=256 // (2 * pp), ep=32, expert_tp=1, micro_batch=1, global_batch=gbs,
+                     seq_len=4096, sequence_parallel=True)
+        b = estimate("qwen3-235b-a22b", gpu=h100, num_gpus=256, layout=lay, framework=fw)
+        return b.ledger["exposed_ep_comm"] / (gbs / lay.dp)  # per micro-batch
+
+    plain, few, many = (exposed(g, f) for g, f in ((2048, "nemo-megatron"), (256, "nemo-megatron+ep-overlap"),
+                                                   (2048, "nemo-megatron+ep-overlap")))
+    assert many < few < plain
+    single = exposed(128, "nemo-megatron+ep-overlap", pp=1, vpp=1), exposed(128, "nemo-megatron", pp=1, vpp=1)
+    assert single[0] == pytest.approx(single[1])  # one micro-batch a rank: no forward to pair with a backward

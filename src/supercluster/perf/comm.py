@@ -171,12 +171,39 @@ def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: Layer
         return np.zeros_like(ep_all), ep_all, calls, a2a + tp_tokens
     hid = np.minimum(ep_all, np.maximum(work.t_fwd + work.t_bwd + work.t_rc - busy, 0.0))
     if fw.ep_overlap_bounded:
-        # Megatron-Core overlap-moe-expert-parallel-comm: another micro-batch's compute runs under
-        # the all-to-alls, so only what exceeds a layer's free compute stays exposed
-        return hid, ep_all - hid, calls, a2a + tp_tokens
+        x = f_moe * paired_ep_exposed_s(rows, work, a2a + tp_tokens, calls, busy, f_moe)
+        return ep_all - x, x, calls, a2a + tp_tokens
     # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden (what runs under compute
     # holds SMs from it: at most the compute there is)
     return hid, np.zeros_like(ep_all), calls, a2a + tp_tokens
+
+
+def paired_ep_exposed_s(rows: Rows, work: LayerWork, call: np.ndarray, calls: np.ndarray, busy: np.ndarray,
+                        f_moe: float) -> np.ndarray:
+    """Exposed dispatch and combine seconds of one MoE layer per micro-batch under Megatron-Core's
+    batch-level overlap (--overlap-moe-expert-parallel-comm: pipeline_parallel/combined_1f1b.py, and
+    schedule_layer_1f1b, which runs one micro-batch's forward layer beside another's backward layer).
+    Each of the four all-to-alls (``call`` seconds each) runs beside one compute chunk of the other
+    micro-batch, and only what outlasts that chunk is exposed: the backward's combine beside the
+    forward's attention, the forward's dispatch beside the backward's experts, the backward's dispatch
+    beside the forward's experts, the forward's combine beside the backward's attention. The experts'
+    chunk is their GEMMs (the backward twice the forward's), the attention chunk the rest of the layer;
+    compute already hiding TP or CP traffic (``busy``) is not free for it. Only the steady phase of the
+    pipeline schedule pairs a forward with a backward: the warm-up forwards and cool-down backwards run
+    alone (Megatron-Core's interleaved schedule warms up 2 (pp - 1) + (vpp - 1) pp model chunks on its
+    first stage, 1F1B pp - 1 micro-batches; without a pipeline the first forward and the last backward),
+    their all-to-alls all exposed. A recompute's further calls hide in what compute is left."""
+    total = work.t_fwd + work.t_bwd + work.t_rc
+    free = np.clip(1.0 - busy / np.maximum(total, 1e-30), 0.0, 1.0)
+    exp_f = f_moe * work.t_experts_f
+    chunks = (work.t_fwd - exp_f, work.t_experts_f, work.t_bwd - 2.0 * exp_f, 2.0 * work.t_experts_f)
+    paired = sum(np.maximum(call - free * np.maximum(c, 0.0), 0.0) for c in chunks)
+    left = np.maximum(free * total - (4.0 * call - paired), 0.0)
+    extra = np.maximum((calls - 4.0) * call - left, 0.0)
+    pp, vpp, steps = rows.pp, rows.vpp, rows.ms * rows.vpp
+    warmup = np.where(vpp > 1, 2.0 * (pp - 1.0) + (vpp - 1.0) * pp, pp - 1.0)
+    alone = np.clip(np.maximum(warmup, 1.0) / np.maximum(steps, 1.0), 0.0, 1.0)
+    return (1.0 - alone) * paired + alone * 4.0 * call + extra
 
 
 def p2p_ring_merges(cp: np.ndarray, q_el: np.ndarray, o_el: np.ndarray, kv_el: np.ndarray, el: np.ndarray,
