@@ -10,7 +10,9 @@ interface (the two-level model, a sized fabric, or a device profile's measuremen
   Engine's rescale-and-add per step, :func:`p2p_ring_merges`; PyTorch's fp32 merges); all-to-all
   (Ulysses) CP exchanges heads for sequence around the attention (:func:`all_to_all_attention`).
 * EP: Megatron-Core's all-to-all dispatcher (and DeepEP's node-deduplicated dispatch), exposed
-  unless the framework overlaps it. DeepEP sends a token once to each rank and node holding any of
+  unless the framework overlaps it (Megatron-Core's batch-level overlap: each all-to-all beside one
+  compute chunk of another micro-batch, in the steady phase of the schedule, :func:`paired_ep_exposed_s`;
+  DualPipe: hidden). DeepEP sends a token once to each rank and node holding any of
   its experts; under a model's group-limited routing (DeepSeek-V3: each token's experts inside its
   best 4 of 8 groups) those are fewer, counted over the groups a token can choose.
 * The head: a vocabulary-parallel embedding and loss (Megatron).
