@@ -155,3 +155,19 @@ def test_the_p2p_ring_launches_kernels_per_step_and_a_short_block_waits_for_the_
     with_ring = launch_wait()
     monkeypatch.setattr(compute, "CP_RING_OPS", (0.0, 0.0, 0.0, 0.0))
     assert with_ring > launch_wait() >= 0
+
+
+def test_each_ring_step_hides_its_transfer_only_under_its_own_block():
+    """Transformer Engine's K/V ring pipelines one transfer beside each step's attention block: at CP 4,
+    blocks of 1 ms (a quarter of 4 ms) and transfers of 1.5 ms expose 3 x 0.5 ms forward, although the
+    layer's 4 ms of attention exceed the ring's 4.5 ms by sum; backward, blocks of 2 ms beside K/V
+    (1.5 ms), K/V with their gradients (3 ms, twice) and the gradients (1.5 ms) expose 2 x 1 ms.
+    Transfers shorter than the blocks hide whole; no ring, nothing."""
+    from supercluster.perf.comm import p2p_ring_exposed_s
+
+    f, b = p2p_ring_exposed_s(np.array([4.0]), np.array([1.5e-3]), np.array([4e-3]), np.array([8e-3]))
+    assert float(f[0]) == pytest.approx(1.5e-3) and float(b[0]) == pytest.approx(2e-3)
+    f, b = p2p_ring_exposed_s(np.array([4.0]), np.array([0.5e-3]), np.array([4e-3]), np.array([8e-3]))
+    assert float(f[0]) == 0.0 and float(b[0]) == 0.0
+    f, b = p2p_ring_exposed_s(np.array([1.0]), np.array([1e-3]), np.array([1e-4]), np.array([2e-4]))
+    assert float(f[0]) == 0.0 and float(b[0]) == 0.0

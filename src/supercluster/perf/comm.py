@@ -118,7 +118,7 @@ def layer_comm(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
         ring_step = net.collective_time_s("p2p", kv_el * el, cp, s_cp)
         cp_f = (cp - 1.0) * ring_step
         cp_b = 2.0 * cp_f  # K/V and their gradients travel in the backward ring
-        cp_fx, cp_bx = np.maximum(cp_f - work.t_attn_f, 0.0), np.maximum(cp_b - work.t_attn_b, 0.0)
+        cp_fx, cp_bx = p2p_ring_exposed_s(cp, ring_step, work.t_attn_f, work.t_attn_b)
         cp_mem_f, cp_mem_b = p2p_ring_merges(cp, T * (a / tp) * dq, T * (a / tp) * dv, kv_el, el, mem_bw)
         ring_bytes = np.zeros_like(tp)
     # the memory-bound work around the CP exchange runs in the layer's passes
@@ -206,6 +206,23 @@ def paired_ep_exposed_s(rows: Rows, work: LayerWork, call: np.ndarray, calls: np
     warmup = np.where(vpp > 1, 2.0 * (pp - 1.0) + (vpp - 1.0) * pp, pp - 1.0)
     alone = np.clip(np.maximum(warmup, 1.0) / np.maximum(steps, 1.0), 0.0, 1.0)
     return (1.0 - alone) * paired + alone * 4.0 * call + extra
+
+
+def p2p_ring_exposed_s(cp: np.ndarray, ring_step: np.ndarray, t_attn_f: np.ndarray, t_attn_b: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Exposed seconds of Transformer Engine's K/V ring (AttnFuncWithCPAndKVP2P), forward and backward,
+    per layer and micro-batch: each step's transfer runs beside that step's attention block and only
+    what outlasts the block is exposed. With causal load balancing every one of the ``cp`` steps
+    computes the same work, a ``cp``-th of the layer's attention. Forward: step i sends its K/V on while
+    it computes, the next step waits for them (cp - 1 transfers of ``ring_step``). Backward: the first
+    step sends K/V, the middle steps K/V with the gradients gathered so far, the last the gradients
+    alone (2 (cp - 1) steps' worth of bytes)."""
+    c_f, c_b = t_attn_f / np.maximum(cp, 1.0), t_attn_b / np.maximum(cp, 1.0)
+    ring = cp > 1.0
+    fwd = np.where(ring, (cp - 1.0) * np.maximum(ring_step - c_f, 0.0), 0.0)
+    bwd = np.where(ring, 2.0 * np.maximum(ring_step - c_b, 0.0)
+                   + np.maximum(cp - 2.0, 0.0) * np.maximum(2.0 * ring_step - c_b, 0.0), 0.0)
+    return fwd, bwd
 
 
 def p2p_ring_merges(cp: np.ndarray, q_el: np.ndarray, o_el: np.ndarray, kv_el: np.ndarray, el: np.ndarray,
