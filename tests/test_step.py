@@ -1176,3 +1176,31 @@ def test_batch_level_ep_overlap_pairs_each_all_to_all_with_one_chunk_and_leaves_
     assert many < few < plain
     single = exposed(128, "nemo-megatron+ep-overlap", pp=1, vpp=1), exposed(128, "nemo-megatron", pp=1, vpp=1)
     assert single[0] == pytest.approx(single[1])  # one micro-batch a rank: no forward to pair with a backward
+
+
+def test_a_framework_with_its_own_fp8_kernels_pays_its_own_quantisation():
+    """DeepSeek's HAI-LLM quantises in passes of its own (the DeepSeek-V3 report, sec. 3.5.2: read 16-bit,
+    write fp8; the weight gradient's transposed copy read and written again): 5 bytes per element, not
+    Transformer Engine's blockwise autocast on Hopper (kernels.toml). The same fp8 layout under HAI-LLM
+    and under a copy of it with Transformer Engine's figure differs in the GEMMs' casts alone."""
+    import dataclasses
+
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.kernels import quantize_bytes_per_element
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import framework_catalog, get_framework
+    from supercluster.perf.columns import layout_columns, read_rows
+    from supercluster.perf.compute import rates
+
+    hai = get_framework("hai-llm")
+    assert (hai.fp8_recipe, hai.fp8_quantize_bytes_per_element) == ("blockwise", 5.0)
+    assert all(f.fp8_quantize_bytes_per_element == 0.0 for k, f in framework_catalog().items() if k != "hai-llm")
+    te = dataclasses.replace(hai, fp8_quantize_bytes_per_element=0.0)
+    h800, m = get_gpu("h800"), load_model("deepseek-v3")
+    lay = Layout(pp=16, dp=128, ep=64, global_batch=15360, seq_len=4096, precision="fp8")
+    rows = read_rows(m, layout_columns(lay, hai))
+    assert float(np.max(rates(h800, hai, rows).q_el)) == 5.0
+    assert float(np.max(rates(h800, te, rows).q_el)) == quantize_bytes_per_element("hopper", "fp8", "blockwise") > 5
+    own, autocast = (estimate(m, gpu=h800, num_gpus=2048, layout=lay, framework=f) for f in (hai, te))
+    assert own.ledger["gemm_inefficiency"] < autocast.ledger["gemm_inefficiency"]
+    assert own.ledger["ideal_compute"] == autocast.ledger["ideal_compute"]

@@ -184,6 +184,9 @@ class Framework:
     #: the same where the layout trains in bf16 (fp8 / fp4 runs keep ``optimizer_bytes_per_param``); 0 =
     #: ``optimizer_bytes_per_param``. A recipe that turns on a precision-aware optimizer for bf16 only
     bf16_optimizer_bytes_per_param: float = 0.0
+    #: a framework that quantises for fp8 with its own kernels: HBM bytes per quantised element over
+    #: forward and backward; 0 = Transformer Engine's figure for the recipe (kernels.toml [quantize])
+    fp8_quantize_bytes_per_element: float = 0.0
     #: peak bytes per logit the loss holds (default: fp32 logits and their fp32 gradient)
     loss_bytes_per_logit: float = 8.0
     #: the same where the framework compiles its loss under torch.compile (the "+compile" option);
@@ -314,20 +317,15 @@ _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", 
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
 _FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "recompute_modules", "elementwise",
-                "cuda_graphs", "fp8_recipe",
-                "context_parallel", "era_of",
-                "until_year", "pp_split_counts_head", "pp_split",
-                "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "moe_router", "cp_rotate", "cp_kv_repeated",
-                "pipeline_schedule",
-                "zero3_gather_copy_bytes", "zero3_reduces_per_layer", "zero3_list_collectives", "fsdp_pp_unsharded",
-                "zero3_reshard_after_forward",
-                "zero3_gather_views_per_rank", "zero3_reduce_views_per_rank",
-                "tensor_parallel", "pipeline_parallel", "interleaved_pipeline", "interleave_microbatches",
-                "moe_tp_needs_sp",
-                "pp_microbatches_per_stage", "loss_bytes_per_logit", "optimizer_bytes_per_param",
-                "bf16_optimizer_bytes_per_param",
-                "compiled_loss_bytes_per_logit", "zero_stages", "zero_max_with_pp", "moe_expert_launches",
-                "moe_dispatch_sync"}
+                "cuda_graphs", "fp8_recipe", "context_parallel", "era_of", "until_year", "pp_split_counts_head",
+                "pp_split", "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "moe_router", "cp_rotate",
+                "cp_kv_repeated", "pipeline_schedule", "zero3_gather_copy_bytes", "zero3_reduces_per_layer",
+                "zero3_list_collectives", "fsdp_pp_unsharded", "zero3_reshard_after_forward",
+                "zero3_gather_views_per_rank", "zero3_reduce_views_per_rank", "tensor_parallel", "pipeline_parallel",
+                "interleaved_pipeline", "interleave_microbatches", "moe_tp_needs_sp", "pp_microbatches_per_stage",
+                "loss_bytes_per_logit", "optimizer_bytes_per_param", "bf16_optimizer_bytes_per_param",
+                "fp8_quantize_bytes_per_element", "compiled_loss_bytes_per_logit", "zero_stages", "zero_max_with_pp",
+                "moe_expert_launches", "moe_dispatch_sync"}
 
 
 @cache
@@ -345,6 +343,9 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.moe_router", f"must be one of {', '.join(ROUTERS)}")
         if t.get("moe_expert_launches", "grouped") not in ("grouped", "per_expert"):
             raise InputError(f"framework {key}.moe_expert_launches", "must be 'grouped' or 'per_expert'")
+        q = t.get("fp8_quantize_bytes_per_element", 0.0)
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q <= 100.0:
+            raise InputError(f"framework {key}.fp8_quantize_bytes_per_element", "must be a number in 0 .. 100")
         if t.get("fp8_recipe", "delayed") not in FP8_RECIPES:
             raise InputError(f"framework {key}.fp8_recipe", f"must be one of {', '.join(FP8_RECIPES)}")
         if t.get("pipeline_schedule", "1f1b") not in ("1f1b", "dualpipe"):

@@ -140,8 +140,9 @@ def rates(gpu: GpuSpec, fw: Framework, rows: Rows) -> Rates:
     elif fw.attention != "unfused":
         att = attention_efficiency(fw.attention, gpu.arch)
     # fp8 / fp4 GEMMs also pay Transformer Engine's quantisation passes (HBM bytes per quantised element,
-    # by the framework's fp8 recipe)
-    q_fp8 = quantize_bytes_per_element(gpu.arch, "fp8", fw.fp8_recipe) if np.any(fp8) else 0.0
+    # by the framework's fp8 recipe), or the framework's own where it quantises with its own kernels
+    q_fp8 = (fw.fp8_quantize_bytes_per_element or quantize_bytes_per_element(gpu.arch, "fp8", fw.fp8_recipe)
+             ) if np.any(fp8) else 0.0
     q_el = np.where(fp4, quantize_bytes_per_element(gpu.arch, "fp4"), np.where(fp8, q_fp8, 0.0))
     return Rates(peak16=peak16, ceiling16=ceiling16, peak=peak, ceiling=ceiling, tensor=tensor, in_situ=in_situ,
                  att=att, mem_bw=gpu.hbm_bytes_per_s * hbm_frac(), q_el=q_el,
