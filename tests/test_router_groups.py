@@ -112,3 +112,18 @@ def test_impossible_groups_are_refused_by_name(fields, field):
     assert field in str(err.value)
     with pytest.raises(InputError, match="model.router_groups"):
         dataclasses.replace(load_model("llama3-8b"), router_groups=8, router_group_topk=4)
+
+
+def test_groups_that_cannot_route_are_refused_by_the_field_that_states_them():
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 4,
+           "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "intermediate_size": 4096,
+           "moe_intermediate_size": 512, "n_routed_experts": 64, "num_experts_per_tok": 8, "n_group": 6,
+           "topk_group": 2, "rms_norm_eps": 1e-6}
+    with pytest.raises(InputError, match="^config.json n_group"):
+        from_hf_config(cfg)
+    with pytest.raises(InputError, match="^config.json n_group"):
+        from_hf_config({**cfg, "n_group": 32, "topk_group": 2})  # 2 groups of 2 experts hold fewer than 8
+    args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --vocab-size 32000 --num-experts 64 "
+            "--moe-router-topk 8 --moe-ffn-hidden-size 512 --moe-router-num-groups 6 --moe-router-group-topk 2")
+    with pytest.raises(InputError, match="^moe-router-num-groups"):
+        model_from_args(parse_args(args), "bad")

@@ -477,6 +477,9 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
                  moe_latent_dim=_int(args, "moe-latent-size", 0, low=0))
         groups, kept = _int(args, "moe-router-num-groups", 0, low=0), _int(args, "moe-router-group-topk", 0, low=0)
         if groups > 1 and 0 < kept < groups:
+            require(experts % groups == 0 and kept * (experts // groups) >= f["top_k"], "moe-router-num-groups",
+                    f"{groups} groups (--moe-router-group-topk {kept}) must cut the {experts} experts evenly and "
+                    f"keep at least --moe-router-topk {f['top_k']} of them")
             f.update(router_groups=groups, router_group_topk=kept)
         shared = _int(args, "moe-shared-expert-intermediate-size", 0, low=0)
         if shared:
