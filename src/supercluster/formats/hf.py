@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InputError, is_whole, require
-from ..models.spec import MAX_LAYERS, MAX_WIDTH, ModelSpec, hybrid_counts
+from ..models.spec import MAX_LAYERS, MAX_WIDTH, ModelSpec, check_router_groups, hybrid_counts
 
 
 def from_hf_config(cfg: dict[str, Any], key: str = "hf-config") -> ModelSpec:
@@ -127,9 +127,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         # group-limited routing (DeepSeek-V3: n_group 8, topk_group 4); all groups kept is no limit
         groups, kept = int(get("n_group", default=0) or 0), int(get("topk_group", default=0) or 0)
         if groups > 1 and 0 < kept < groups:
-            require(experts % groups == 0 and kept * (experts // groups) >= int(top_k), "config.json n_group",
-                    f"{groups} groups (topk_group {kept}) must cut the {experts} experts evenly and keep at least "
-                    f"num_experts_per_tok={top_k} of them")
+            check_router_groups(experts, int(top_k), groups, kept, "config.json n_group", "config.json n_group")
             fields.update(router_groups=groups, router_group_topk=kept)
         # Llama 4's dense layers are intermediate_size_mlp wide (intermediate_size is the experts')
         ffn = get("intermediate_size_mlp", default=ffn)

@@ -57,7 +57,7 @@ from typing import Any
 
 from ..errors import InputError, require
 from ..files import MAX_SHELL_TEXT_CHARS, shell_words
-from ..models.spec import MAX_LAYERS, MAX_SEQ, MAX_WIDTH, ModelSpec, hybrid_counts
+from ..models.spec import MAX_LAYERS, MAX_SEQ, MAX_WIDTH, ModelSpec, check_router_groups, hybrid_counts
 
 #: Megatron-LM's defaults for flags a script may leave out (arguments.py)
 _MLA_DEFAULTS = {"kv-lora-rank": 32, "qk-head-dim": 128, "qk-pos-emb-head-dim": 64, "v-head-dim": 128}
@@ -477,9 +477,7 @@ def model_from_args(args: dict[str, Any], key: str) -> ModelSpec:
                  moe_latent_dim=_int(args, "moe-latent-size", 0, low=0))
         groups, kept = _int(args, "moe-router-num-groups", 0, low=0), _int(args, "moe-router-group-topk", 0, low=0)
         if groups > 1 and 0 < kept < groups:
-            require(experts % groups == 0 and kept * (experts // groups) >= f["top_k"], "moe-router-num-groups",
-                    f"{groups} groups (--moe-router-group-topk {kept}) must cut the {experts} experts evenly and "
-                    f"keep at least --moe-router-topk {f['top_k']} of them")
+            check_router_groups(experts, f["top_k"], groups, kept, "moe-router-num-groups", "moe-router-num-groups")
             f.update(router_groups=groups, router_group_topk=kept)
         shared = _int(args, "moe-shared-expert-intermediate-size", 0, low=0)
         if shared:

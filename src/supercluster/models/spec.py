@@ -33,6 +33,18 @@ MAX_WIDTH = 2**24
 MAX_SEQ = 2**31
 
 
+def check_router_groups(experts: int, top_k: int, groups: int, kept: int, groups_field: str,
+                        kept_field: str) -> None:
+    """Group-limited routing a model can run: ``groups`` that cut its ``experts`` evenly, of which a token
+    keeps ``kept`` (1 .. groups) holding at least its ``top_k`` experts; refused by the field that states
+    the number (a model's, a config.json's, a Megatron-LM flag's)."""
+    require(experts > 0, groups_field, "group-limited routing goes with routed experts")
+    require(groups > 0 and 0 < kept <= groups, kept_field, f"must be in 1..{groups} groups (groups > 0), got {kept}")
+    require(experts % groups == 0, groups_field, f"{groups} groups must cut the {experts} experts evenly")
+    require(kept * (experts // groups) >= top_k, kept_field,
+            f"{kept} groups of {experts // groups} experts hold fewer than top_k={top_k}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec(RecurrentMixers):
     """A decoder-only transformer. Widths are element counts."""
@@ -213,18 +225,10 @@ class ModelSpec(RecurrentMixers):
                     "sparse attention with sliding-window, chunked or recurrent layers is not modelled")
 
     def _check_router_groups(self) -> None:
-        """Group-limited routing: both fields 0, or groups that cut the experts evenly and leave a
-        token at least top_k experts in its chosen groups."""
-        g, k = self.router_groups, self.router_group_topk
-        if not (g or k):
-            return
-        require(self.num_experts > 0, "model.router_groups", "group-limited routing goes with routed experts")
-        require(g > 0 and 0 < k <= g, "model.router_group_topk",
-                f"must be in 1..router_groups={g} (router_groups > 0), got {k}")
-        require(self.num_experts % g == 0, "model.router_groups",
-                f"{g} must divide num_experts {self.num_experts}")
-        require(k * (self.num_experts // g) >= self.top_k, "model.router_group_topk",
-                f"{k} groups of {self.num_experts // g} experts hold fewer than top_k={self.top_k}")
+        """Group-limited routing: both fields 0, or :func:`check_router_groups`."""
+        if self.router_groups or self.router_group_topk:
+            check_router_groups(self.num_experts, self.top_k, self.router_groups, self.router_group_topk,
+                                "model.router_groups", "model.router_group_topk")
 
     # ---- shape helpers -------------------------------------------------------------------
     @property

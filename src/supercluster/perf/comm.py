@@ -171,10 +171,10 @@ def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: Layer
     ep_all = f_moe * (a2a + tp_tokens) * calls
     if not fw.ep_overlap:
         return np.zeros_like(ep_all), ep_all, calls, a2a + tp_tokens
-    hid = np.minimum(ep_all, np.maximum(work.t_fwd + work.t_bwd + work.t_rc - busy, 0.0))
     if fw.ep_overlap_bounded:
         x = f_moe * paired_ep_exposed_s(rows, work, a2a + tp_tokens, calls, busy, f_moe)
         return ep_all - x, x, calls, a2a + tp_tokens
+    hid = np.minimum(ep_all, np.maximum(work.t_fwd + work.t_bwd + work.t_rc - busy, 0.0))
     # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden (what runs under compute
     # holds SMs from it: at most the compute there is)
     return hid, np.zeros_like(ep_all), calls, a2a + tp_tokens
