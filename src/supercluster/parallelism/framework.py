@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
@@ -138,6 +138,13 @@ class Framework:
     #: both priced in perf.host.host_bound)
     moe_expert_launches: str = "grouped"
     moe_dispatch_sync: bool = True
+    #: the lowest ZeRO stage whose DP traffic :attr:`dp_overlap` hides by default (DeepSpeed's overlap_comm:
+    #: stage 3 only, zero/config.py overlap_comm_valid); a run's "+dp-overlap" hides every stage
+    dp_overlap_from_zero: int = 0
+    #: ZeRO 1 / 2 all-gather the updated parameters in the optimizer step, under no compute (DeepSpeed
+    #: stage_1_and_2.py step(): all_gather_dp_groups, "ready for next round forward"); else under the next
+    #: forward (Megatron-Core --overlap-param-gather)
+    param_gather_in_step: bool = False
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
@@ -316,16 +323,8 @@ class Framework:
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",
             "grad_bytes", "grad_reduce_bytes", "zero3_gathers_per_layer", "zero3_prefetch",
             "zero3_regather_on_recompute", "default_recompute", "default_zero_stage", "doc"}
-_FW_OPTIONAL = {"dropout", "pp_scatter_gather", "selective_recompute", "recompute_modules", "elementwise",
-                "cuda_graphs", "fp8_recipe", "context_parallel", "era_of", "until_year", "pp_split_counts_head",
-                "pp_split", "fp8_param_gather", "ep_overlap_bounded", "ep_node_dedup", "moe_router", "cp_rotate",
-                "cp_kv_repeated", "pipeline_schedule", "zero3_gather_copy_bytes", "zero3_reduces_per_layer",
-                "zero3_list_collectives", "fsdp_pp_unsharded", "zero3_reshard_after_forward",
-                "zero3_gather_views_per_rank", "zero3_reduce_views_per_rank", "tensor_parallel", "pipeline_parallel",
-                "interleaved_pipeline", "interleave_microbatches", "moe_tp_needs_sp", "pp_microbatches_per_stage",
-                "loss_bytes_per_logit", "optimizer_bytes_per_param", "bf16_optimizer_bytes_per_param",
-                "fp8_quantize_bytes_per_element", "compiled_loss_bytes_per_logit", "zero_stages", "zero_max_with_pp",
-                "moe_expert_launches", "moe_dispatch_sync"}
+_FW_OPTIONAL = {f.name for f in fields(Framework)} - _FW_KEYS - {"key", "moe_capacity_factor",  # (a run's
+                                                                 "moe_pad_to_capacity"}  # +capacity- option)
 
 
 @cache
@@ -361,8 +360,9 @@ def framework_catalog() -> dict[str, Framework]:
         stages = t.get("zero_stages", [0, 1, 2, 3])
         if not (isinstance(stages, list) and stages and all(z in (0, 1, 2, 3) for z in stages)):
             raise InputError(f"framework {key}.zero_stages", "must be a list of ZeRO stages from 0, 1, 2, 3")
-        if t.get("zero_max_with_pp", 3) not in (0, 1, 2, 3):
-            raise InputError(f"framework {key}.zero_max_with_pp", "must be a ZeRO stage: 0, 1, 2 or 3")
+        for field in ("zero_max_with_pp", "dp_overlap_from_zero"):
+            if t.get(field, 0) not in (0, 1, 2, 3):
+                raise InputError(f"framework {key}.{field}", "must be a ZeRO stage: 0, 1, 2 or 3")
         out[key] = Framework(key=key, **{**t, "zero_stages": tuple(stages)})
     return out
 
@@ -456,7 +456,8 @@ def with_suffixes(fw: Framework, mods: list[str]) -> Framework:
                            (CUDA_GRAPHS_SUFFIX, {"cuda_graphs": True}),
                            (TP_OVERLAP_SUFFIX, {"tp_comm_overlap": True, "sequence_parallel": True}),
                            (NO_TP_OVERLAP_SUFFIX, {"tp_comm_overlap": False}),
-                           (DP_OVERLAP_SUFFIX, {"dp_overlap": True}), (NO_DP_OVERLAP_SUFFIX, {"dp_overlap": False})):
+                           (DP_OVERLAP_SUFFIX, {"dp_overlap": True, "dp_overlap_from_zero": 0}),
+                           (NO_DP_OVERLAP_SUFFIX, {"dp_overlap": False})):
         if suffix in mods:
             fw = replace(fw, key=fw.key + suffix, **change)  # type: ignore[arg-type]
     for suffix, recipe in FP8_RECIPE_SUFFIXES.items():

@@ -78,7 +78,8 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     grb, gb, zero = fw.grad_reduce_bytes, fw.grad_bytes, rows.zero
 
     def dp_time(kind: str, params: np.ndarray, width: float, group: np.ndarray, stride: np.ndarray) -> np.ndarray:
-        return np.asarray(net.collective_time_s(kind, params * width, group, stride))
+        # (a group with no parameters, a dense model's experts, makes no call and pays no latency)
+        return np.where(params > 0, net.collective_time_s(kind, params * width, group, stride), 0.0)
 
     rs = dp_time("reduce_scatter", dense_params, grb, dpg, s_dpcp) + dp_time("reduce_scatter", expert_params, grb,
                                                                           edpg, s_edp)
@@ -93,17 +94,19 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     win_f = Lh * (work.t_fwd + comm.tp_fx + comm.cp_fx - comm.hidden_f)
     win_b = Lh * (work.t_bwd + work.t_rc + comm.tp_bx + comm.cp_bx - comm.hidden_b)
     bucket = np.minimum(1.0, np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg) / (dense_params + expert_params))
-    dp_all = np.where(zero == 0, arr, rs + ag)  # ZeRO 0-2: all of the step's DP traffic
-    if fw.dp_overlap:
-        dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
-                          np.maximum(rs - win_b, rs * bucket) + np.maximum(ag - win_f, ag * bucket))
-    else:
-        dp_low = dp_all
+    rs_n = zero2_reduces(fw, rows)
+    dp_all = np.where(zero == 0, arr, rs_n * rs + ag)  # ZeRO 0-2: all of the step's DP traffic
+    # (the gather in the optimizer step runs under no compute)
+    ag_x = ag if fw.param_gather_in_step else np.maximum(ag - win_f, ag * bucket)
+    dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
+                      rs_n * np.maximum(rs - win_b, rs * bucket) + ag_x)
+    dp_low = np.where(fw.dp_overlap & (zero >= fw.dp_overlap_from_zero), dp_low, dp_all)
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
     total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs), dp_all)
-    dp_cont = np.where((dpg > 1) & fw.dp_overlap, sm_frac * np.maximum(total - dp_x, 0.0), 0.0)
+    dp_cont = np.where((dpg > 1) & fw.dp_overlap & (zero >= fw.dp_overlap_from_zero),
+                       sm_frac * np.maximum(total - dp_x, 0.0), 0.0)
 
     local = dense_params + expert_params
     shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
@@ -118,6 +121,16 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     t_opt = t_opt + 4.0 * shard / mem_bw + np.asarray(net.collective_time_s("all_reduce", 4.0, world, 1))
     return SyncTimes(dense_params=dense_params, expert_params=expert_params, dpg=dpg, edpg=edpg, dp_x=dp_x,
                      t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs, dp_all))
+
+
+def zero2_reduces(fw: Framework, rows: Rows) -> np.ndarray:
+    """Gradient reduce-scatters per step under ZeRO 0-2. ZeRO-2 keeps only its shard of the gradients,
+    so each micro-batch's backward reduce-scatters what it made (DeepSpeed stage_1_and_2.py
+    reduce_ready_partitions_and_remove_grads: "partition_gradients or is_gradient_accumulation_boundary";
+    FSDP kept gathered after the forward reduce-scatters every backward): ``rows.m``. ZeRO 0 / 1 keep
+    whole gradients and reduce once, in the last backward, as does a framework that keeps a pipeline
+    stage's gradients unsharded under PP (:attr:`Framework.fsdp_pp_unsharded`): 1."""
+    return np.where((rows.zero == 2) & ~(fw.fsdp_pp_unsharded & (rows.pp > 1)), rows.m, 1.0)
 
 
 def dp_traffic_s(fw: Framework, rows: Rows, ag: np.ndarray, rs: np.ndarray, dp_all: np.ndarray) -> np.ndarray:

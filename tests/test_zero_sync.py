@@ -1,0 +1,98 @@
+"""Data-parallel synchronisation under ZeRO 0-2 as the frameworks run it: ZeRO-2 reduce-scatters every
+micro-batch's gradients (it keeps only its shard), DeepSpeed overlaps its stage 0-2 traffic only when
+asked (overlap_comm defaults to stage 3) and gathers the updated parameters inside the optimizer step."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from supercluster.errors import InputError
+from supercluster.formats.load import load_model
+from supercluster.hardware.specs import get_gpu
+from supercluster.job import default_network, estimate
+from supercluster.parallelism.framework import Framework, framework_catalog, get_framework
+from supercluster.parallelism.layout import Layout
+
+GBS, DP = 64, 8  # 8 micro-batches of 1 sequence per data-parallel rank
+
+
+@pytest.fixture(scope="module")
+def job():
+    model, gpu = load_model("llama3-8b"), get_gpu("a100-80gb")
+    return model, gpu, default_network(gpu, num_gpus=DP)
+
+
+def _dp(job, zero: int, fw: Framework) -> tuple[float, float]:
+    model, gpu, net = job
+    lay = Layout(tp=1, pp=1, dp=DP, micro_batch=1, global_batch=GBS, seq_len=4096, zero_stage=zero)
+    b = estimate(model, gpu=gpu, num_gpus=DP, layout=lay, framework=fw, network=net)
+    return b.ledger["exposed_dp_comm"], b.step_time_s
+
+
+def _local_params(model) -> float:
+    """The parameters one GPU holds at TP 1, PP 1 (the step's own count, perf.sync.local_params)."""
+    from supercluster.perf.columns import layout_columns, read_rows
+    from supercluster.perf.sync import local_params
+
+    fw = get_framework("megatron")
+    lay = Layout(tp=1, pp=1, dp=DP, micro_batch=1, global_batch=GBS, seq_len=4096)
+    dense, experts = local_params(model, fw, read_rows(model, layout_columns(lay, fw)))
+    return float((dense + experts)[0])
+
+
+def test_zero2_reduce_scatters_every_micro_batch(job):
+    """Without overlap the step carries one reduce-scatter of the gradients per micro-batch under
+    ZeRO-2 and one per step under ZeRO-1: the difference is exactly (m - 1) reduce-scatters."""
+    model, _, net = job
+    fw = replace(get_framework("megatron"), dp_overlap=False)
+    z1, _ = _dp(job, 1, fw)
+    z2, _ = _dp(job, 2, fw)
+    rs = float(net.collective_time_s("reduce_scatter", _local_params(model) * fw.grad_reduce_bytes, DP, 1))
+    m = GBS // DP
+    assert z2 - z1 == pytest.approx((m - 1) * rs, rel=1e-9)
+
+
+def test_zero2_under_overlap_still_pays_per_micro_batch(job):
+    """Overlapped, each micro-batch's reduce-scatter leaves at least its last bucket exposed, so ZeRO-2
+    with gradient accumulation is never cheaper in DP time than ZeRO-1 (it only saves memory)."""
+    fw = get_framework("megatron")
+    (z1, t1), (z2, t2) = _dp(job, 1, fw), _dp(job, 2, fw)
+    assert z2 > z1 and t2 > t1
+
+
+def test_deepspeed_stages_0_to_2_are_exposed_unless_overlap_comm(job):
+    """DeepSpeed's overlap_comm is on by default at stage 3 only: its ZeRO 0-2 traffic runs exposed;
+    "+dp-overlap" (overlap_comm: true) hides the gradient reduction, but the parameter gather inside
+    the optimizer step stays exposed."""
+    ds = get_framework("deepspeed")
+    assert (ds.dp_overlap_from_zero, ds.param_gather_in_step) == (3, True)
+    bare = replace(ds, dp_overlap=False)
+    for zero in (0, 1, 2):
+        assert _dp(job, zero, ds)[0] == pytest.approx(_dp(job, zero, bare)[0], rel=1e-12)
+    on = get_framework("deepspeed+dp-overlap")
+    assert on.dp_overlap_from_zero == 0
+    hidden, exposed = _dp(job, 1, on)[0], _dp(job, 1, ds)[0]
+    assert hidden < exposed
+    # the gather in the step stays: more than a profile that hides it under the next forward
+    assert hidden > _dp(job, 1, replace(on, param_gather_in_step=False))[0]
+
+
+def test_a_profile_states_a_zero_stage_for_its_overlap(monkeypatch):
+    from supercluster.parallelism import framework as f
+
+    real = f.load_package_toml
+
+    def patched(name):
+        t = real(name)
+        return {**t, "deepspeed": {**t["deepspeed"], "dp_overlap_from_zero": 5}} if name == "frameworks.toml" else t
+
+    framework_catalog.cache_clear()
+    monkeypatch.setattr(f, "load_package_toml", patched)
+    try:
+        with pytest.raises(InputError, match="dp_overlap_from_zero"):
+            framework_catalog()
+    finally:
+        monkeypatch.undo()
+        framework_catalog.cache_clear()
