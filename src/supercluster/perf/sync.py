@@ -4,6 +4,8 @@
   over the dense weights' data-parallel group (dp x cp) and the experts' (TP x CP x DP / (EP x
   expert TP)); overlapped with the backward (and the next forward) where the framework does, in
   buckets (Megatron-Core's default: max(40M, 1M x dp) parameters), one of which stays exposed.
+  ZeRO-2 keeps only its gradient shard, so it reduce-scatters every micro-batch (:func:`zero2_reduces`);
+  DeepSpeed overlaps stages 0-2 only when asked and gathers inside the optimizer step.
 * ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (again for a recomputed forward
   where the framework reshards), a reduce-scatter, each split into per-layer calls whose latency,
   host launches and copies add up (the framework's counts: data/frameworks.toml).
