@@ -523,7 +523,7 @@ def test_torchtitan_selective_layer_ac_is_every_other_block_recomputed():
 def test_a_runs_csv_names_megatron_recompute_modules():
     from supercluster.validation.validate import load_rows, predict_row, row_setup
 
-    row = {r["id"]: r for r in load_rows("heldout")}["MB2602-GPTOSS-120B-GB200-bf16-64"]
+    row = {r["id"]: r for r in load_rows("heldout")}["MB2602-GPTOSS-120B-GB300-bf16-64"]
     named = {**row, "recompute": "selective (recompute_modules=layernorm,moe_act)"}
     _, layout, _, _ = row_setup(named)
     assert (layout.recompute, layout.recompute_modules) == ("selective", ("layernorm", "moe_act"))
