@@ -96,3 +96,14 @@ def test_a_profile_states_a_zero_stage_for_its_overlap(monkeypatch):
     finally:
         monkeypatch.undo()
         framework_catalog.cache_clear()
+
+
+def test_the_framework_catalog_says_from_which_stage_deepspeed_overlaps():
+    from rich.console import Console
+
+    from supercluster.reports.tables import frameworks_table
+
+    console = Console(width=400, record=True)
+    console.print(frameworks_table(framework_catalog()))
+    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 3}
+    assert "y (z3+)" in rows["deepspeed"] and "(z" not in rows["megatron"]

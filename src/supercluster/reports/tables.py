@@ -388,7 +388,8 @@ def frameworks_table(fws: dict[str, Framework]) -> Table:
     for k, f in fws.items():
         era = f"{f.era_of} <= {f.until_year}" if f.era_of else ""
         ring = (f.cp_rotate + (" (K/V repeated)" if f.cp_kv_repeated else "")) if f.context_parallel else "-"
-        t.add_row(k, f.attention, f.elementwise, yn[f.sequence_parallel], yn[f.tp_comm_overlap], yn[f.dp_overlap],
+        dp = yn[f.dp_overlap] + (f" (z{f.dp_overlap_from_zero}+)" if f.dp_overlap and f.dp_overlap_from_zero else "")
+        t.add_row(k, f.attention, f.elementwise, yn[f.sequence_parallel], yn[f.tp_comm_overlap], dp,
                   yn[f.pp_overlap], yn[f.ep_overlap], f.selective_recompute, str(f.zero3_gathers_per_layer), ring, era,
                   f.doc)
     return t
