@@ -102,13 +102,13 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     ag_x = ag if fw.param_gather_in_step else np.maximum(ag - win_f, ag * bucket)
     dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
                       rs_n * np.maximum(rs - win_b, rs * bucket) + ag_x)
-    dp_low = np.where(fw.dp_overlap & (zero >= fw.dp_overlap_from_zero), dp_low, dp_all)
+    overlapped = fw.dp_overlap & (zero >= fw.dp_overlap_from_zero)
+    dp_low = np.where(overlapped, dp_low, dp_all)
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
     total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs), dp_all)
-    dp_cont = np.where((dpg > 1) & fw.dp_overlap & (zero >= fw.dp_overlap_from_zero),
-                       sm_frac * np.maximum(total - dp_x, 0.0), 0.0)
+    dp_cont = np.where((dpg > 1) & overlapped, sm_frac * np.maximum(total - dp_x, 0.0), 0.0)
 
     local = dense_params + expert_params
     shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
