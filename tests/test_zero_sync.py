@@ -107,3 +107,37 @@ def test_the_framework_catalog_says_from_which_stage_deepspeed_overlaps():
     console.print(frameworks_table(framework_catalog()))
     rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 3}
     assert "y (z3+)" in rows["deepspeed"] and "(z" not in rows["megatron"]
+
+
+@pytest.mark.parametrize("name", ["deepspeed", "deepspeed+dp-overlap", "deepspeed+no-dp-overlap"])
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_a_deepspeed_export_states_the_overlap_it_was_priced_with_and_reads_back_the_same(name, zero, tmp_path):
+    """The JSON says overlap_comm as the priced profile runs this stage, and reading it back prices the same
+    step (one job, one answer)."""
+    import json
+
+    from supercluster import Job, estimate
+    from supercluster.formats.launchers import export
+
+    fw = get_framework(name)
+    lay = Layout(tp=1, pp=1, dp=DP, micro_batch=1, global_batch=GBS, seq_len=4096, zero_stage=zero)
+    text = export(lay, "deepspeed", framework=fw)
+    want = fw.dp_overlap and zero >= fw.dp_overlap_from_zero
+    assert json.loads(text)["zero_optimization"]["overlap_comm"] is want
+    path = tmp_path / "ds.json"
+    path.write_text(text)
+    job = Job.from_config(str(path), gpu="a100-80gb", num_gpus=DP, model="llama3-8b")
+    back = job.framework
+    assert (back.dp_overlap and zero >= back.dp_overlap_from_zero) is want
+    assert back.key == ("deepspeed" if want is (zero == 3) else name)  # a suffix only where it differs
+    direct = estimate(Job.of("llama3-8b", gpu="a100-80gb", layout=lay, framework=fw, network=job.network))
+    assert estimate(job).step_time_s == pytest.approx(direct.step_time_s, rel=1e-12)
+
+
+def test_a_deepspeed_config_with_a_non_boolean_overlap_comm_is_refused_by_name(tmp_path):
+    from supercluster.formats.launchers import read_config
+
+    path = tmp_path / "ds.json"
+    path.write_text('{"train_batch_size": 64, "zero_optimization": {"stage": 1, "overlap_comm": "yes"}}')
+    with pytest.raises(InputError, match=r"zero_optimization.overlap_comm: must be true or false"):
+        read_config(str(path), num_gpus=8)

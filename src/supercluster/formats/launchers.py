@@ -21,7 +21,8 @@ Formats (flag and key names from each project's documentation):
   ``[model] converters = ["float8"]``; and the same as ``--section.key value`` overrides.
 * DeepSpeed JSON (deepspeed.ai/docs/config-json): ``train_batch_size``,
   ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``zero_optimization.stage``,
-  ``bf16.enabled``, ``activation_checkpointing``, ``tensor_parallel.autotp_size``,
+  ``zero_optimization.overlap_comm`` (the DP overlap priced; absent: DeepSpeed's default), ``bf16.enabled``,
+  ``activation_checkpointing``, ``tensor_parallel.autotp_size``,
   ``pipeline.stages``, plus the sequence length under a ``supercluster`` block (DeepSpeed has no key).
 
 Import reads what the export writes and the common hand-written variants; anything missing takes
@@ -176,12 +177,16 @@ def to_megatron_launch(layout: Layout, model: ModelSpec | None = None, framework
         ""])
 
 
-def to_deepspeed_json(layout: Layout) -> str:
+def to_deepspeed_json(layout: Layout, framework: Framework | None = None) -> str:
+    """``layout`` as a DeepSpeed config; ``overlap_comm`` says whether the priced framework (DeepSpeed's
+    profile by default) overlaps this ZeRO stage's gradient reduction."""
+    fw = framework or get_framework("deepspeed")
     cfg: dict[str, Any] = {
         "train_batch_size": layout.global_batch,
         "train_micro_batch_size_per_gpu": layout.micro_batch,
         "gradient_accumulation_steps": layout.num_microbatches,
-        "zero_optimization": {"stage": layout.zero_stage},
+        "zero_optimization": {"stage": layout.zero_stage,
+                              "overlap_comm": fw.dp_overlap and layout.zero_stage >= fw.dp_overlap_from_zero},
         "bf16": {"enabled": layout.precision in ("bf16", "fp8")},
         "fp16": {"enabled": layout.precision == "fp16"},
         "activation_checkpointing": {"partition_activations": layout.recompute == "full",
@@ -255,7 +260,7 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
         return torchtitan.to_launch(layout, model, framework)
     if fmt == "torchtitan-toml":
         return to_torchtitan_toml(layout, model, framework)
-    return to_deepspeed_json(layout)
+    return to_deepspeed_json(layout, framework)
 
 
 # ---- import ---------------------------------------------------------------------------------
@@ -375,6 +380,21 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
                   sequence_parallel=bool(extra.get("sequence_parallel", False)))
 
 
+def deepspeed_framework(text: str) -> str:
+    """The DeepSpeed profile a config runs: DeepSpeed's own, unless its ``zero_optimization.overlap_comm``
+    states other than DeepSpeed's default for its stage (on at stage 3 only): "+dp-overlap" / "+no-dp-overlap"."""
+    cfg = parse_json(text, "config")
+    zero = subtable(cfg, "zero_optimization") if isinstance(cfg, dict) else {}
+    overlap = zero.get("overlap_comm")
+    require(overlap is None or isinstance(overlap, bool), "zero_optimization.overlap_comm",
+            f"must be true or false; got {overlap!r}")
+    fw = get_framework("deepspeed")
+    default = fw.dp_overlap and config_int("zero_optimization.stage", zero.get("stage", 0)) >= fw.dp_overlap_from_zero
+    if overlap is None or overlap == default:
+        return "deepspeed"
+    return "deepspeed+dp-overlap" if overlap else "deepspeed+no-dp-overlap"
+
+
 def detect_format(path: Path) -> str:
     """A config's format: by its suffix (.json DeepSpeed, .toml a torchtitan job TOML), else a launch
     script: torchtitan 0.3's where it runs ``torchtitan.train --module``, Megatron-LM's otherwise."""
@@ -439,7 +459,7 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
         elif kind == "torchtitan-toml":
             fw = "torchtitan+compile" if torchtitan_compiles(read_input(path, "config")) else "torchtitan"
         else:
-            fw = "deepspeed" if kind == "deepspeed" else DEFAULT_FRAMEWORK
+            fw = deepspeed_framework(read_input(path, "config")) if kind == "deepspeed" else DEFAULT_FRAMEWORK
     from .load import load_model
 
     return model, fw, load_layout(path, num_gpus=num_gpus, num_layers=load_model(model).num_layers)
