@@ -284,28 +284,11 @@ MAX_TOP = 10_000
 REFINE_ROWS = 512
 
 
-def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
-         framework: Framework, objective: str = "time", precisions: tuple[str, ...] = ("bf16",),
-         headroom: float = 0.0, top: int = 10, network: Network | None = None,
-         gpu_hour_usd: float | None = None, pue: float = costs.DEFAULT_PUE,
-         progress: Callable[[int, int], None] | None = None,
-         fixed: dict[str, int] | None = None) -> PlanResult:
-    """Search every legal layout; the best by ``objective`` that fits within ``1 - headroom`` of HBM.
-
-    ``progress(done, total)`` is called as the layouts are priced (in chunks of :data:`CHUNK_ROWS`).
-    ``fixed`` holds settings the search must keep, by column: ``mb``, ``zero``, ``recompute``
-    (:data:`~supercluster.perf.columns.RECOMPUTE_CODE`), ``rcm`` (:func:`~supercluster.perf.columns.module_bits` of
-    the selective recompute modules) and ``sp`` (which binds only where tp > 1)."""
-    t0 = time.perf_counter()
-    require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
-    require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
-    require(1 <= top <= MAX_TOP, "top", f"must be 1-{MAX_TOP:,} (the rows of the table), got {top}")
-    require(gpu_hour_usd is None or gpu_hour_usd >= 0.0, "gpu_hour_usd", f"must be >= 0 USD, got {gpu_hour_usd}")
-    check_gpu_count(num_gpus)
-    Layout(global_batch=global_batch, seq_len=seq_len)  # (the one range check of a batch and a sequence)
-    for p in precisions:
-        gpu.peak(p)
-    check_kernels(model, framework, gpu)
+def _search_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
+                    framework: Framework, precisions: tuple[str, ...], objective: str,
+                    fixed: dict[str, int] | None) -> dict[str, np.ndarray]:
+    """Every layout the search prices, as columns: the candidates (on fewer GPUs too where the objective
+    is not time) that ``framework`` can run, keeping the ``fixed`` settings (see :func:`plan`)."""
     counts = (num_gpus,)
     if objective != "time":
         counts = tuple(c for c in (num_gpus, num_gpus // 2, num_gpus // 4, num_gpus // 8)
@@ -334,6 +317,33 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
         require(len(cols["tp"]) > 0, FIXABLE[name], f"no legal layout of {model.name} on {num_gpus} GPUs keeps "
                 f"{FIXABLE[name]} " + (RECOMPUTE_NAME[value] if name == "recompute" else ",".join(module_names(value))
                                        if name == "rcm" else str(value)))
+    return cols
+
+
+def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
+         framework: Framework, objective: str = "time", precisions: tuple[str, ...] = ("bf16",),
+         headroom: float = 0.0, top: int = 10, network: Network | None = None,
+         gpu_hour_usd: float | None = None, pue: float = costs.DEFAULT_PUE,
+         progress: Callable[[int, int], None] | None = None,
+         fixed: dict[str, int] | None = None) -> PlanResult:
+    """Search every legal layout; the best by ``objective`` that fits within ``1 - headroom`` of HBM.
+
+    ``progress(done, total)`` is called as the layouts are priced (in chunks of :data:`CHUNK_ROWS`).
+    ``fixed`` holds settings the search must keep, by column: ``mb``, ``zero``, ``recompute``
+    (:data:`~supercluster.perf.columns.RECOMPUTE_CODE`), ``rcm`` (:func:`~supercluster.perf.columns.module_bits` of
+    the selective recompute modules) and ``sp`` (which binds only where tp > 1)."""
+    t0 = time.perf_counter()
+    require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
+    require(1 <= top <= MAX_TOP, "top", f"must be 1-{MAX_TOP:,} (the rows of the table), got {top}")
+    require(gpu_hour_usd is None or gpu_hour_usd >= 0.0, "gpu_hour_usd", f"must be >= 0 USD, got {gpu_hour_usd}")
+    check_gpu_count(num_gpus)
+    Layout(global_batch=global_batch, seq_len=seq_len)  # (the one range check of a batch and a sequence)
+    for p in precisions:
+        gpu.peak(p)
+    check_kernels(model, framework, gpu)
+    cols = _search_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len, framework=framework,
+                           precisions=precisions, objective=objective, fixed=fixed)
     net = network or default_network(gpu, num_gpus=num_gpus)
     # First pass: uneven interleavings get a lower bound of their schedule (no walk); the rows that
     # can still be among the best or on the Pareto front are then priced exactly (refine).
