@@ -141,3 +141,17 @@ def test_a_deepspeed_config_with_a_non_boolean_overlap_comm_is_refused_by_name(t
     path.write_text('{"train_batch_size": 64, "zero_optimization": {"stage": 1, "overlap_comm": "yes"}}')
     with pytest.raises(InputError, match=r"zero_optimization.overlap_comm: must be true or false"):
         read_config(str(path), num_gpus=8)
+
+
+def test_fsdp_zero2_gathers_the_parameters_for_every_micro_batch(job):
+    """PyTorch's SHARD_GRAD_OP (FSDP2 without resharding after the forward) unshards before each forward
+    and reshards after each backward: without overlap, (m - 1) more all-gathers a step than a stack that
+    gathers once after its optimizer step; ZeRO-3 and, under PP, a stage kept gathered are unaffected."""
+    model, _, net = job
+    fw = replace(get_framework("torchtitan"), dp_overlap=False)
+    assert fw.zero2_regather and not get_framework("megatron").zero2_regather
+    once = replace(fw, zero2_regather=False)
+    ag = float(net.collective_time_s("all_gather", _local_params(model) * 2.0, DP, 1))  # bf16 parameters
+    m = GBS // DP
+    assert _dp(job, 2, fw)[0] - _dp(job, 2, once)[0] == pytest.approx((m - 1) * ag, rel=1e-9)
+    assert _dp(job, 3, fw)[0] == pytest.approx(_dp(job, 3, once)[0], rel=1e-12)

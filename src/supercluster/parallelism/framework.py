@@ -115,22 +115,19 @@ class Framework:
     #: EP overlap limited by the compute it runs under (Megatron-Core); False with ep_overlap = the
     #: framework's documentation says the all-to-all is fully hidden (DeepSeek's DualPipe)
     ep_overlap_bounded: bool = False
-    #: the MoE dispatcher sends a token once to each scale-up domain holding any of its experts and
-    #: forwards it there over the scale-up links (DeepEP's internode kernels, Megatron-Core
-    #: --moe-token-dispatcher-type flex --moe-enable-deepep; DeepSeek-V3 report sec. 3.2.2): the
-    #: cross-domain all-to-all bytes shrink by :func:`supercluster.network.twolevel.node_dedup_factor`
+    #: the MoE dispatcher sends a token once to each scale-up domain holding any of its experts and forwards it
+    #: over the scale-up links (DeepEP's internode kernels, Megatron-Core --moe-enable-deepep; DeepSeek-V3
+    #: report sec. 3.2.2): cross-domain bytes shrink by :func:`supercluster.network.twolevel.node_dedup_factor`
     ep_node_dedup: bool = False
-    #: how the run's router spreads tokens over the experts (:data:`ROUTERS`):
-    #: "random" (a balanced router) or "round-robin" (a benchmark's fixed gate, the "+round-robin-gate"
-    #: option); it decides how many ranks and nodes DeepEP's dispatch reaches per token
+    #: how the run's router spreads tokens over the experts (:data:`ROUTERS`): "random" (a balanced router) or
+    #: "round-robin" (a benchmark's fixed gate, "+round-robin-gate"): how many ranks DeepEP's dispatch reaches
     moe_router: str = "random"
     #: token-drop routing (Megatron-Core --moe-expert-capacity-factor): each rank's router keeps at most
     #: ceil(capacity_factor x its tokens x top_k / experts) tokens for each expert and drops the rest, so
     #: no expert-parallel rank receives more than capacity_factor times the mean; 0 = dropless (the
     #: default: every token reaches its experts, the busiest rank takes what the router sends it)
     moe_capacity_factor: float = 0.0
-    #: with a capacity factor, every expert's input is padded to its capacity
-    #: (--moe-pad-expert-input-to-capacity): static shapes, every rank runs and exchanges capacity tokens
+    #: with a capacity factor, every expert's input is padded to its capacity (--moe-pad-expert-input-to-capacity)
     moe_pad_to_capacity: bool = False
     #: how the experts' grouped GEMM launches: "per_expert" (a GEMM, and its quantisations, per local
     #: expert: Transformer Engine 2.x GroupedLinear) or "grouped" (one kernel per GEMM); and whether a
@@ -145,6 +142,9 @@ class Framework:
     #: stage_1_and_2.py step(): all_gather_dp_groups, "ready for next round forward"); else under the next
     #: forward (Megatron-Core --overlap-param-gather)
     param_gather_in_step: bool = False
+    #: ZeRO-2 as FSDP runs it (SHARD_GRAD_OP; FSDP2 reshard_after_forward=False) unshards the parameters
+    #: before each forward and reshards them after each backward: an all-gather per micro-batch
+    zero2_regather: bool = False
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in

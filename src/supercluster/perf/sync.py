@@ -4,7 +4,7 @@
   over the dense weights' data-parallel group (dp x cp) and the experts' (TP x CP x DP / (EP x
   expert TP)); overlapped with the backward (and the next forward) where the framework does, in
   buckets (Megatron-Core's default: max(40M, 1M x dp) parameters), one of which stays exposed.
-  ZeRO-2 keeps only its gradient shard, so it reduce-scatters every micro-batch (:func:`zero2_reduces`);
+  ZeRO-2 keeps only its gradient shard, so it reduce-scatters every micro-batch (:func:`zero2_calls`);
   DeepSpeed overlaps stages 0-2 only when asked and gathers inside the optimizer step.
 * ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (again for a recomputed forward
   where the framework reshards), a reduce-scatter, each split into per-layer calls whose latency,
@@ -96,12 +96,12 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     win_f = Lh * (work.t_fwd + comm.tp_fx + comm.cp_fx - comm.hidden_f)
     win_b = Lh * (work.t_bwd + work.t_rc + comm.tp_bx + comm.cp_bx - comm.hidden_b)
     bucket = np.minimum(1.0, np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg) / (dense_params + expert_params))
-    rs_n = zero2_reduces(fw, rows)
-    dp_all = np.where(zero == 0, arr, rs_n * rs + ag)  # ZeRO 0-2: all of the step's DP traffic
+    rs_n, ag_n = zero2_calls(fw, rows)
+    dp_all = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
     # (the gather in the optimizer step runs under no compute)
     ag_x = ag if fw.param_gather_in_step else np.maximum(ag - win_f, ag * bucket)
     dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
-                      rs_n * np.maximum(rs - win_b, rs * bucket) + ag_x)
+                      rs_n * np.maximum(rs - win_b, rs * bucket) + ag_n * ag_x)
     overlapped = fw.dp_overlap & (zero >= fw.dp_overlap_from_zero)
     dp_low = np.where(overlapped, dp_low, dp_all)
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
@@ -125,14 +125,17 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
                      t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs, dp_all))
 
 
-def zero2_reduces(fw: Framework, rows: Rows) -> np.ndarray:
-    """Gradient reduce-scatters per step under ZeRO 0-2. ZeRO-2 keeps only its shard of the gradients,
-    so each micro-batch's backward reduce-scatters what it made (DeepSpeed stage_1_and_2.py
-    reduce_ready_partitions_and_remove_grads: "partition_gradients or is_gradient_accumulation_boundary";
-    FSDP kept gathered after the forward reduce-scatters every backward): ``rows.m``. ZeRO 0 / 1 keep
-    whole gradients and reduce once, in the last backward, as does a framework that keeps a pipeline
-    stage's gradients unsharded under PP (:attr:`Framework.fsdp_pp_unsharded`): 1."""
-    return np.where((rows.zero == 2) & ~(fw.fsdp_pp_unsharded & (rows.pp > 1)), rows.m, 1.0)
+def zero2_calls(fw: Framework, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """Gradient reduce-scatters and parameter all-gathers per step under ZeRO 0-2. ZeRO-2 keeps only its
+    shard of the gradients, so each micro-batch's backward reduce-scatters what it made (DeepSpeed
+    stage_1_and_2.py reduce_ready_partitions_and_remove_grads: "partition_gradients or
+    is_gradient_accumulation_boundary"): ``rows.m``; ZeRO 0 / 1 keep whole gradients and reduce once, in
+    the last backward. The updated parameters are gathered once a step, except where FSDP runs ZeRO-2
+    (:attr:`Framework.zero2_regather`: PyTorch's SHARD_GRAD_OP "unshards before the forward ... and only
+    reshards them after the backward"): once a micro-batch. A framework that keeps a pipeline stage
+    gathered and its gradients unsharded under PP (:attr:`Framework.fsdp_pp_unsharded`) does each once."""
+    per_mb = (rows.zero == 2) & ~(fw.fsdp_pp_unsharded & (rows.pp > 1))
+    return np.where(per_mb, rows.m, 1.0), np.where(per_mb & fw.zero2_regather, rows.m, 1.0)
 
 
 def dp_traffic_s(fw: Framework, rows: Rows, ag: np.ndarray, rs: np.ndarray, dp_all: np.ndarray) -> np.ndarray:
