@@ -155,3 +155,15 @@ def test_fsdp_zero2_gathers_the_parameters_for_every_micro_batch(job):
     m = GBS // DP
     assert _dp(job, 2, fw)[0] - _dp(job, 2, once)[0] == pytest.approx((m - 1) * ag, rel=1e-9)
     assert _dp(job, 3, fw)[0] == pytest.approx(_dp(job, 3, once)[0], rel=1e-12)
+
+
+def test_the_last_gradient_bucket_stays_exposed_at_the_frameworks_bucket_size(job):
+    """DeepSpeed reduces in buckets of reduce_bucket_size (5e8) elements: on a model of fewer parameters
+    than one bucket, overlap_comm hides nothing of the reduction, as if it were off; Megatron-Core's
+    smaller buckets leave less exposed."""
+    on = get_framework("deepspeed+dp-overlap")
+    assert on.dp_bucket_params == 5e8 and get_framework("megatron").dp_bucket_params == 0
+    whole = replace(on, dp_bucket_params=1e12)  # one bucket holds every parameter
+    off = get_framework("deepspeed+no-dp-overlap")
+    assert _dp(job, 1, whole)[0] == pytest.approx(_dp(job, 1, off)[0], rel=1e-12)
+    assert _dp(job, 1, replace(on, dp_bucket_params=0.0))[0] < _dp(job, 1, on)[0] < _dp(job, 1, whole)[0]

@@ -94,11 +94,9 @@ class Framework:
     #: torch.distributed.pipelining's Interleaved1F1B: a multiple of its rounds, max(1, M // pp)
     interleave_microbatches: str = "pp_multiple"
     #: an MoE model with tp > 1 needs sequence parallelism (Megatron-LM arguments.py: "When using MoE and
-    #: tensor parallelism, sequence parallelism must be used"; Megatron-Core ModelParallelConfig refuses
-    #: EP and TP without it): a layout that leaves it unsaid gets it, one that turns it off is refused
+    #: tensor parallelism, sequence parallelism must be used"): a layout gets it; turning it off is refused
     moe_tp_needs_sp: bool = False
-    #: the ZeRO stages the framework has (frameworks.toml zero_stages), and the highest it runs with
-    #: pipeline parallelism (zero_max_with_pp)
+    #: the ZeRO stages the framework has, and the highest it runs with pipeline parallelism (frameworks.toml)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     zero_max_with_pp: int = 3
     era_of: str = ""
@@ -145,6 +143,8 @@ class Framework:
     #: ZeRO-2 as FSDP runs it (SHARD_GRAD_OP; FSDP2 reshard_after_forward=False) unshards the parameters
     #: before each forward and reshards them after each backward: an all-gather per micro-batch
     zero2_regather: bool = False
+    #: parameters per ZeRO 0-2 gradient bucket (DeepSpeed reduce_bucket_size 5e8); 0 = Megatron-Core's
+    dp_bucket_params: float = 0.0
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in

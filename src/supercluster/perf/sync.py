@@ -95,7 +95,9 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     # windows exclude it (keeps "faster compute is never slower" true).
     win_f = Lh * (work.t_fwd + comm.tp_fx + comm.cp_fx - comm.hidden_f)
     win_b = Lh * (work.t_bwd + work.t_rc + comm.tp_bx + comm.cp_bx - comm.hidden_b)
-    bucket = np.minimum(1.0, np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg) / (dense_params + expert_params))
+    # the last gradient bucket of a backward is reduced after it: the framework's bucket, or Megatron-Core's
+    per_bucket = fw.dp_bucket_params or np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg)
+    bucket = np.minimum(1.0, per_bucket / (dense_params + expert_params))
     rs_n, ag_n = zero2_calls(fw, rows)
     dp_all = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
     # (the gather in the optimizer step runs under no compute)
