@@ -186,7 +186,7 @@ def to_deepspeed_json(layout: Layout, framework: Framework | None = None) -> str
         "train_micro_batch_size_per_gpu": layout.micro_batch,
         "gradient_accumulation_steps": layout.num_microbatches,
         "zero_optimization": {"stage": layout.zero_stage,
-                              "overlap_comm": fw.dp_overlap and layout.zero_stage >= fw.dp_overlap_from_zero},
+                              "overlap_comm": bool(fw.overlaps_dp(layout.zero_stage))},
         "bf16": {"enabled": layout.precision in ("bf16", "fp8")},
         "fp16": {"enabled": layout.precision == "fp16"},
         "activation_checkpointing": {"partition_activations": layout.recompute == "full",
@@ -389,7 +389,7 @@ def deepspeed_framework(text: str) -> str:
     require(overlap is None or isinstance(overlap, bool), "zero_optimization.overlap_comm",
             f"must be true or false; got {overlap!r}")
     fw = get_framework("deepspeed")
-    default = fw.dp_overlap and config_int("zero_optimization.stage", zero.get("stage", 0)) >= fw.dp_overlap_from_zero
+    default = bool(fw.overlaps_dp(config_int("zero_optimization.stage", zero.get("stage", 0))))
     if overlap is None or overlap == default:
         return "deepspeed"
     return "deepspeed+dp-overlap" if overlap else "deepspeed+no-dp-overlap"

@@ -140,11 +140,9 @@ class Framework:
     #: stage_1_and_2.py step(): all_gather_dp_groups, "ready for next round forward"); else under the next
     #: forward (Megatron-Core --overlap-param-gather)
     param_gather_in_step: bool = False
-    #: ZeRO-2 as FSDP runs it (SHARD_GRAD_OP; FSDP2 reshard_after_forward=False) unshards the parameters
-    #: before each forward and reshards them after each backward: an all-gather per micro-batch
+    #: ZeRO-2 as FSDP runs it (SHARD_GRAD_OP) unshards before each forward, reshards after each backward
     zero2_regather: bool = False
-    #: parameters per ZeRO 0-2 gradient bucket (DeepSpeed reduce_bucket_size 5e8); 0 = Megatron-Core's
-    dp_bucket_params: float = 0.0
+    dp_bucket_params: float = 0.0  #: per ZeRO 0-2 gradient bucket (DeepSpeed: 5e8); 0 = Megatron-Core's
     #: how context parallelism moves K/V: "p2p" = a ring of point-to-point sends, one per attention
     #: block, each hidden under that block (Transformer Engine's CP in Megatron-Core); "allgather" =
     #: PyTorch's ring attention (torch.distributed.tensor.experimental, the default rotate method in
@@ -295,13 +293,11 @@ class Framework:
         return (cp <= 1) | ((model.num_heads // tp % cp == 0) & (model.num_kv_heads // tp % cp == 0))
 
     def sequence_parallel_ok(self, moe: bool, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
-        """Which rows keep sequence parallelism where the framework requires it (the vectorised
-        :meth:`sequence_parallel_for`, for the planner)."""
+        """Which rows keep the sequence parallelism the framework needs (:meth:`sequence_parallel_for`)."""
         return (sp > 0) | (tp <= 1) | (not (self.moe_tp_needs_sp and moe))
 
     def interleave_ok(self, pp: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
-        """Whether an interleaved schedule over ``pp`` stages runs ``microbatches`` (see
-        :attr:`interleave_microbatches`)."""
+        """Whether interleaving over ``pp`` stages runs ``microbatches`` (:attr:`interleave_microbatches`)."""
         if self.interleave_microbatches == "rounds":
             return microbatches % np.maximum(1, microbatches // pp) == 0
         return microbatches % pp == 0
@@ -318,6 +314,10 @@ class Framework:
     def default_vpp(self, pp: int) -> int:
         """Interleaved chunks per stage when a user gives none: 4 where the pipeline interleaves."""
         return 4 if pp > 1 and self.interleaved_pipeline else 1
+
+    def overlaps_dp(self, zero: np.ndarray | int) -> np.ndarray | bool:
+        """Whether ZeRO stage(s) ``zero`` run their DP traffic under compute (:attr:`dp_overlap_from_zero`)."""
+        return self.dp_overlap & (zero >= self.dp_overlap_from_zero)
 
 
 _FW_KEYS = {"sequence_parallel", "tp_comm_overlap", "dp_overlap", "pp_overlap", "ep_overlap", "attention",

@@ -104,7 +104,7 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     ag_x = ag if fw.param_gather_in_step else np.maximum(ag - win_f, ag * bucket)
     dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
                       rs_n * np.maximum(rs - win_b, rs * bucket) + ag_n * ag_x)
-    overlapped = fw.dp_overlap & (zero >= fw.dp_overlap_from_zero)
+    overlapped = fw.overlaps_dp(zero)
     dp_low = np.where(overlapped, dp_low, dp_all)
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
