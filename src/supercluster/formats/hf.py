@@ -30,14 +30,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     MPT / DBRX (``n_layers``, ``n_heads``, ``expansion_ratio``, nested ``attn_config`` / ``ffn_config``
     with DBRX's experts).
     """
-    text = cfg.get("text_config")
-    if isinstance(text, dict) and not any(k in cfg for k in ("hidden_size", "n_embd", "d_model")):
-        # multimodal wrappers (Llama 4, Gemma 3, LLaVA): the language model's fields are in text_config
-        cfg = {**{k: v for k, v in cfg.items() if k != "text_config"}, **text}
-
-    for nested in ("attn_config", "ffn_config"):  # MPT and DBRX keep these fields one level down
-        if isinstance(sub := cfg.get(nested), dict):
-            cfg = {**sub, **{k: v for k, v in cfg.items() if k != nested}}
+    cfg = _flatten_hf_config(cfg)
 
     def get(*names: str, default: Any = None) -> Any:
         for n in names:
@@ -53,6 +46,52 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         v = cfg.get(field)
         require(v is None or is_whole(v), f"config.json {field}", f"must be a whole number, got {v!r}")
     cfg = {k: int(v) if k in _HF_INT_FIELDS and isinstance(v, float) else v for k, v in cfg.items()}
+    h, layers, heads, vocab, ffn = _hf_widths(get, hybrid)
+    # (Falcon-7B, StarCoder: multi_query = one K/V head shared by all query heads)
+    # (ChatGLM: multi_query_attention with multi_query_group_num K/V heads)
+    kv = get("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv",
+             default=1 if get("multi_query", default=False) is True else
+             get("multi_query_group_num") if get("multi_query_attention", default=False) is True else heads)
+    archs = get("architectures", default=[])
+    arch = (" ".join(map(str, archs)) if isinstance(archs, list) else str(archs)).lower() + " " + str(
+        get("model_type", default="")).lower()
+    head_dim, fields = _hf_attention(cfg, get, arch, h, heads, layers)
+    moe_fields, ffn = _hf_moe(get, arch, h, ffn, layers, hybrid)
+    fields.update(moe_fields)
+    fields.update({k: v for k, v in hybrid.items()
+                   if k not in ("moe_layers", "first_dense_layers", "num_layers", "ffn")})
+    tied = bool(get("tie_word_embeddings", default=_hf_family(cfg) in _TIED_FAMILIES))
+    fields.update(_hf_build(cfg, get, arch, hybrid=bool(hybrid)))
+    try:
+        return ModelSpec(
+            key=key, name=str(get("_name_or_path", default=key)), num_layers=layers, d_model=h,
+            ffn_dim=int(ffn), num_heads=heads, num_kv_heads=int(kv), head_dim=int(head_dim),
+            vocab_size=vocab, mlp=_hf_mlp(cfg, get), tied_embeddings=tied,
+            seq_len=int(get("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=4096)),
+            source="config.json", **fields,
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError("config.json", f"malformed field: {exc}") from exc
+
+
+def _flatten_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's fields at the top level: a multimodal wrapper's ``text_config`` (Llama 4,
+    Gemma 3, LLaVA) and MPT / DBRX's nested ``attn_config`` / ``ffn_config`` lifted up."""
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and not any(k in cfg for k in ("hidden_size", "n_embd", "d_model")):
+        cfg = {**{k: v for k, v in cfg.items() if k != "text_config"}, **text}
+    for nested in ("attn_config", "ffn_config"):
+        if isinstance(sub := cfg.get(nested), dict):
+            cfg = {**sub, **{k: v for k, v in cfg.items() if k != nested}}
+    return cfg
+
+
+def _hf_widths(get: Any, hybrid: dict[str, Any]) -> tuple[int, int, int, int, Any]:
+    """(hidden, layers, heads, vocabulary, MLP width), each checked to be a positive whole number
+    below any real model's (the MLP's: ``intermediate_size`` or its other names, else MPT's
+    ``expansion_ratio`` x hidden, a dense Granite 4.0-H's shared MLP)."""
     h = get("hidden_size", "n_embd", "d_model")
     layers = get("num_hidden_layers", "n_layer", "num_layers", "n_layers")
     heads = get("num_attention_heads", "n_head", "n_heads")
@@ -68,23 +107,26 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     ffn = get("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size", default=int(ratio * h))
     if hybrid.get("ffn") is not None:  # a dense Granite 4.0-H: its MLP is the shared one
         ffn = hybrid["ffn"]
-    # (Falcon-7B, StarCoder: multi_query = one K/V head shared by all query heads)
-    # (ChatGLM: multi_query_attention with multi_query_group_num K/V heads)
-    kv = get("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv",
-             default=1 if get("multi_query", default=False) is True else
-             get("multi_query_group_num") if get("multi_query_attention", default=False) is True else heads)
+    return int(h), int(layers), int(heads), int(vocab), ffn
+
+
+def _hf_mlp(cfg: dict[str, Any], get: Any) -> str:
+    """The MLP's kind: squared ReLU by its activation's name, gated (SwiGLU / GeGLU) unless the
+    family's MLP is ungated (then GeLU)."""
     act = str(get("mlp_hidden_act", "hidden_act", "activation_function", default="silu")).lower()
-    archs = get("architectures", default=[])
-    arch = (" ".join(map(str, archs)) if isinstance(archs, list) else str(archs)).lower() + " " + str(
-        get("model_type", default="")).lower()
-    gated = _hf_family(cfg) not in _UNGATED_FAMILIES
     if "relu2" in act or "squared" in act:
-        mlp = "relu2"
-    elif gated:
-        mlp = "geglu" if "gelu" in act else "swiglu"
-    else:
-        mlp = "gelu"
-    head_dim = get("head_dim", "kv_channels", default=None)  # ChatGLM: kv_channels
+        return "relu2"
+    if _hf_family(cfg) not in _UNGATED_FAMILIES:
+        return "geglu" if "gelu" in act else "swiglu"
+    return "gelu"
+
+
+def _hf_attention(cfg: dict[str, Any], get: Any, arch: str, h: int, heads: int,
+                  layers: int) -> tuple[int, dict[str, Any]]:
+    """(head width, attention fields): MLA's ranks and head widths, sparse attention's indexer,
+    local / chunked attention layers; the head width is ``head_dim`` (ChatGLM: ``kv_channels``), MLA's
+    no-RoPE + RoPE parts, else hidden / heads."""
+    head_dim = get("head_dim", "kv_channels", default=None)
     kv_lora = int(get("kv_lora_rank", default=0) or 0)
     fields: dict[str, Any] = {}
     if kv_lora:
@@ -97,10 +139,18 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
     if head_dim is None:
         require(h % heads == 0, "config.json hidden_size", f"{h} is not divisible by num_attention_heads {heads}")
         head_dim = h // heads
-    fields.update(_hf_local_attention(get, arch, int(layers)))
+    fields.update(_hf_local_attention(get, arch, layers))
+    return int(head_dim), fields
+
+
+def _hf_moe(get: Any, arch: str, h: int, ffn: Any, layers: int,
+            hybrid: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(MoE and MTP fields, the dense layers' MLP width): routed and shared experts, their widths,
+    the dense first layers, group-limited routing, and the multi-token-prediction modules."""
+    fields: dict[str, Any] = {}
     experts = int(get("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0) or 0)
-    n_moe = hybrid["moe_layers"] if "moe_layers" in hybrid else _hf_moe_layers(get, int(layers))
-    mlp_layers = int(layers) - hybrid.get("mixer_only_layers", 0)
+    n_moe = hybrid["moe_layers"] if "moe_layers" in hybrid else _hf_moe_layers(get, layers)
+    mlp_layers = layers - hybrid.get("mixer_only_layers", 0)
     if experts and n_moe > 0:
         moe_ffn = int(get("moe_intermediate_size", default=ffn))
         top_k = get("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_top_k", "moe_k")
@@ -113,17 +163,14 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
         if get("parallel_attn_mlp_res", default=False) is True:
             # Snowflake Arctic: each MoE layer also runs a d_model-wide SwiGLU "residual MLP" on every token
             # (modeling_arctic.py ArcticMLP(is_residual_mlp=True): ffn_dim = hidden_size), priced as a shared expert
-            shared_width = int(h)
+            shared_width = h
         if shared_width:  # Qwen-MoE: one shared expert this wide (a whole number of expert widths there)
             shared = max(1, round(shared_width / moe_ffn))
             fields["shared_ffn_dim"] = shared_width
         if "llama4" in arch:  # Llama4TextMoe always adds one shared expert of the expert width
             shared = max(shared, 1)
-        fields.update(
-            num_experts=experts,
-            top_k=int(top_k),
-            num_shared_experts=shared, moe_ffn_dim=moe_ffn, first_dense_layers=mlp_layers - n_moe,
-        )
+        fields.update(num_experts=experts, top_k=int(top_k), num_shared_experts=shared, moe_ffn_dim=moe_ffn,
+                      first_dense_layers=mlp_layers - n_moe)
         # group-limited routing (DeepSeek-V3: n_group 8, topk_group 4); all groups kept is no limit
         groups, kept = int(get("n_group", default=0) or 0), int(get("topk_group", default=0) or 0)
         if groups > 1 and 0 < kept < groups:
@@ -137,22 +184,7 @@ def _from_hf_config(cfg: dict[str, Any], key: str) -> ModelSpec:
                                                                                   else "*-"),
             "config.json mtp_hybrid_override_pattern",
             f"{mtp_pattern!r}: an MTP block other than attention and the model's MLP is not modelled")
-    fields.update({k: v for k, v in hybrid.items()
-                   if k not in ("moe_layers", "first_dense_layers", "num_layers", "ffn")})
-    tied = bool(get("tie_word_embeddings", default=_hf_family(cfg) in _TIED_FAMILIES))
-    fields.update(_hf_build(cfg, get, arch, hybrid=bool(hybrid)))
-    try:
-        return ModelSpec(
-            key=key, name=str(get("_name_or_path", default=key)), num_layers=int(layers), d_model=int(h),
-            ffn_dim=int(ffn), num_heads=int(heads), num_kv_heads=int(kv), head_dim=int(head_dim),
-            vocab_size=int(vocab), mlp=mlp, tied_embeddings=tied,
-            seq_len=int(get("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=4096)),
-            source="config.json", **fields,
-        )
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError("config.json", f"malformed field: {exc}") from exc
+    return fields, ffn
 
 
 def _hf_build(cfg: dict[str, Any], get: Any, arch: str, hybrid: bool) -> dict[str, Any]:

@@ -85,105 +85,12 @@ def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.n
     micro-batches in flight) or, under pipeline parallelism, the last (``Lh_last`` layers, fewer
     micro-batches, and the logits), whichever holds more. ``ring_bytes``: what ring attention holds
     during a layer's backward; ``score_tok``: bytes per token unfused attention keeps."""
-    tp, etp, pp, vpp, m, T, sp = rows.tp, rows.etp, rows.pp, rows.vpp, rows.ms, rows.T, rows.sp
-    zero, rc, frc, lowp, fp32 = rows.zero, rows.rc, rows.frc, rows.lowp, rows.fp32
-    dpg, edpg = rows.dp * rows.cp, rows.groups["edp"][0]
-    low_el, kv_local, has, seq = rows.low_el, rows.kv_local, rows.has, rows.seq
-    f_act = mean_mlp_width(model)
-    h, a = float(model.d_model), float(model.num_heads)
-    dq, dv = float(model.qk_dim), float(model.v_dim)
-    local = dense_params + expert_params
-    shard = dense_params / dpg + expert_params / edpg
-    # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded); a
-    # framework that gathers each weight on its own, without prefetch, one weight at a time
-    gathered = zero3_gathered_elements(model, fw) / tp
-    low = lowp > 0
-    # bf16 weights, plus their fp8 / fp4 copy for the GEMMs, or that copy alone (fp8_param_gather)
-    w_bytes = np.where(fp32, 4.0, np.where(low, np.where(fw.fp8_param_gather, 0.0, 2.0) + low_el, 2.0))
-    weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * w_bytes
-    grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
-    if fw.fsdp_pp_unsharded:
-        # Under PP the stage stays gathered and its gradients accumulate unsharded in the reduce dtype
-        # until the last micro-batch's reduce-scatter, which frees them (so the peak holds the whole
-        # gradients, not the shard as well): ZeRO-2 and -3 then hold what ZeRO-1 holds.
-        # (experts that no data-parallel group shards stay outside FSDP: plain gradients, stored bytes)
-        keep = (zero >= 2) & (pp > 1)
-        weights = np.where(keep, local * w_bytes, weights)
-        kept = dense_params * fw.grad_reduce_bytes + expert_params * np.where(edpg > 1, fw.grad_reduce_bytes,
-                                                                              fw.grad_bytes)
-        grads = np.where(keep, kept, grads)
-    if not fw.zero3_reshard_after_forward:
-        # the gathered parameters stay from each layer's forward to its backward: at the turn of a
-        # micro-batch every layer of the stage is gathered
-        weights = np.where(zero >= 3, local * w_bytes, weights)
-    # (fp32 master,) Adam m and v: 12 bytes, or what the framework keeps (16-bit parameters as the master)
-    optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, optimizer_bytes(fw, rows))
-    # Activation census (Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention):
-    # SP-shardable: the two LN inputs (2 B), the QKV and FC1 inputs and, with dropout, two masks (1 B);
-    # a dropout of probability 0 saves no mask (PyTorch returns its input). Transformer Engine saves a
-    # linear layer's input for the weight gradient in the GEMM precision (fp8 / fp4 quantised), so in
-    # fp8 the QKV, FC1 and FC2 inputs shrink and the attention output is kept twice (16-bit for the
-    # attention backward, quantised for the output projection).
-    mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
-    f_moe = model.num_moe_layers / model.num_layers
-    f_dense, f_moew, f_routed = mlp_widths(model)
-    # padded to capacity, each expert's input (and all that its FC1 / FC2 save) holds capacity_factor
-    # times the mean tokens (Megatron-Core --moe-pad-expert-input-to-capacity)
-    cap = fw.moe_capacity_factor if fw.moe_pad_to_capacity else 1.0
-    f_act, f_moew, f_routed = f_act + (cap - 1.0) * f_routed, f_moew + (cap - 1.0) * f_routed, cap * f_routed
-    sp_frac = np.where(sp, 1.0 / tp, 1.0)  # the share of an h-wide tensor a rank keeps (SP shards it)
-    # (a hybrid: per layer on average, attention's tensors on its share of the layers, one norm and one
-    # linear input per block, and the Mamba mixers' own)
-    f_att, n_sub = model.layer_shares
-    ln_in = 0.5 * n_sub * (4.0 + (2.0 if fw.dropout else 0.0)) * h * sp_frac  # the norms' inputs (and dropout masks)
-    lin_in = low_el * h * sp_frac  # the QKV input; likewise the FC1 input (an MoE layer's router / dispatch input)
-
-    def mlp_int(width: float) -> np.ndarray:  # FC1 output(s) in 16 bits, the FC2 input in the GEMM precision
-        return (2.0 * (mlp_tensors - 1.0) + low_el) * width / tp
-
-    attn = 2.0 * ((a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv) + np.where(low, low_el * (a / tp) * dv, 0.0)
-    if model.attn_output_gate:  # gated attention keeps its gate (a query's width) for the gating's backward
-        attn = attn + 2.0 * (a / tp) * dv
-    if model.index_topk:  # (where the sequence is longer than the top-k: dense MLA below it)
-        # sparse MLA in its MQA form keeps the absorbed queries, the shared latent key (its value is the
-        # latent's first part) and the latent-wide output, then the output projection's input (a value
-        # head per query head, in the GEMM precision); the selected keys' indices (int32, k per token)
-        # and the indexer's queries, key (16-bit) and head weights (fp32)
-        sq, sv = (float(x) for x in model.sparse_score_dims)
-        hi = model.index_heads / tp
-        attn = np.where(model.sparse_active(seq),
-                        2.0 * ((a / tp) * sq + sq + (a / tp) * sv) + low_el * (a / tp) * dv + 4.0 * model.index_topk
-                        + 2.0 * (hi + 1.0) * model.index_head_dim + 4.0 * hi, attn)
-    moe_tok = cap * f_moe * model.top_k * model.expert_width * (
-        2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
-        # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
-        + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))
-    per_tok = (ln_in + n_sub * lin_in + f_att * attn + mlp_int(f_act) + moe_tok
-               + model.recurrent_saved_per_token(low_el) / tp)
-    none_tok = per_tok + score_tok  # what a layer keeps without recompute
-    # Selective recompute drops what the recomputed modules saved (Megatron-Core recompute_modules;
-    # its default, core_attn, drops the attention scores: Korthikanti et al. 2022): the MoE layers'
-    # pre-MLP norm output (layernorm, or the whole MoE layer), the experts' FC2 input (moe_act),
-    # a dense MLP's or an MoE layer's internals (mlp, moe).
-    save = (np.where(has["layernorm"] | has["moe"], f_moe * lin_in, 0.0)
-            + np.where(has["moe"], mlp_int(f_moew) + moe_tok,
-                       np.where(has["moe_act"], low_el * f_routed / tp, 0.0))
-            + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_dense), 0.0)
-            # MLA's up-projected q (when q is compressed), k and v, which the attention had saved
-            + np.where(has["mla_up_proj"], 2.0 * ((a / tp if model.q_lora_rank else 0.0) * dq
-                                                  + kv_local * (dq + dv)), 0.0))
-    per_tok = np.where(rc == 1, per_tok - save + np.where(has["core_attn"], 0.0, score_tok), none_tok)
-    if fw.selective_recompute == "op":
-        # per-op SAC keeps the layer input, the saved matmul outputs (q, v, gate or fc1, down) and the
-        # attention output; SP shards the h-wide ones.
-        h_sh = np.where(sp, h / tp, h)
-        op_tok = 2.0 * (2.0 * h_sh + (a / tp) * (dq + dv) + kv_local * dv + f_act / tp)
-        per_tok = np.where(rc == 1, op_tok, per_tok)
-    # full recompute keeps only each recomputed layer's input; the other layers keep everything
-    per_tok = np.where(rc == 2, frc * np.where(sp, 2.0 * h / tp, 2.0 * h) + (1.0 - frc) * none_tok, per_tok)
+    pp, vpp, m, T, h, tp = rows.pp, rows.vpp, rows.ms, rows.T, float(model.d_model), rows.tp
+    weights, grads, optimizer = state_bytes(model, fw, rows, dense_params, expert_params)
+    per_tok = layer_bytes_per_token(model, fw, rows, score_tok)
     # A recomputed layer needs its full activations once more during its backward; PyTorch ring
     # attention holds its working set (0 otherwise).
-    extra = np.where((rc == 2) & (frc > 0), (34.0 * h / tp + score_tok) * T, 0.0) + ring_bytes
+    extra = np.where((rows.rc == 2) & (rows.frc > 0), (34.0 * h / tp + score_tok) * T, 0.0) + ring_bytes
     logits = fw.loss_bytes_per_logit * T * model.vocab_size / tp * (1.0 + model.mtp_layers)  # MTP: one more each
     activations = np.maximum(stage_activation_bytes(Lh, per_tok * T, extra, logits, pp, vpp, m, 0),
                              stage_activation_bytes(Lh_last, per_tok * T, extra, logits, pp, vpp, m, pp - 1))
@@ -203,3 +110,120 @@ def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.n
     }
 
 
+def state_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.ndarray,
+                expert_params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, gradients, optimizer states) in bytes per GPU, as the framework shards them over the
+    dense weights' data-parallel group and the experts' (ZeRO 1-3; FSDP kept gathered under PP)."""
+    zero, pp, fp32 = rows.zero, rows.pp, rows.fp32
+    dpg, edpg = rows.dp * rows.cp, rows.groups["edp"][0]
+    local = dense_params + expert_params
+    shard = dense_params / dpg + expert_params / edpg
+    # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded); a
+    # framework that gathers each weight on its own, without prefetch, one weight at a time
+    gathered = zero3_gathered_elements(model, fw) / rows.tp
+    low = rows.lowp > 0
+    # bf16 weights, plus their fp8 / fp4 copy for the GEMMs, or that copy alone (fp8_param_gather)
+    w_bytes = np.where(fp32, 4.0, np.where(low, np.where(fw.fp8_param_gather, 0.0, 2.0) + rows.low_el, 2.0))
+    weights = np.where(zero >= 3, np.minimum(local, shard + gathered), local) * w_bytes
+    grads = np.where(zero >= 2, shard, local) * fw.grad_bytes
+    if fw.fsdp_pp_unsharded:
+        # Under PP the stage stays gathered and its gradients accumulate unsharded in the reduce dtype
+        # until the last micro-batch's reduce-scatter, which frees them (so the peak holds the whole
+        # gradients, not the shard as well): ZeRO-2 and -3 then hold what ZeRO-1 holds.
+        # (experts that no data-parallel group shards stay outside FSDP: plain gradients, stored bytes)
+        keep = (zero >= 2) & (pp > 1)
+        weights = np.where(keep, local * w_bytes, weights)
+        kept = dense_params * fw.grad_reduce_bytes + expert_params * np.where(edpg > 1, fw.grad_reduce_bytes,
+                                                                              fw.grad_bytes)
+        grads = np.where(keep, kept, grads)
+    if not fw.zero3_reshard_after_forward:
+        # the gathered parameters stay from each layer's forward to its backward: at the turn of a
+        # micro-batch every layer of the stage is gathered
+        weights = np.where(zero >= 3, local * w_bytes, weights)
+    # (fp32 master,) Adam m and v: 12 bytes, or what the framework keeps (16-bit parameters as the master)
+    optimizer = np.where(zero >= 1, shard, local) * np.where(fp32, 8.0, optimizer_bytes(fw, rows))
+    return weights, grads, optimizer
+
+
+def layer_bytes_per_token(model: ModelSpec, fw: Framework, rows: Rows, score_tok: np.ndarray) -> np.ndarray:
+    """Activation bytes one layer keeps per token for its backward, under the row's recompute.
+
+    The census of Korthikanti et al. 2022, generalised to GQA / gated MLP / MoE, flash attention:
+    SP-shardable: the two LN inputs (2 B), the QKV and FC1 inputs and, with dropout, two masks (1 B);
+    a dropout of probability 0 saves no mask (PyTorch returns its input). Transformer Engine saves a
+    linear layer's input for the weight gradient in the GEMM precision (fp8 / fp4 quantised), so in
+    fp8 the QKV, FC1 and FC2 inputs shrink and the attention output is kept twice (16-bit for the
+    attention backward, quantised for the output projection). ``score_tok``: what unfused attention
+    keeps besides (its scores)."""
+    tp, etp, sp, low_el, kv_local, has = rows.tp, rows.etp, rows.sp, rows.low_el, rows.kv_local, rows.has
+    h, a = float(model.d_model), float(model.num_heads)
+    dq, dv = float(model.qk_dim), float(model.v_dim)
+    low = rows.lowp > 0
+    mlp_tensors = 3.0 if GATED[model.mlp] else 2.0  # gated: gate, up, product; else: act in, act out
+    f_moe = model.num_moe_layers / model.num_layers
+    f_dense, f_moew, f_routed = mlp_widths(model)
+    # padded to capacity, each expert's input (and all that its FC1 / FC2 save) holds capacity_factor
+    # times the mean tokens (Megatron-Core --moe-pad-expert-input-to-capacity)
+    cap = fw.moe_capacity_factor if fw.moe_pad_to_capacity else 1.0
+    f_act = mean_mlp_width(model) + (cap - 1.0) * f_routed
+    f_moew, f_routed = f_moew + (cap - 1.0) * f_routed, cap * f_routed
+    sp_frac = np.where(sp, 1.0 / tp, 1.0)  # the share of an h-wide tensor a rank keeps (SP shards it)
+    # (a hybrid: per layer on average, attention's tensors on its share of the layers, one norm and one
+    # linear input per block, and the Mamba mixers' own)
+    f_att, n_sub = model.layer_shares
+    ln_in = 0.5 * n_sub * (4.0 + (2.0 if fw.dropout else 0.0)) * h * sp_frac  # the norms' inputs (and dropout masks)
+    lin_in = low_el * h * sp_frac  # the QKV input; likewise the FC1 input (an MoE layer's router / dispatch input)
+
+    def mlp_int(width: float) -> np.ndarray:  # FC1 output(s) in 16 bits, the FC2 input in the GEMM precision
+        return (2.0 * (mlp_tensors - 1.0) + low_el) * width / tp
+
+    moe_tok = cap * f_moe * model.top_k * model.expert_width * (
+        2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
+        # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
+        + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))
+    per_tok = (ln_in + n_sub * lin_in + f_att * _attention_bytes_per_token(model, rows) + mlp_int(f_act) + moe_tok
+               + model.recurrent_saved_per_token(low_el) / tp)
+    none_tok = per_tok + score_tok  # what a layer keeps without recompute
+    # Selective recompute drops what the recomputed modules saved (Megatron-Core recompute_modules;
+    # its default, core_attn, drops the attention scores: Korthikanti et al. 2022): the MoE layers'
+    # pre-MLP norm output (layernorm, or the whole MoE layer), the experts' FC2 input (moe_act),
+    # a dense MLP's or an MoE layer's internals (mlp, moe).
+    save = (np.where(has["layernorm"] | has["moe"], f_moe * lin_in, 0.0)
+            + np.where(has["moe"], mlp_int(f_moew) + moe_tok,
+                       np.where(has["moe_act"], low_el * f_routed / tp, 0.0))
+            + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_dense), 0.0)
+            # MLA's up-projected q (when q is compressed), k and v, which the attention had saved
+            + np.where(has["mla_up_proj"], 2.0 * ((a / tp if model.q_lora_rank else 0.0) * dq
+                                                  + kv_local * (dq + dv)), 0.0))
+    per_tok = np.where(rows.rc == 1, per_tok - save + np.where(has["core_attn"], 0.0, score_tok), none_tok)
+    if fw.selective_recompute == "op":
+        # per-op SAC keeps the layer input, the saved matmul outputs (q, v, gate or fc1, down) and the
+        # attention output; SP shards the h-wide ones.
+        h_sh = np.where(sp, h / tp, h)
+        op_tok = 2.0 * (2.0 * h_sh + (a / tp) * (dq + dv) + kv_local * dv + f_act / tp)
+        per_tok = np.where(rows.rc == 1, op_tok, per_tok)
+    # full recompute keeps only each recomputed layer's input; the other layers keep everything
+    frc = rows.frc
+    return np.where(rows.rc == 2, frc * np.where(sp, 2.0 * h / tp, 2.0 * h) + (1.0 - frc) * none_tok, per_tok)
+
+
+def _attention_bytes_per_token(model: ModelSpec, rows: Rows) -> np.ndarray:
+    """What an attention layer keeps per token: q, k, v and the output in 16 bits (and in fp8 / fp4
+    the output projection's quantised input), a gated attention's gate, or sparse MLA's own tensors."""
+    tp, low_el, kv_local = rows.tp, rows.low_el, rows.kv_local
+    a, dq, dv = float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    low = rows.lowp > 0
+    attn = 2.0 * ((a / tp + kv_local) * dq + kv_local * dv + (a / tp) * dv) + np.where(low, low_el * (a / tp) * dv, 0.0)
+    if model.attn_output_gate:  # gated attention keeps its gate (a query's width) for the gating's backward
+        attn = attn + 2.0 * (a / tp) * dv
+    if model.index_topk:  # (where the sequence is longer than the top-k: dense MLA below it)
+        # sparse MLA in its MQA form keeps the absorbed queries, the shared latent key (its value is the
+        # latent's first part) and the latent-wide output, then the output projection's input (a value
+        # head per query head, in the GEMM precision); the selected keys' indices (int32, k per token)
+        # and the indexer's queries, key (16-bit) and head weights (fp32)
+        sq, sv = (float(x) for x in model.sparse_score_dims)
+        hi = model.index_heads / tp
+        attn = np.where(model.sparse_active(rows.seq),
+                        2.0 * ((a / tp) * sq + sq + (a / tp) * sv) + low_el * (a / tp) * dv + 4.0 * model.index_topk
+                        + 2.0 * (hi + 1.0) * model.index_head_dim + 4.0 * hi, attn)
+    return attn
