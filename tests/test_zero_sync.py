@@ -159,11 +159,37 @@ def test_fsdp_zero2_gathers_the_parameters_for_every_micro_batch(job):
 
 def test_the_last_gradient_bucket_stays_exposed_at_the_frameworks_bucket_size(job):
     """DeepSpeed reduces in buckets of reduce_bucket_size (5e8) elements: on a model of fewer parameters
-    than one bucket, overlap_comm hides nothing of the reduction, as if it were off; Megatron-Core's
-    smaller buckets leave less exposed."""
+    than one bucket, overlap_comm hides nothing of the reduction, as if it were off; with smaller
+    buckets than the model, the overlap hides all but the last (the calls' latencies aside)."""
     on = get_framework("deepspeed+dp-overlap")
     assert on.dp_bucket_params == 5e8 and get_framework("megatron").dp_bucket_params == 0
     whole = replace(on, dp_bucket_params=1e12)  # one bucket holds every parameter
-    off = get_framework("deepspeed+no-dp-overlap")
+    off = replace(get_framework("deepspeed+no-dp-overlap"), dp_bucket_params=1e12)
     assert _dp(job, 1, whole)[0] == pytest.approx(_dp(job, 1, off)[0], rel=1e-12)
-    assert _dp(job, 1, replace(on, dp_bucket_params=0.0))[0] < _dp(job, 1, on)[0] < _dp(job, 1, whole)[0]
+    assert _dp(job, 1, on)[0] < _dp(job, 1, whole)[0]
+
+
+def test_megatron_without_overlap_reduces_each_buffer_in_one_call(job):
+    """Megatron-Core makes one bucket of a buffer when it does not overlap the reduction ("Set bucket_size
+    to infinity if overlap_grad_reduce is False"): ZeRO-1 without overlap is exactly one reduce-scatter
+    and one all-gather of the local parameters, one latency each."""
+    model, _, net = job
+    fw = replace(get_framework("megatron"), dp_overlap=False)
+    p = _local_params(model)
+    rs = float(net.collective_time_s("reduce_scatter", p * fw.grad_reduce_bytes, DP, 1))
+    ag = float(net.collective_time_s("all_gather", p * 2.0, DP, 1))
+    assert _dp(job, 1, fw)[0] == pytest.approx(rs + ag, rel=1e-9)
+
+
+def test_each_bucket_is_a_call_with_its_latency(job):
+    """DeepSpeed reduces and gathers in buckets of its reduce_bucket_size whatever the overlap: without
+    overlap its ZeRO-1 step carries ceil(P / bucket) - 1 more latencies of each collective than one
+    call would, and a larger bucket (fewer calls) prices exactly that many fewer."""
+    model, _, net = job
+    ds = get_framework("deepspeed")
+    p = _local_params(model)
+    lat = float(net.collective_time_s("reduce_scatter", 0.0, DP, 1) + net.collective_time_s("all_gather", 0.0, DP, 1))
+    calls = -(-p // ds.dp_bucket_params)
+    assert calls >= 10  # an 8B model in 5e8-element buckets
+    one = replace(ds, dp_bucket_params=10.0 * p)
+    assert _dp(job, 1, ds)[0] - _dp(job, 1, one)[0] == pytest.approx((calls - 1) * lat, rel=1e-9)

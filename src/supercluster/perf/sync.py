@@ -3,7 +3,8 @@
 * Gradients are all-reduced (ZeRO 0) or reduce-scattered, and parameters all-gathered (ZeRO 1 / 2),
   over the dense weights' data-parallel group (dp x cp) and the experts' (TP x CP x DP / (EP x
   expert TP)); overlapped with the backward (and the next forward) where the framework does, in
-  buckets (Megatron-Core's default: max(40M, 1M x dp) parameters), one of which stays exposed.
+  buckets (Megatron-Core's default: max(40M, 1M x dp) parameters; one a buffer without overlap),
+  one of which stays exposed; each bucket is a call of its own, with its latency.
   ZeRO-2 keeps only its gradient shard, so it reduce-scatters every micro-batch (:func:`zero2_calls`);
   DeepSpeed overlaps stages 0-2 only when asked and gathers inside the optimizer step.
 * ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (again for a recomputed forward
@@ -98,14 +99,20 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     # the last gradient bucket of a backward is reduced after it: the framework's bucket, or Megatron-Core's
     per_bucket = fw.dp_bucket_params or np.maximum(DDP_BUCKET_PARAMS, 1e6 * dpg)
     bucket = np.minimum(1.0, per_bucket / (dense_params + expert_params))
+    overlapped = fw.overlaps_dp(zero)
     rs_n, ag_n = zero2_calls(fw, rows)
-    dp_all = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
+    dp_bw = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
+    # ... made one call per bucket, each with its latency (the time of a zero-byte call on the group)
+    lat = bucket_latency_s(fw, net, rows, dense_params, expert_params, per_bucket, overlapped)
+    rs, ag, arr = rs + lat["reduce_scatter"], ag + lat["all_gather"], arr + lat["all_reduce"]
+    dp_all = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)
     # (the gather in the optimizer step runs under no compute)
     ag_x = ag if fw.param_gather_in_step else np.maximum(ag - win_f, ag * bucket)
     dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
                       rs_n * np.maximum(rs - win_b, rs * bucket) + ag_n * ag_x)
-    overlapped = fw.overlaps_dp(zero)
     dp_low = np.where(overlapped, dp_low, dp_all)
+    # (ZeRO-3 / FSDP: per-layer calls, each with its latency, from the whole-stage bandwidth times)
+    rs, ag = rs - lat["reduce_scatter"], ag - lat["all_gather"]
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
@@ -124,7 +131,28 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     world = rows.tp * rows.pp * rows.dp * rows.cp
     t_opt = t_opt + 4.0 * shard / mem_bw + np.asarray(net.collective_time_s("all_reduce", 4.0, world, 1))
     return SyncTimes(dense_params=dense_params, expert_params=expert_params, dpg=dpg, edpg=edpg, dp_x=dp_x,
-                     t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs, dp_all))
+                     t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs, dp_bw))
+
+
+def bucket_latency_s(fw: Framework, net: Network, rows: Rows, dense_params: np.ndarray, expert_params: np.ndarray,
+                     per_bucket: np.ndarray | float, overlapped: np.ndarray | bool) -> dict[str, np.ndarray]:
+    """Seconds of per-call latency a ZeRO 0-2 data-parallel collective adds, by kind, beyond the one
+    call its whole-stage time holds: the dense and the expert gradients are each reduced (and the
+    parameters gathered) one bucket of ``per_bucket`` parameters at a time, one call a bucket.
+    Megatron-Core buckets only under overlap (distributed_data_parallel.py: "Set bucket_size to
+    infinity if overlap_grad_reduce is False", one call a buffer); a framework with a bucket size of
+    its own (:attr:`Framework.dp_bucket_params`: DeepSpeed's reduce_bucket_size) buckets whatever the
+    overlap."""
+    bucketed = np.asarray(overlapped) | (fw.dp_bucket_params > 0)
+    out = {}
+    for kind in ("reduce_scatter", "all_gather", "all_reduce"):
+        extra = np.zeros_like(dense_params)
+        for params, (group, stride) in ((dense_params, (rows.dp * rows.cp, rows.groups["dp"][1])),
+                                        (expert_params, rows.groups["edp"])):
+            calls = np.where(bucketed, np.maximum(np.ceil(params / per_bucket), 1.0), 1.0)
+            extra = extra + np.where(params > 0, (calls - 1.0) * net.collective_time_s(kind, 0.0, group, stride), 0.0)
+        out[kind] = extra
+    return out
 
 
 def zero2_calls(fw: Framework, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
