@@ -18,6 +18,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -333,15 +334,9 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     (:data:`~supercluster.perf.columns.RECOMPUTE_CODE`), ``rcm`` (:func:`~supercluster.perf.columns.module_bits` of
     the selective recompute modules) and ``sp`` (which binds only where tp > 1)."""
     t0 = time.perf_counter()
-    require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
-    require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
-    require(1 <= top <= MAX_TOP, "top", f"must be 1-{MAX_TOP:,} (the rows of the table), got {top}")
-    require(gpu_hour_usd is None or gpu_hour_usd >= 0.0, "gpu_hour_usd", f"must be >= 0 USD, got {gpu_hour_usd}")
-    check_gpu_count(num_gpus)
-    Layout(global_batch=global_batch, seq_len=seq_len)  # (the one range check of a batch and a sequence)
-    for p in precisions:
-        gpu.peak(p)
-    check_kernels(model, framework, gpu)
+    _check_plan_args(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len, framework=framework,
+                     objective=objective, precisions=precisions, headroom=headroom, top=top,
+                     gpu_hour_usd=gpu_hour_usd)
     cols = _search_columns(model, gpu, num_gpus, global_batch=global_batch, seq_len=seq_len, framework=framework,
                            precisions=precisions, objective=objective, fixed=fixed)
     net = network or default_network(gpu, num_gpus=num_gpus)
@@ -356,10 +351,10 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     feasible = out["memory_per_gpu_bytes"] <= gpu.hbm_bytes * (1.0 - headroom)
     n_feasible = int(feasible.sum())
     if n_feasible == 0:
-        i = int(np.argmin(out["memory_per_gpu_bytes"]))
+        lean = float(np.min(out["memory_per_gpu_bytes"]))
         raise InputError("gpus", f"no layout of {model.name} fits on {num_gpus} x {gpu.key}: the leanest needs "
-                         f"{out['memory_per_gpu_bytes'][i] / 2**30:.1f} GiB per GPU of "
-                         f"{gpu.hbm_bytes * (1 - headroom) / 2**30:.1f} GiB usable; add GPUs or shorten seq_len")
+                         f"{lean / 2**30:.1f} GiB per GPU of {gpu.hbm_bytes * (1 - headroom) / 2**30:.1f} GiB "
+                         "usable; add GPUs or shorten seq_len")
     base, cols = cols, dict(cols, feasible=feasible, schedule_bound=bound)
 
     def scores(step: np.ndarray | float, gpus: np.ndarray | float, tok: np.ndarray | float) -> dict[str, object]:
@@ -375,18 +370,6 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
             cols["rank"] = np.empty(len(order), dtype=np.int64)
             cols["rank"][order] = np.arange(1, len(order) + 1)
             out["order"] = order
-
-    def score_of(layout: Layout) -> float | None:
-        """``layout`` priced whole by the cost model, scored as the search scores its rows (None where
-        the framework cannot run it on this model, or it does not fit)."""
-        try:
-            b = price_job(check_job(Job(model=model, gpu=gpu, num_gpus=num_gpus, layout=layout, framework=framework,
-                                        network=net)))
-        except InputError:
-            return None
-        if b.memory_per_gpu_bytes > gpu.hbm_bytes * (1.0 - headroom):
-            return None
-        return float(scores(b.step_time_s, b.num_gpus, b.tokens_per_step)[objective])  # type: ignore[arg-type]
 
     def refine(idx: np.ndarray, ranks: bool = True) -> bool:
         """Price rows ``idx`` by their schedule where they hold a bound; False if none did."""
@@ -410,37 +393,74 @@ def plan(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, se
     # A row dominated by an exactly priced one stays dominated once priced itself (pricing only
     # raises a bound): the Pareto front is sought among the others, the live rows, alone.
     live = _undominated(feas_idx[~bound[feas_idx]], feas_idx, cols["score"], other()) if bound.any() else feas_idx
-    k = max(top, REFINE_ROWS)
+    front = _refine_best_and_front(cols, feasible, live, max(top, REFINE_ROWS), other, refine)
+    ep_rows = _best_by_ep(cols, feasible, refine) if model.is_moe else []
+    rescore()
+    # ranks below the lowest bound left are exact (every row that could be ahead was priced)
+    lowest_bound = float(np.min(cols["score"][bound & feasible], initial=np.inf))
+
+    def cand(i: int) -> Candidate:
+        return _candidate(cols, out, i, precisions, exact=bool(cols["score"][i] < lowest_bound))
+
+    by_ep = [cand(i) for i in ep_rows]
+    top_c = [cand(int(i)) for i in out["order"][:min(top, n_feasible)]]
+    pareto = sorted((cand(int(i)) for i in front), key=lambda c: c.rank)[:50]
+    job = Job(model=model, gpu=gpu, num_gpus=num_gpus, layout=top_c[0].layout, framework=framework, network=net)
+    return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=_why(top_c), evaluated=len(out["order"]),
+                      feasible=n_feasible, seconds=time.perf_counter() - t0, objective=objective, columns=cols,
+                      refine=refine, score_of=partial(_score_of, job, objective, headroom, scores), by_ep=by_ep,
+                      cp_a2a_step_time_s=_cp_a2a_step_s(job))
+
+
+def _check_plan_args(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_batch: int, seq_len: int,
+                     framework: Framework, objective: str, precisions: tuple[str, ...], headroom: float, top: int,
+                     gpu_hour_usd: float | None) -> None:
+    """Every argument of :func:`plan` checked before any layout is priced, each error naming its field."""
+    require(objective in OBJECTIVES, "objective", f"unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    require(0.0 <= headroom < 1.0, "headroom", f"must be in [0, 1), got {headroom}")
+    require(1 <= top <= MAX_TOP, "top", f"must be 1-{MAX_TOP:,} (the rows of the table), got {top}")
+    require(gpu_hour_usd is None or gpu_hour_usd >= 0.0, "gpu_hour_usd", f"must be >= 0 USD, got {gpu_hour_usd}")
+    check_gpu_count(num_gpus)
+    Layout(global_batch=global_batch, seq_len=seq_len)  # (the one range check of a batch and a sequence)
+    for p in precisions:
+        gpu.peak(p)
+    check_kernels(model, framework, gpu)
+
+
+def _score_of(job: Job, objective: str, headroom: float, scores: Callable[..., dict[str, object]],
+              layout: Layout) -> float | None:
+    """``layout`` for ``job``'s model, GPUs and framework priced whole by the cost model, scored as the
+    search scores its rows (None where the framework cannot run it on this model, or it does not fit)."""
+    try:
+        b = price_job(check_job(dataclasses.replace(job, layout=layout)))
+    except InputError:
+        return None
+    if b.memory_per_gpu_bytes > job.gpu.hbm_bytes * (1.0 - headroom):
+        return None
+    return float(scores(b.step_time_s, b.num_gpus, b.tokens_per_step)[objective])  # type: ignore[arg-type]
+
+
+def _refine_best_and_front(cols: dict[str, np.ndarray], feasible: np.ndarray, live: np.ndarray, k: int,
+                           other: Callable[[], np.ndarray], refine: Callable[..., bool]) -> np.ndarray:
+    """Price exactly, until none is left, every row still holding a bound that could be among the ``k``
+    best or on the Pareto front of score and ``other()`` among the ``live`` rows; the front's rows."""
     while True:
         # a bound below the k-th best score could still win, a live bound on the front could stay there
         masked = np.where(feasible, cols["score"], np.inf)
         best = np.argpartition(masked, k)[:k] if len(masked) > k else np.arange(len(masked))
         front = live[pareto_mask(cols["score"][live], other()[live])]
         if not refine(np.concatenate([best[feasible[best]], front]), ranks=False):
-            break
-    ep_rows = _best_by_ep(cols, feasible, refine) if model.is_moe else []
-    rescore()
-    step, usd_per_mtok, j_per_tok, order = out["step_time_s"], out["usd_per_mtok"], out["j_per_tok"], out["order"]
-    score, rank = cols["score"], cols["rank"]
-    mfu = out["mfu"]
-    # ranks below the lowest bound left are exact (every row that could be ahead was priced)
-    lowest_bound = float(np.min(score[bound & feasible], initial=np.inf))
+            return front
 
-    def cand(i: int) -> Candidate:
-        return Candidate(layout=row_layout(cols, i, precisions), num_gpus=int(cols["gpus"][i]),
-                         step_time_s=float(step[i]), mfu=float(mfu[i]),
-                         memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
-                         cost_usd_per_mtok=float(usd_per_mtok[i]), energy_j_per_token=float(j_per_tok[i]),
-                         ledger={k: float(out[k][i]) for k in LEDGER}, rank=int(rank[i]),
-                         rank_exact=bool(score[i] < lowest_bound))
 
-    by_ep = [cand(i) for i in ep_rows]
-    top_c = [cand(int(i)) for i in order[:min(top, n_feasible)]]
-    pareto = sorted((cand(int(i)) for i in front), key=lambda c: c.rank)[:50]
-    job = Job(model=model, gpu=gpu, num_gpus=num_gpus, layout=top_c[0].layout, framework=framework, network=net)
-    return PlanResult(best=top_c[0], top=top_c, pareto=pareto, why=_why(top_c), evaluated=len(order),
-                      feasible=n_feasible, seconds=time.perf_counter() - t0, objective=objective, columns=cols,
-                      refine=refine, score_of=score_of, by_ep=by_ep, cp_a2a_step_time_s=_cp_a2a_step_s(job))
+def _candidate(cols: dict[str, np.ndarray], out: dict[str, np.ndarray], i: int, precisions: tuple[str, ...],
+               exact: bool) -> Candidate:
+    """Row ``i`` of the search as a :class:`Candidate` (``exact``: its rank is final)."""
+    return Candidate(layout=row_layout(cols, i, precisions), num_gpus=int(cols["gpus"][i]),
+                     step_time_s=float(out["step_time_s"][i]), mfu=float(out["mfu"][i]),
+                     memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"][i]),
+                     cost_usd_per_mtok=float(out["usd_per_mtok"][i]), energy_j_per_token=float(out["j_per_tok"][i]),
+                     ledger={k: float(out[k][i]) for k in LEDGER}, rank=int(cols["rank"][i]), rank_exact=exact)
 
 
 def _why(top: list[Candidate]) -> list[tuple[str, float]]:
