@@ -165,38 +165,17 @@ MAX_TASKS = 500_000
 def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
              jitter: float = 0.0, seed: int = 0, exact_stages: bool = False) -> Timeline:
     """Lay one training step of ``layout`` out on its pipeline schedule (see the module docstring)."""
-    # (a larger sigma makes the mean-1 factor a handful of rare huge values among many tiny ones)
-    require(0.0 <= jitter <= 1.0, "jitter", f"must be a log-normal sigma in [0, 1], got {jitter}")
-    require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed",
-            f"must be a non-negative integer, got {seed!r}")
-    layout = check_job(Job(model=model, gpu=gpu, num_gpus=layout.num_gpus, layout=layout, framework=fw,
-                           network=net)).layout
-    require(fw.pipeline_schedule == "1f1b" or layout.pp == 1, "framework",
-            f"{fw.key} runs {fw.pipeline_schedule}, which the timeline does not lay out (it walks 1F1B and "
-            "interleaved 1F1B); estimate prices its bubble by the DeepSeek-V3 report's formula")
+    layout = _checked_layout(model, layout=layout, gpu=gpu, net=net, fw=fw, jitter=jitter, seed=seed)
     p, v = layout.pp, layout.vpp
     m, ga = layout.num_microbatches, layout.grad_accum
     ms = layout.schedule_microbatches  # each of the ga schedules runs ms micro-batches
-    tasks = 2 * p * v * m  # (a forward and a backward of each chunk and micro-batch, on each stage)
-    require(tasks <= MAX_TASKS, "global_batch",
-            f"the step has {m:,} micro-batches on {p} x {v} pipeline chunks: {tasks:,} tasks to lay out, past "
-            f"{MAX_TASKS:,}; simulate a smaller global batch (the step's shape repeats) or use estimate")
-    require(v == 1 or ms % p == 0, "micro_batch",
-            f"the interleaved schedule needs the micro-batches per schedule ({ms}) to be a multiple of pp = {p}")
     stages = None if layout.pp_layout is None else pplayout.parse(layout.pp_layout)
     out = {k: float(np.asarray(x).reshape(-1)[0]) for k, x in step_columns(
         model, gpu, net, fw, layout_columns(layout, fw), stages=stages).items()}
     t_f, t_b = out["stage_forward_s"] / v, (out["stage_time_s"] - out["stage_forward_s"]) / v
     work = chunk_work(model, fw, p, v, stages, counts_head=out["split_counts_head"] > 0)
     split = work[:, :, 0].astype(int).tolist()
-    # each stage's peak memory: the memory model's stage activations (its own layers, the
-    # micro-batches this schedule holds, the last stage's logits) over the heaviest stage's weights,
-    # gradients and optimizer state
-    static = sum(out[k] for k in ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_other_bytes"))
-    memory = tuple(static + float(stage_activation_bytes(sum(split[st]), out["mem_layer_activation_bytes"],
-                                                         out["mem_extra_activation_bytes"], out["mem_logits_bytes"],
-                                                         p, v, ms, st)) for st in range(p))
-
+    memory = _stage_memory(out, split, p, v, ms)
     # Chunks carry their own work with exact_stages, or where the ledger itself prices an uneven
     # interleaving chunk by chunk; every stage is the heaviest one otherwise.
     by_chunks = exact_stages or out["pipeline_by_chunks"] > 0
@@ -256,7 +235,52 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
     drained = eng.run()
     require(all(n == len(o) for n, o in zip(nxt, orders, strict=True)), "schedule",
             "the pipeline schedule deadlocked (an internal error: please report the layout)")
-    t = drained
+    tail, t = _after_drain(out, drained, p, by_chunks)
+    tasks += tail
+    tasks.sort(key=lambda x: (x.stage, x.start_s, x.stream))
+    return Timeline(tasks=tuple(tasks), step_time_s=t, ledger_step_time_s=out["step_time_s"], pp=p, vpp=v,
+                    micro_batches=m, jitter=jitter, exact_stages=exact_stages,
+                    layers=tuple(tuple(x) for x in layers), memory_bytes=memory, schedules=ga)
+
+
+def _checked_layout(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw: Framework,
+                    jitter: float, seed: int) -> Layout:
+    """``layout`` checked as a job (its defaults filled in), and the timeline's own limits: the jitter
+    and seed, a 1F1B schedule, at most :data:`MAX_TASKS` tasks, whole interleaved rounds."""
+    # (a larger sigma makes the mean-1 factor a handful of rare huge values among many tiny ones)
+    require(0.0 <= jitter <= 1.0, "jitter", f"must be a log-normal sigma in [0, 1], got {jitter}")
+    require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed",
+            f"must be a non-negative integer, got {seed!r}")
+    layout = check_job(Job(model=model, gpu=gpu, num_gpus=layout.num_gpus, layout=layout, framework=fw,
+                           network=net)).layout
+    require(fw.pipeline_schedule == "1f1b" or layout.pp == 1, "framework",
+            f"{fw.key} runs {fw.pipeline_schedule}, which the timeline does not lay out (it walks 1F1B and "
+            "interleaved 1F1B); estimate prices its bubble by the DeepSeek-V3 report's formula")
+    p, v, m, ms = layout.pp, layout.vpp, layout.num_microbatches, layout.schedule_microbatches
+    tasks = 2 * p * v * m  # (a forward and a backward of each chunk and micro-batch, on each stage)
+    require(tasks <= MAX_TASKS, "global_batch",
+            f"the step has {m:,} micro-batches on {p} x {v} pipeline chunks: {tasks:,} tasks to lay out, past "
+            f"{MAX_TASKS:,}; simulate a smaller global batch (the step's shape repeats) or use estimate")
+    require(v == 1 or ms % p == 0, "micro_batch",
+            f"the interleaved schedule needs the micro-batches per schedule ({ms}) to be a multiple of pp = {p}")
+    return layout
+
+
+def _stage_memory(out: dict[str, float], split: list[list[int]], p: int, v: int, ms: int) -> tuple[float, ...]:
+    """Each stage's peak memory: the memory model's stage activations (its own layers, the micro-batches
+    this schedule holds, the last stage's logits) over the heaviest stage's weights, gradients and
+    optimizer state."""
+    static = sum(out[k] for k in ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_other_bytes"))
+    return tuple(static + float(stage_activation_bytes(sum(split[st]), out["mem_layer_activation_bytes"],
+                                                       out["mem_extra_activation_bytes"], out["mem_logits_bytes"],
+                                                       p, v, ms, st)) for st in range(p))
+
+
+def _after_drain(out: dict[str, float], drained: float, p: int, by_chunks: bool) -> tuple[list[Task], float]:
+    """What runs on every stage once the pipeline drains at ``drained``: the exposed DP sync, the
+    optimizer, the stragglers' wait (the ledger's share of the step where chunks carry their own work);
+    the tasks and the step's end."""
+    tasks, t = [], drained
     waste = out["stragglers"] / out["step_time_s"] if out["step_time_s"] > 0 else 0.0
     for kind, stream in (("dp_sync", "dp"), ("optimizer", "compute"), ("stragglers", "compute")):
         dur = out["exposed_dp_comm" if kind == "dp_sync" else kind]
@@ -265,7 +289,4 @@ def simulate(model: ModelSpec, *, layout: Layout, gpu: GpuSpec, net: Network, fw
         if dur > 0:
             tasks += [Task(s, stream, kind, -1, -1, t, t + dur) for s in range(p)]
             t += dur
-    tasks.sort(key=lambda x: (x.stage, x.start_s, x.stream))
-    return Timeline(tasks=tuple(tasks), step_time_s=t, ledger_step_time_s=out["step_time_s"], pp=p, vpp=v,
-                    micro_batches=m, jitter=jitter, exact_stages=exact_stages,
-                    layers=tuple(tuple(x) for x in layers), memory_bytes=memory, schedules=ga)
+    return tasks, t
