@@ -19,6 +19,9 @@ T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
   token, priced at HBM bandwidth — as fused kernels (:func:`fused_layer_bytes`) or op by op
   for eager PyTorch (:func:`eager_layer_bytes`); the backward moves 2x the forward bytes
   (reads saved input and incoming gradient, writes one).
+* Weight gradients accumulate, every micro-batch, into the gradients a framework keeps whole
+  (ZeRO 0 / 1): each weight's main gradient read and written, every local expert's too
+  (:func:`grad_accumulation_s`; Megatron-LM's fused wgrad accumulation).
 * Recompute: full recompute runs the forward again (of the first ``rcl`` layers of a chunk where
   set); selective recompute runs the recomputed modules' forward again.
 * The host launches each pass's kernels (counted in the frameworks' layer code, an MoE layer's router,
@@ -199,6 +202,9 @@ class LayerWork:
     moe_load: np.ndarray
     #: forward GEMM seconds of one MoE layer's routed experts on the busiest rank (0 dense)
     t_experts_f: np.ndarray
+    #: seconds a micro-batch's weight gradients of the layer take to accumulate into the main-gradient
+    #: buffer, inside ``t_bwd`` (:func:`grad_accumulation_s`)
+    t_gacc: np.ndarray
 
 
 def check_kernels(model: ModelSpec, fw: Framework, gpu: GpuSpec) -> None:
@@ -284,7 +290,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     bytes_f = bytes_f + drop * 2.0 * h * tok_sp  # the masks of the two hidden dropouts (fused bias-dropout-add)
     t_mem_f = bytes_f / mem_bw + layer_ops(model, fw)[0] * gpu.op_overhead_s
     t_fwd = t_gemm_f + t_attn_f + t_mem_f + t_score_f + t_rec_f
-    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b + t_rec_b
+    t_gacc = grad_accumulation_s(model, fw, rows, mem_bw)
+    t_bwd = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_mem_f + t_score_b + t_rec_b + t_gacc
     w_dense = model.num_dense_layers * model.dense_mlp_params / L
     w_moe = model.num_moe_layers * model.moe_active_mlp_params / L
     # MLA's up-projections (the low-rank latents to per-head q, and k / v without RoPE)
@@ -307,7 +314,30 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         # unfused attention keeps the softmax output (and dropout mask and output) per token
         score_tok=(a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
         w_attn=w_attn, w_mlp=w_mlp, w_dense=w_dense, w_moe=w_moe, w_up=w_up, drop=drop,
-        moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f)
+        moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f, t_gacc=t_gacc)
+
+
+def grad_accumulation_s(model: ModelSpec, fw: Framework, rows: Rows, mem_bw: float) -> np.ndarray:
+    """Seconds per layer and micro-batch the weight gradients take to accumulate into the gradients
+    the framework keeps whole across micro-batches (ZeRO 0 / 1, and FSDP keeping a pipeline stage
+    gathered): each weight-gradient GEMM reads and writes its weight's main gradient (Megatron-LM
+    --gradient-accumulation-fusion: wgrad_gemm_accum_fp32, C += A^T B, main_grad in fp32 or, with
+    bf16 gradients, in bf16; Transformer Engine's fuse_wgrad_accumulation likewise; autograd's
+    AccumulateGrad where nothing is fused, which moves more). Every local weight does, every expert's
+    included, however few tokens it saw. The GEMM's own operands are priced in :func:`gemm_s`, whose
+    backward (twice the forward) counts the weight-sized operand twice in the GEMM precision: the
+    data gradient's read of the weight and, standing for the weight gradient's output, one more. The
+    accumulation moves ``2 grad_bytes`` per weight element instead of that one: the difference is
+    this term. ZeRO-2 / -3 reduce-scatter each micro-batch's gradients instead of keeping them whole:
+    0 (their shard's accumulation is 1 / dp of it). The embedding and the head are left out."""
+    L, h = float(model.num_layers), float(model.d_model)
+    shared = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
+        model.shared_expert_params + model.d_model * model.num_experts)
+    dense = (model.mixer_params + model.sublayers * h + shared) / (L * rows.tp)
+    experts = model.num_moe_layers * model.num_experts * model.expert_params / (L * rows.ep * rows.etp)
+    whole = (rows.zero <= 1) | ((rows.zero >= 2) & fw.fsdp_pp_unsharded & (rows.pp > 1))
+    extra = np.maximum(2.0 * fw.grad_bytes - rows.low_el, 0.0)
+    return np.where(whole, (dense + experts) * extra / mem_bw, 0.0)
 
 
 def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f: np.ndarray, t_attn_f: np.ndarray,

@@ -130,8 +130,8 @@ def step_ledger(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates, work: Laye
                       + heads * 3.0 * (work.head_f / r.ceiling16 - work.head_f / peak16)
                       + projs * (work.t_proj - 3.0 * work.proj_f / peak))
     attn_ineff = m * Lc * (work.t_attn_f + work.t_attn_b + work.t_rec_f + work.t_rec_b - attn_model / peak16)
-    mem_ops = m * (Lc * (3.0 * work.t_mem_f + work.t_score_f + work.t_score_b + comm.cp_mem_f + comm.cp_mem_b)
-                   + heads * 5.0 * 4.0 * T * V / tp / r.mem_bw)
+    mem_ops = m * (Lc * (3.0 * work.t_mem_f + work.t_score_f + work.t_score_b + comm.cp_mem_f + comm.cp_mem_b
+                         + work.t_gacc) + heads * 5.0 * 4.0 * T * V / tp / r.mem_bw)
     ledger = {
         "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
         "memory_bound_ops": mem_ops, "kernel_launch": m * Lc * (work.t_host_f + work.t_host_b),

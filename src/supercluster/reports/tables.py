@@ -18,7 +18,7 @@ LEDGER_HELP = {
     "ideal_compute": "model FLOPs at dense peak",
     "gemm_inefficiency": "GEMMs below peak (fp8/fp4: and their casts)",
     "attention_inefficiency": "attention kernels below peak",
-    "memory_bound_ops": "norms, activations, adds, loss, CP merges",
+    "memory_bound_ops": "norms, acts, adds, loss, CP merges, grad sums",
     "kernel_launch": "GPU waiting for the host to launch kernels",
     "comm_contention": "compute slowed by the SMs hidden TP/CP holds",
     "recompute": "activation recomputation",
