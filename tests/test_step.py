@@ -281,7 +281,13 @@ def test_eager_pytorch_elementwise_traffic_by_hand():
     lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, seq_len=4096, zero_stage=3)
     eager = estimate(m, gpu="a100-80gb", num_gpus=8, layout=lay, framework="torchtitan")
     compiled = estimate(m, gpu="a100-80gb", num_gpus=8, layout=lay, framework="torchtitan+compile")
-    assert compiled.ledger["memory_bound_ops"] < eager.ledger["memory_bound_ops"] / 2.5
+    # (both carry the same copy of each fresh gradient into FSDP2's reduce-scatter input: read in bf16,
+    # written in fp32, less the weight-sized bf16 operand the GEMM backward counts: 4 B a layer parameter)
+    from supercluster.hardware.specs import get_gpu
+
+    layer_params = m.num_layers * (m.attn_params + m.dense_mlp_params + 2 * m.d_model)
+    copy = layer_params * 4.0 / (get_gpu("a100-80gb").hbm_bytes_per_s * 0.85)
+    assert compiled.ledger["memory_bound_ops"] - copy < (eager.ledger["memory_bound_ops"] - copy) / 2.5
     assert compiled.ledger["ideal_compute"] == eager.ledger["ideal_compute"]
 
 

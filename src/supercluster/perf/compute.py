@@ -21,7 +21,8 @@ T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
   (reads saved input and incoming gradient, writes one).
 * Weight gradients accumulate, every micro-batch, into the gradients a framework keeps whole
   (ZeRO 0 / 1): each weight's main gradient read and written, every local expert's too
-  (:func:`grad_accumulation_s`; Megatron-LM's fused wgrad accumulation).
+  (:func:`grad_accumulation_s`; Megatron-LM's fused wgrad accumulation); ZeRO-2 / -3 copy each
+  fresh gradient into the reduce-scatter's input instead (PyTorch FSDP2's chunk_cat copy-in).
 * Recompute: full recompute runs the forward again (of the first ``rcl`` layers of a chunk where
   set); selective recompute runs the recomputed modules' forward again.
 * The host launches each pass's kernels (counted in the frameworks' layer code, an MoE layer's router,
@@ -328,16 +329,23 @@ def grad_accumulation_s(model: ModelSpec, fw: Framework, rows: Rows, mem_bw: flo
     backward (twice the forward) counts the weight-sized operand twice in the GEMM precision: the
     data gradient's read of the weight and, standing for the weight gradient's output, one more. The
     accumulation moves ``2 grad_bytes`` per weight element instead of that one: the difference is
-    this term. ZeRO-2 / -3 reduce-scatter each micro-batch's gradients instead of keeping them whole:
-    0 (their shard's accumulation is 1 / dp of it). The embedding and the head are left out."""
+    this term. ZeRO-2 / -3 reduce-scatter each micro-batch's gradients instead of keeping them whole,
+    copying each fresh gradient into the reduce-scatter's input first (read in 16 bits, written at the
+    reduce precision; their shard's accumulation, 1 / dp of it, left out). The embedding and the head
+    are left out."""
     L, h = float(model.num_layers), float(model.d_model)
     shared = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
         model.shared_expert_params + model.d_model * model.num_experts)
     dense = (model.mixer_params + model.sublayers * h + shared) / (L * rows.tp)
     experts = model.num_moe_layers * model.num_experts * model.expert_params / (L * rows.ep * rows.etp)
     whole = (rows.zero <= 1) | ((rows.zero >= 2) & fw.fsdp_pp_unsharded & (rows.pp > 1))
-    extra = np.maximum(2.0 * fw.grad_bytes - rows.low_el, 0.0)
-    return np.where(whole, (dense + experts) * extra / mem_bw, 0.0)
+    kept = 2.0 * fw.grad_bytes
+    # (sharded each micro-batch: the fresh 16-bit gradient is copied into the reduce-scatter's input at
+    # the reduce precision: PyTorch FSDP2 foreach_reduce_scatter_copy_in, chunk_cat into a reduce_dtype
+    # buffer; DeepSpeed's contiguous-gradient bucket copy; Megatron-FSDP's bucket accumulation alike)
+    copied = rows.el + fw.grad_reduce_bytes
+    extra = np.maximum(np.where(whole, kept, copied) - rows.low_el, 0.0)
+    return (dense + experts) * extra / mem_bw
 
 
 def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f: np.ndarray, t_attn_f: np.ndarray,
