@@ -318,6 +318,15 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f, t_gacc=t_gacc)
 
 
+def layer_params(model: ModelSpec) -> tuple[float, float]:
+    """Parameters of the model's layers, (dense, routed experts): the mixers, norms, dense MLPs, shared
+    experts and routers; the routed experts of every MoE layer (embedding, head and MTP left out)."""
+    shared = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
+        model.shared_expert_params + model.d_model * model.num_experts)
+    dense = model.mixer_params + model.sublayers * float(model.d_model) + shared
+    return float(dense), float(model.num_moe_layers * model.num_experts * model.expert_params)
+
+
 def grad_accumulation_s(model: ModelSpec, fw: Framework, rows: Rows, mem_bw: float) -> np.ndarray:
     """Seconds per layer and micro-batch the weight gradients take to accumulate into the gradients
     the framework keeps whole across micro-batches (ZeRO 0 / 1, and FSDP keeping a pipeline stage
@@ -333,11 +342,9 @@ def grad_accumulation_s(model: ModelSpec, fw: Framework, rows: Rows, mem_bw: flo
     copying each fresh gradient into the reduce-scatter's input first (read in 16 bits, written at the
     reduce precision; their shard's accumulation, 1 / dp of it, left out). The embedding and the head
     are left out."""
-    L, h = float(model.num_layers), float(model.d_model)
-    shared = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
-        model.shared_expert_params + model.d_model * model.num_experts)
-    dense = (model.mixer_params + model.sublayers * h + shared) / (L * rows.tp)
-    experts = model.num_moe_layers * model.num_experts * model.expert_params / (L * rows.ep * rows.etp)
+    dense, experts = layer_params(model)
+    L = float(model.num_layers)
+    dense, experts = dense / (L * rows.tp), experts / (L * rows.ep * rows.etp)
     whole = (rows.zero <= 1) | ((rows.zero >= 2) & fw.fsdp_pp_unsharded & (rows.pp > 1))
     kept = 2.0 * fw.grad_bytes
     # (sharded each micro-batch: the fresh 16-bit gradient is copied into the reduce-scatter's input at

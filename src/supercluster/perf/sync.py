@@ -26,7 +26,7 @@ from ..network.twolevel import Network
 from ..parallelism.framework import Framework
 from .columns import Rows
 from .comm import CommTimes
-from .compute import LayerWork
+from .compute import LayerWork, layer_params
 from .memory import optimizer_bytes
 
 ADAM_BYTES_PER_PARAM = 30.0  # read fp32 param, grad, m, v (16); write param, m, v (12) + bf16 copy (2)
@@ -57,13 +57,10 @@ def local_params(model: ModelSpec, fw: Framework, rows: Rows) -> tuple[np.ndarra
     report Table 2: "Parameter 2x")."""
     tp, pp, h, V = rows.tp, rows.pp, float(model.d_model), float(model.vocab_size)
     mtp = float(model.mtp_layers)
-    shared_mlp = model.num_dense_layers * model.dense_mlp_params + model.num_moe_layers * (
-        model.shared_expert_params + model.d_model * model.num_experts)
+    dense_layers, expert_layers = layer_params(model)
     mtp_experts = mtp * model.num_experts * model.expert_params
-    dense_params = (model.mixer_params + model.sublayers * h + shared_mlp + mtp * model.mtp_block_params
-                    - mtp_experts) / (tp * pp) + V * h / tp
-    expert_params = (model.num_moe_layers * model.num_experts * model.expert_params + mtp_experts) / (
-        pp * rows.ep * rows.etp)
+    dense_params = (dense_layers + mtp * model.mtp_block_params - mtp_experts) / (tp * pp) + V * h / tp
+    expert_params = (expert_layers + mtp_experts) / (pp * rows.ep * rows.etp)
     if fw.pipeline_schedule == "dualpipe":
         copies = np.where(pp > 1, 2.0, 1.0)
         dense_params, expert_params = dense_params * copies, expert_params * copies
@@ -104,15 +101,14 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     dp_bw = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
     # ... made one call per bucket, each with its latency (the time of a zero-byte call on the group)
     lat = bucket_latency_s(fw, net, rows, dense_params, expert_params, per_bucket, overlapped)
-    rs, ag, arr = rs + lat["reduce_scatter"], ag + lat["all_gather"], arr + lat["all_reduce"]
-    dp_all = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)
+    rs_b, ag_b, arr_b = rs + lat["reduce_scatter"], ag + lat["all_gather"], arr + lat["all_reduce"]
+    dp_all = np.where(zero == 0, arr_b, rs_n * rs_b + ag_n * ag_b)
     # (the gather in the optimizer step runs under no compute)
-    ag_x = ag if fw.param_gather_in_step else np.maximum(ag - win_f, ag * bucket)
-    dp_low = np.where(zero == 0, np.maximum(arr - win_b, arr * bucket),
-                      rs_n * np.maximum(rs - win_b, rs * bucket) + ag_n * ag_x)
+    ag_x = ag_b if fw.param_gather_in_step else np.maximum(ag_b - win_f, ag_b * bucket)
+    dp_low = np.where(zero == 0, np.maximum(arr_b - win_b, arr_b * bucket),
+                      rs_n * np.maximum(rs_b - win_b, rs_b * bucket) + ag_n * ag_x)
     dp_low = np.where(overlapped, dp_low, dp_all)
-    # (ZeRO-3 / FSDP: per-layer calls, each with its latency, from the whole-stage bandwidth times)
-    rs, ag = rs - lat["reduce_scatter"], ag - lat["all_gather"]
+    # (ZeRO-3 / FSDP: its own per-layer calls, each with its latency, from the whole-stage times)
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
