@@ -204,3 +204,28 @@ def test_each_bucket_is_a_call_with_its_latency(job):
     assert calls >= 10  # an 8B model in 5e8-element buckets
     one = replace(ds, dp_bucket_params=10.0 * p)
     assert _dp(job, 1, ds)[0] - _dp(job, 1, one)[0] == pytest.approx((calls - 1) * lat, rel=1e-9)
+
+
+def test_megatron_buckets_only_the_first_interleaved_chunk():
+    """Megatron-Core turns bucketing off for an interleaved stage's model chunks after the first ("Turn off
+    bucketing for model_chunk 2 onwards"): with v chunks a stage reduces ceil(P / v / bucket) buckets of
+    its first chunk and one call for each other chunk; DeepSpeed, no interleaving, buckets them all."""
+    import numpy as np
+
+    from supercluster.perf.columns import layout_columns, read_rows
+    from supercluster.perf.sync import bucket_latency_s, local_params
+
+    model, gpu = load_model("llama3-70b"), get_gpu("h100-sxm")
+    net = default_network(gpu, num_gpus=256)
+    fw = get_framework("megatron")
+    lay = Layout(tp=8, pp=4, dp=8, vpp=5, global_batch=256, seq_len=8192)
+    rows = read_rows(model, layout_columns(lay, fw))
+    dense, experts = local_params(model, fw, rows)
+    bucket = 40e6
+    lat = float(net.collective_time_s("reduce_scatter", 0.0, 8, rows.groups["dp"][1][0]))
+    got = float(bucket_latency_s(fw, net, rows, dense, experts, bucket, True)["reduce_scatter"][0])
+    calls = np.ceil(float(dense[0]) / 5 / bucket) + 4
+    assert got == pytest.approx((calls - 1) * lat, rel=1e-9)
+    flat = float(bucket_latency_s(replace(fw, dp_bucket_params=bucket), net, rows, dense, experts, bucket,
+                                  True)["reduce_scatter"][0])
+    assert flat == pytest.approx((np.ceil(float(dense[0]) / bucket) - 1) * lat, rel=1e-9) and flat > got

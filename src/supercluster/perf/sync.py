@@ -136,16 +136,19 @@ def bucket_latency_s(fw: Framework, net: Network, rows: Rows, dense_params: np.n
     call its whole-stage time holds: the dense and the expert gradients are each reduced (and the
     parameters gathered) one bucket of ``per_bucket`` parameters at a time, one call a bucket.
     Megatron-Core buckets only under overlap (distributed_data_parallel.py: "Set bucket_size to
-    infinity if overlap_grad_reduce is False", one call a buffer); a framework with a bucket size of
-    its own (:attr:`Framework.dp_bucket_params`: DeepSpeed's reduce_bucket_size) buckets whatever the
-    overlap."""
+    infinity if overlap_grad_reduce is False", one call a buffer), and only the first of an interleaved
+    stage's model chunks ("Turn off bucketing for model_chunk 2 onwards": one call each); a framework
+    with a bucket size of its own (:attr:`Framework.dp_bucket_params`: DeepSpeed's reduce_bucket_size)
+    buckets whatever the overlap."""
     bucketed = np.asarray(overlapped) | (fw.dp_bucket_params > 0)
+    chunks = rows.vpp if not fw.dp_bucket_params else np.ones_like(rows.vpp)
     out = {}
     for kind in ("reduce_scatter", "all_gather", "all_reduce"):
         extra = np.zeros_like(dense_params)
         for params, (group, stride) in ((dense_params, (rows.dp * rows.cp, rows.groups["dp"][1])),
                                         (expert_params, rows.groups["edp"])):
-            calls = np.where(bucketed, np.maximum(np.ceil(params / per_bucket), 1.0), 1.0)
+            first = np.maximum(np.ceil(params / chunks / per_bucket), 1.0)
+            calls = np.where(bucketed, first + chunks - 1.0, 1.0)
             extra = extra + np.where(params > 0, (calls - 1.0) * net.collective_time_s(kind, 0.0, group, stride), 0.0)
         out[kind] = extra
     return out
