@@ -390,11 +390,19 @@ def row_network(row: dict[str, str], gpus_per_node: int) -> dict[str, float | in
     return out
 
 
-def _fold(row: dict[str, str]) -> int | None:
-    """Expert TP 1 (Megatron-Core MoE parallel folding) when the row's EP does not fit in dp x cp but
-    does in tp x dp x cp; the CSV format has no expert-TP column."""
-    tp, dp, cp, ep = (_int(row, c, 1) or 1 for c in ("tp", "dp", "cp", "ep"))
+def _fold(row: dict[str, str], g: dict[str, int]) -> int | None:
+    """Expert TP 1 (Megatron-Core MoE parallel folding) when the row's EP does not fit in dp x cp (its dp
+    as written) but does in tp x dp x cp; the CSV format has no expert-TP column."""
+    tp, cp, ep, dp = g["tp"], g["cp"], g["ep"], _int(row, "dp", 1) or 1
     return 1 if tp > 1 and (dp * cp) % ep and (tp * dp * cp) % ep == 0 else None
+
+
+def _layout_ints(row: dict[str, str]) -> dict[str, int]:
+    """A row's integer layout columns, each read once: a blank or 0 degree is 1 (tp, pp, cp, ep, vpp,
+    grad_accum), a blank expert_tp 0; the GPU count, global batch and sequence must be given."""
+    g = {c: _int(row, c, 1) or 1 for c in ("tp", "pp", "cp", "ep", "vpp", "grad_accum")}
+    g.update({c: _int(row, c) for c in ("num_gpus", "global_batch", "seq_len")}, expert_tp=_int(row, "expert_tp", 0))
+    return g
 
 
 def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
@@ -405,12 +413,13 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     name += run_option_suffixes(row)
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
-    pp, vpp = _int(row, "pp", 1) or 1, _int(row, "vpp", 1) or 1
-    dp, dp_note = _row_dp(row)
+    g = _layout_ints(row)
+    pp, vpp = g["pp"], g["vpp"]
+    dp, dp_note = _row_dp(row, g)
     fw, split_note = _split_for_slots(fw, model, pp * vpp)
     # A blank micro-batch means the whole local batch without pipelining; under pipelining 1, or the
     # local batch split into the framework's default number of micro-batches (torchtitan: one per stage).
-    local = max(1, _int(row, "global_batch") // max(dp, 1))
+    local = max(1, g["global_batch"] // max(dp, 1))
     n_mb = fw.pp_microbatches_per_stage * pp * vpp
     mb_default = local if pp == 1 else (local // n_mb if n_mb and local % n_mb == 0 else 1)
     recompute, rc_layers, layer_note = parse_recompute(row.get("recompute", ""), fw), \
@@ -427,9 +436,8 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         recompute, rc_layers = "full", (-(-chunk // every) if every > 1 else 0)
         layer_note = [f"selective layer AC read as full recompute of one block in {every}"]
     layout = Layout(
-        tp=_int(row, "tp", 1) or 1, pp=pp, dp=dp, cp=_int(row, "cp", 1) or 1,
-        ep=_int(row, "ep", 1) or 1, vpp=vpp, micro_batch=_int(row, "micro_batch", mb_default),
-        global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
+        tp=g["tp"], pp=pp, dp=dp, cp=g["cp"], ep=g["ep"], vpp=vpp, micro_batch=_int(row, "micro_batch", mb_default),
+        global_batch=g["global_batch"], seq_len=g["seq_len"],
         precision=parse_precision(row.get("precision", "")),
         recompute=recompute,
         recompute_layers=rc_layers,
@@ -437,19 +445,19 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         zero_stage=parse_zero(row.get("zero_stage_or_fsdp", ""), fw),
         # (expert_tp: an optional column beyond the shared format, the run's expert tensor-parallel size;
         # blank: MoE parallel folding where the EP does not fit in dp x cp)
-        expert_tp=_int(row, "expert_tp", 0) or _fold(row),
+        expert_tp=g["expert_tp"] or _fold(row, g),
         # (sequence_parallel: an optional column, yes / no; blank: the framework's default)
         sequence_parallel=_yes_no(row, "sequence_parallel"),
         # (pp_layout: an optional column beyond the shared format, the run's explicit pipeline layout)
         pp_layout=(row.get("pp_layout") or "").strip() or None,
         # (grad_accum: an optional column, gradient-accumulation steps each run as its own pipeline
         # schedule, as torchtitan and NeMo AutoModel do; blank: one schedule a step)
-        grad_accum=_int(row, "grad_accum", 1) or 1,
+        grad_accum=g["grad_accum"],
     )
-    layout.check_gpus(_int(row, "num_gpus"))
+    layout.check_gpus(g["num_gpus"])
     layout = fw.runnable(layout, model)
     folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
-              if layout.expert_tp == 1 and not _int(row, "expert_tp", 0) else [])
+              if layout.expert_tp == 1 and not g["expert_tp"] else [])
     note = "; ".join(x for x in [note, dp_note, split_note, *_unread_columns(row, fw), *folded, *layer_note]
                      if x) or None
     return model, layout, fw, note
@@ -471,13 +479,13 @@ def _split_for_slots(fw: Framework, model: ModelSpec, slots: int) -> tuple[Frame
                    f"layers ({split.key})")
 
 
-def _row_dp(row: dict[str, str]) -> tuple[int, str | None]:
+def _row_dp(row: dict[str, str], g: dict[str, int]) -> tuple[int, str | None]:
     """A row's data-parallel degree as a layout counts it (model replicas over TP x PP x CP, EP carved out
     of them), read against its GPU count, and a note where it was not read as written: a blank dp is the
     GPUs over TP x PP x CP; a dp that counts the CP ranks too (TP x PP x dp = the GPUs) or leaves the EP
-    ranks out (TP x PP x dp x CP x EP = the GPUs), as some tables write it, is read so."""
-    n, tp, pp = _int(row, "num_gpus"), _int(row, "tp", 1) or 1, _int(row, "pp", 1) or 1
-    cp, ep = _int(row, "cp", 1) or 1, _int(row, "ep", 1) or 1
+    ranks out (TP x PP x dp x CP x EP = the GPUs), as some tables write it, is read so. ``g``: the row's
+    integer layout columns (:func:`_layout_ints`)."""
+    n, tp, pp, cp, ep = g["num_gpus"], g["tp"], g["pp"], g["cp"], g["ep"]
     if not (row.get("dp") or "").strip():
         require(n % (tp * pp * cp) == 0, "dp", f"is blank, and the {n} GPUs are not a multiple of tp x pp x cp = "
                                                f"{tp} x {pp} x {cp}")
