@@ -223,8 +223,7 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     :func:`check_kernels` has passed."""
     tp, ep, etp, seq, T, tok_sp, kv_local = rows.tp, rows.ep, rows.etp, rows.seq, rows.T, rows.tok_sp, rows.kv_local
     el, low_el, mem_bw = rows.el, rows.low_el, r.mem_bw
-    L, h, V = model.num_layers, float(model.d_model), float(model.vocab_size)
-    a, dq, dv = float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    L, h, V, a = model.num_layers, float(model.d_model), float(model.vocab_size), float(model.num_heads)
     f_moe = model.num_moe_layers / L
     # (a hybrid: w_attn is its mixers' matmul weights per layer, attention and the recurrent ones)
     w_attn = (model.attention_layers * model.attn_params + model.recurrent_matmul_params) / L
@@ -240,6 +239,7 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     # through the selected keys backward; its heads split over TP as the attention's do (0 without DSA)
     idx_fwd, idx_bwd = model.indexer_flops_per_token(seq, causal=True)
     idx_f, idx_b = T * idx_fwd / L / tp, T * idx_bwd / L / tp
+    rec_f = T * model.recurrent_flops_per_token() / L / tp  # Mamba-2 / Gated DeltaNet chunked recurrences
     # (the experts run the busiest rank's tokens: every rank waits for it at the combine)
     load = (moe_load_factor(T * (etp / tp) * model.top_k, ep, fw.moe_router, fw.moe_capacity_factor,
                             fw.moe_pad_to_capacity) if model.is_moe else np.ones_like(tp))
@@ -254,36 +254,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         t_wcast = 3.0 * (layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, r.q_el,
                                       overlap=r.in_situ, load=load) - t_gemm_f)
     drop = 1.0 if fw.dropout else 0.0
-    if unfused:
-        t_attn_f, t_attn_b, t_score_f, t_score_b = unfused_attention(
-            T * (a / tp) * seq, dq, dv, el, drop, r.ceiling16, mem_bw)
-    else:
-        assert r.att is not None
-        # (sparse MLA at the flash kernel's efficiency: DeepSeek's FlashMLA sparse prefill kernel reaches
-        # 640 TFLOP/s on H800, FlashAttention-3's range; the indexer likewise, in 16 bits, an assumption:
-        # DeepSeek runs it in fp8)
-        # (below long sequences the kernel runs slower: the sequence each rank attends over, seq / cp for a
-        # ring; a calibrated profile's rate is its own measurement and is not scaled)
-        # (all-to-all CP: the whole sequence, for 1 / cp of the heads)
-        attended = seq if fw.cp_rotate == "a2a" else seq / rows.cp
-        short = attention_length_factor(attended) if gpu.attention_frac is None else 1.0
-        # (the kernel's tiles run at its own head dim: a head of 112 costs one of 128 in Triton's kernel)
-        pad = attention_head_padding(fw.attention, dq, dv)
-        t_attn_f = attention_forward_s(r.att, gpu, pad * attn_f, T * (a / tp) * model.attention_score_keys(
-            seq, causal=True), r.peak16, short) + idx_f / (r.peak16 * gpu.clock_frac * r.att.fwd_frac * short)
-        t_attn_b = (2.5 * pad * attn_f + idx_b) / (r.peak16 * gpu.clock_frac * r.att.bwd_frac * short)
-        t_score_f = t_score_b = np.zeros_like(tp)
-    # The chunked recurrences (Mamba-2's SSD scan, mamba_chunk_scan_combined; Gated DeltaNet's delta
-    # rule, FLA's chunk_gated_delta_rule): Triton kernels of chunked matmuls with masking, like
-    # FlashAttention's, priced at the attention kernel's efficiency and with its 2.5x backward (no
-    # published rate for these kernels; an assumption). 0 in a transformer.
-    rec_f = T * model.recurrent_flops_per_token() / L / tp
-    if model.recurrent_layers:
-        assert r.att is not None
-        t_rec_f = rec_f / (r.peak16 * gpu.clock_frac * r.att.fwd_frac)
-        t_rec_b = 2.5 * rec_f / (r.peak16 * gpu.clock_frac * r.att.bwd_frac)
-    else:
-        t_rec_f = t_rec_b = np.zeros_like(tp)
+    t_attn_f, t_attn_b, t_score_f, t_score_b = _attention_s(model, gpu, fw, rows, r, attn_f, idx_f, idx_b, drop)
+    t_rec_f, t_rec_b = _recurrent_s(model, gpu, rows, r)
     if fw.elementwise == "eager":
         bytes_f = eager_layer_bytes(model, T, tok_sp, tp, kv_local, el, f_act, f_moe)
     else:
@@ -317,6 +289,49 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         w_attn=w_attn, w_mlp=w_mlp, w_dense=w_dense, w_moe=w_moe, w_up=w_up, drop=drop,
         moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f, t_gacc=t_gacc)
 
+
+
+def _attention_s(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rates, attn_f: np.ndarray,
+                 idx_f: np.ndarray, idx_b: np.ndarray, drop: float) -> tuple[np.ndarray, ...]:
+    """Seconds of a layer's attention per micro-batch, (forward, backward, forward and backward of the
+    unfused score matrix through HBM): the unfused kernels of pre-2023 frameworks, else the fused kernel
+    at its published rate (its FLOPs ``attn_f``; a DeepSeek Sparse Attention indexer's ``idx_f`` /
+    ``idx_b`` beside it)."""
+    tp, seq, T = rows.tp, rows.seq, rows.T
+    a, dq, dv = float(model.num_heads), float(model.qk_dim), float(model.v_dim)
+    if fw.attention == "unfused":
+        return unfused_attention(T * (a / tp) * seq, dq, dv, rows.el, drop, r.ceiling16, r.mem_bw)
+    assert r.att is not None
+    # (sparse MLA at the flash kernel's efficiency: DeepSeek's FlashMLA sparse prefill kernel reaches
+    # 640 TFLOP/s on H800, FlashAttention-3's range; the indexer likewise, in 16 bits, an assumption:
+    # DeepSeek runs it in fp8)
+    # (below long sequences the kernel runs slower: the sequence each rank attends over, seq / cp for a
+    # ring; a calibrated profile's rate is its own measurement and is not scaled)
+    # (all-to-all CP: the whole sequence, for 1 / cp of the heads)
+    attended = seq if fw.cp_rotate == "a2a" else seq / rows.cp
+    short = attention_length_factor(attended) if gpu.attention_frac is None else 1.0
+    # (the kernel's tiles run at its own head dim: a head of 112 costs one of 128 in Triton's kernel)
+    pad = attention_head_padding(fw.attention, dq, dv)
+    t_attn_f = attention_forward_s(r.att, gpu, pad * attn_f, T * (a / tp) * model.attention_score_keys(
+        seq, causal=True), r.peak16, short) + idx_f / (r.peak16 * gpu.clock_frac * r.att.fwd_frac * short)
+    t_attn_b = (2.5 * pad * attn_f + idx_b) / (r.peak16 * gpu.clock_frac * r.att.bwd_frac * short)
+    zero = np.zeros_like(tp)
+    return t_attn_f, t_attn_b, zero, zero
+
+
+def _recurrent_s(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of a hybrid layer's chunked recurrences per micro-batch, (forward, backward): Mamba-2's
+    SSD scan (mamba_chunk_scan_combined) and Gated DeltaNet's delta rule (FLA's chunk_gated_delta_rule)
+    are Triton kernels of chunked matmuls with masking, like FlashAttention's, priced at the attention
+    kernel's efficiency and with its 2.5x backward (no published rate for these kernels; an
+    assumption). 0 in a transformer."""
+    if not model.recurrent_layers:
+        zero = np.zeros_like(rows.tp)
+        return zero, zero
+    assert r.att is not None
+    rec_f = rows.T * model.recurrent_flops_per_token() / model.num_layers / rows.tp
+    return (rec_f / (r.peak16 * gpu.clock_frac * r.att.fwd_frac),
+            2.5 * rec_f / (r.peak16 * gpu.clock_frac * r.att.bwd_frac))
 
 def layer_params(model: ModelSpec) -> tuple[float, float]:
     """Parameters of the model's layers, (dense, routed experts): the mixers, norms, dense MLPs, shared
