@@ -114,6 +114,8 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
     total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs), dp_all)
     dp_cont = np.where((dpg > 1) & overlapped, sm_frac * np.maximum(total - dp_x, 0.0), 0.0)
+    # (a tied embedding's gradient sync between the pipeline's ends, after the schedule: exposed)
+    dp_x = dp_x + tied_embedding_sync_s(model, fw, net, rows)
 
     local = dense_params + expert_params
     shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
@@ -129,6 +131,21 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     return SyncTimes(dense_params=dense_params, expert_params=expert_params, dpg=dpg, edpg=edpg, dp_x=dp_x,
                      t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs, dp_bw))
 
+
+
+def tied_embedding_sync_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows) -> np.ndarray:
+    """Seconds, per step, of the all-reduce that keeps a tied word embedding the same on the first and
+    the last pipeline stage: each holds a copy (the input embedding, the output head) and sums the
+    other's gradient into its own after the schedule, before the optimizer, under no compute
+    (Megatron-Core finalize_model_grads._allreduce_word_embedding_grads over the embedding group, as
+    Megatron-LM 2021's _allreduce_embedding_grads; DeepSpeed's PipelineEngine _exec_reduce_tied_grads).
+    Two ranks, pp - 1 stages apart; the gradient of V x h / tp parameters at the framework's gradient
+    bytes. 0 without pipeline parallelism or with untied embeddings."""
+    if not model.tied_embeddings:
+        return np.zeros_like(rows.pp)
+    size = float(model.vocab_size) * float(model.d_model) / rows.tp * fw.grad_bytes
+    apart = rows.groups["pp"][1] * np.maximum(rows.pp - 1.0, 1.0)
+    return np.where(rows.pp > 1, net.collective_time_s("all_reduce", size, 2.0, apart), 0.0)
 
 def bucket_latency_s(fw: Framework, net: Network, rows: Rows, dense_params: np.ndarray, expert_params: np.ndarray,
                      per_bucket: np.ndarray | float, overlapped: np.ndarray | bool) -> dict[str, np.ndarray]:
