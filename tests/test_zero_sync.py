@@ -192,18 +192,23 @@ def test_megatron_without_overlap_reduces_each_buffer_in_one_call(job):
     assert _dp(job, 1, fw)[0] == pytest.approx(rs + ag, rel=1e-9)
 
 
-def test_each_bucket_is_a_call_with_its_latency(job):
+def test_each_bucket_is_a_call_at_its_own_size(job):
     """DeepSpeed reduces and gathers in buckets of its reduce_bucket_size whatever the overlap: without
-    overlap its ZeRO-1 step carries ceil(P / bucket) - 1 more latencies of each collective than one
-    call would, and a larger bucket (fewer calls) prices exactly that many fewer."""
+    overlap its ZeRO-1 step makes ceil(P / bucket) calls of each collective, each priced at its own
+    size (NCCL's protocol and latency for a bucket), where one bucket would make one call of the same
+    bytes; the difference is at least the extra calls' zero-byte latencies."""
     model, _, net = job
     ds = get_framework("deepspeed")
     p = _local_params(model)
-    lat = float(net.collective_time_s("reduce_scatter", 0.0, DP, 1) + net.collective_time_s("all_gather", 0.0, DP, 1))
     calls = -(-p // ds.dp_bucket_params)
     assert calls >= 10  # an 8B model in 5e8-element buckets
+    split = sum(calls * float(net.collective_time_s(kind, p * w / calls, DP, 1))
+                - float(net.collective_time_s(kind, p * w, DP, 1))
+                for kind, w in (("reduce_scatter", ds.grad_reduce_bytes), ("all_gather", 2.0)))
+    lat = float(net.collective_time_s("reduce_scatter", 0.0, DP, 1) + net.collective_time_s("all_gather", 0.0, DP, 1))
     one = replace(ds, dp_bucket_params=10.0 * p)
-    assert _dp(job, 1, ds)[0] - _dp(job, 1, one)[0] == pytest.approx((calls - 1) * lat, rel=1e-9)
+    assert _dp(job, 1, ds)[0] - _dp(job, 1, one)[0] == pytest.approx(split, rel=1e-9)
+    assert split >= (calls - 1) * lat
 
 
 def test_megatron_buckets_only_the_first_interleaved_chunk():
@@ -222,10 +227,47 @@ def test_megatron_buckets_only_the_first_interleaved_chunk():
     rows = read_rows(model, layout_columns(lay, fw))
     dense, experts = local_params(model, fw, rows)
     bucket = 40e6
-    lat = float(net.collective_time_s("reduce_scatter", 0.0, 8, rows.groups["dp"][1][0]))
-    got = float(bucket_latency_s(fw, net, rows, dense, experts, bucket, True)["reduce_scatter"][0])
-    calls = np.ceil(float(dense[0]) / 5 / bucket) + 4
-    assert got == pytest.approx((calls - 1) * lat, rel=1e-9)
+    stride, w = rows.groups["dp"][1][0], {"reduce_scatter": 4.0}
+    size = float(dense[0]) * 4.0
+
+    def t(b: float) -> float:
+        return float(net.collective_time_s("reduce_scatter", b, 8, stride))
+
+    got = float(bucket_latency_s(fw, net, rows, dense, experts, bucket, True, w)["reduce_scatter"][0])
+    first = np.ceil(float(dense[0]) / 5 / bucket)
+    # the first chunk in `first` buckets, each other chunk one call, against one call of it all
+    assert got == pytest.approx(first * t(size / 5 / first) + 4 * t(size / 5) - t(size), rel=1e-9)
     flat = float(bucket_latency_s(replace(fw, dp_bucket_params=bucket), net, rows, dense, experts, bucket,
-                                  True)["reduce_scatter"][0])
-    assert flat == pytest.approx((np.ceil(float(dense[0]) / bucket) - 1) * lat, rel=1e-9) and flat > got
+                                  True, w)["reduce_scatter"][0])
+    calls = np.ceil(float(dense[0]) / bucket)
+    assert flat == pytest.approx(calls * t(size / calls) - t(size), rel=1e-9) and flat > got
+
+
+def test_zero3_calls_are_priced_at_their_own_size(job):
+    """ZeRO-3's per-layer gathers and reduce-scatters are NCCL calls of a layer's bytes each: splitting the
+    same bytes into twice the calls costs the difference of n calls of S / n (each at its own size's
+    protocol and latency), never less than the extra calls' zero-byte latencies. Without overlap and
+    with one micro-batch per step, a gather in the forward and again in the backward, one reduce-scatter."""
+    from supercluster.perf.sync import calls_s
+
+    model, _, net = job
+    fw = replace(get_framework("megatron"), dp_overlap=False)
+    lay = Layout(tp=1, pp=1, dp=DP, micro_batch=1, global_batch=DP, seq_len=4096, zero_stage=3)
+    gpu = get_gpu("a100-80gb")
+
+    def exposed(per_layer: int) -> float:
+        f = replace(fw, zero3_gathers_per_layer=per_layer)
+        return estimate(model, gpu=gpu, num_gpus=DP, layout=lay, framework=f, network=net).ledger["exposed_dp_comm"]
+
+    p, n = _local_params(model), float(model.num_layers)
+    ag, rs = p * 2.0, p * fw.grad_reduce_bytes
+
+    def cost(calls: float) -> float:
+        gathers = 2.0 * calls_s(net, "all_gather", ag, calls, DP, 1)
+        return float(gathers + calls_s(net, "reduce_scatter", rs, calls, DP, 1))
+
+    assert exposed(2) - exposed(1) == pytest.approx(cost(2 * n) - cost(n), rel=1e-9)
+    for kind, size in (("all_gather", ag), ("reduce_scatter", rs)):
+        one, many = float(calls_s(net, kind, size, 1.0, DP, 1)), float(calls_s(net, kind, size, 4 * n, DP, 1))
+        assert one == pytest.approx(float(net.collective_time_s(kind, size, DP, 1)), rel=1e-12)
+        assert many - one >= (4 * n - 1) * float(net.collective_time_s(kind, 0.0, DP, 1))

@@ -4,12 +4,13 @@
   over the dense weights' data-parallel group (dp x cp) and the experts' (TP x CP x DP / (EP x
   expert TP)); overlapped with the backward (and the next forward) where the framework does, in
   buckets (Megatron-Core's default: max(40M, 1M x dp) parameters; one a buffer without overlap),
-  one of which stays exposed; each bucket is a call of its own, with its latency.
+  one of which stays exposed; each bucket is a call of its own, priced at its own size (NCCL's
+  protocol and latency for that size: :func:`calls_s`).
   ZeRO-2 keeps only its gradient shard, so it reduce-scatters every micro-batch (:func:`zero2_calls`);
   DeepSpeed overlaps stages 0-2 only when asked and gathers inside the optimizer step.
 * ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (again for a recomputed forward
-  where the framework reshards), a reduce-scatter, each split into per-layer calls whose latency,
-  host launches and copies add up (the framework's counts: data/frameworks.toml).
+  where the framework reshards), a reduce-scatter, each split into per-layer calls, each priced at
+  its own size, whose host launches and copies add up too (the framework's counts: data/frameworks.toml).
 * Optimizer: Adam with fp32 master weights is memory-bound, 30 B per local parameter shard; before
   it, the gradient norm reads the shard's gradients and all-reduces one number over the job.
 """
@@ -99,8 +100,9 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     overlapped = fw.overlaps_dp(zero)
     rs_n, ag_n = zero2_calls(fw, rows)
     dp_bw = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
-    # ... made one call per bucket, each with its latency (the time of a zero-byte call on the group)
-    lat = bucket_latency_s(fw, net, rows, dense_params, expert_params, per_bucket, overlapped)
+    # ... made one call per bucket, each at its own size
+    lat = bucket_latency_s(fw, net, rows, dense_params, expert_params, per_bucket, overlapped,
+                           {"reduce_scatter": grb, "all_gather": pg, "all_reduce": grb})
     rs_b, ag_b, arr_b = rs + lat["reduce_scatter"], ag + lat["all_gather"], arr + lat["all_reduce"]
     dp_all = np.where(zero == 0, arr_b, rs_n * rs_b + ag_n * ag_b)
     # (the gather in the optimizer step runs under no compute)
@@ -147,11 +149,22 @@ def tied_embedding_sync_s(model: ModelSpec, fw: Framework, net: Network, rows: R
     apart = rows.groups["pp"][1] * np.maximum(rows.pp - 1.0, 1.0)
     return np.where(rows.pp > 1, net.collective_time_s("all_reduce", size, 2.0, apart), 0.0)
 
+def calls_s(net: Network, kind: str, size: np.ndarray, calls: np.ndarray | float, group: np.ndarray,
+            stride: np.ndarray) -> np.ndarray:
+    """Seconds of ``calls`` equal collectives that carry ``size`` bytes in all, each priced at its own
+    size: NCCL picks each call's protocol (and so its latency and bandwidth) by that size, so many
+    small calls pay more than one large call of the same bytes (at least one call)."""
+    calls = np.maximum(calls, 1.0)
+    return calls * net.collective_time_s(kind, size / calls, group, stride)
+
+
 def bucket_latency_s(fw: Framework, net: Network, rows: Rows, dense_params: np.ndarray, expert_params: np.ndarray,
-                     per_bucket: np.ndarray | float, overlapped: np.ndarray | bool) -> dict[str, np.ndarray]:
-    """Seconds of per-call latency a ZeRO 0-2 data-parallel collective adds, by kind, beyond the one
-    call its whole-stage time holds: the dense and the expert gradients are each reduced (and the
-    parameters gathered) one bucket of ``per_bucket`` parameters at a time, one call a bucket.
+                     per_bucket: np.ndarray | float, overlapped: np.ndarray | bool,
+                     widths: dict[str, np.ndarray | float]) -> dict[str, np.ndarray]:
+    """Seconds a ZeRO 0-2 data-parallel collective adds, by kind, beyond the one call its whole-stage
+    time holds: the dense and the expert gradients are each reduced (and the parameters gathered) one
+    bucket of ``per_bucket`` parameters at a time, one call a bucket, each call priced at its own size
+    (``widths``: bytes a parameter, by kind), so with NCCL's protocol and latency for that size.
     Megatron-Core buckets only under overlap (distributed_data_parallel.py: "Set bucket_size to
     infinity if overlap_grad_reduce is False", one call a buffer), and only the first of an interleaved
     stage's model chunks ("Turn off bucketing for model_chunk 2 onwards": one call each); a framework
@@ -160,13 +173,17 @@ def bucket_latency_s(fw: Framework, net: Network, rows: Rows, dense_params: np.n
     bucketed = np.asarray(overlapped) | (fw.dp_bucket_params > 0)
     chunks = rows.vpp if not fw.dp_bucket_params else np.ones_like(rows.vpp)
     out = {}
-    for kind in ("reduce_scatter", "all_gather", "all_reduce"):
+    for kind, width in widths.items():
         extra = np.zeros_like(dense_params)
         for params, (group, stride) in ((dense_params, (rows.dp * rows.cp, rows.groups["dp"][1])),
                                         (expert_params, rows.groups["edp"])):
+            size = params * width
             first = np.maximum(np.ceil(params / chunks / per_bucket), 1.0)
-            calls = np.where(bucketed, first + chunks - 1.0, 1.0)
-            extra = extra + np.where(params > 0, (calls - 1.0) * net.collective_time_s(kind, 0.0, group, stride), 0.0)
+            # the first chunk's buckets, then one call for each other chunk (one call in all unbucketed)
+            split = calls_s(net, kind, size / chunks, first, group, stride) + (chunks - 1.0) * calls_s(
+                net, kind, size / chunks, 1.0, group, stride)
+            whole = calls_s(net, kind, size, 1.0, group, stride)
+            extra = extra + np.where((params > 0) & bucketed, split - whole, 0.0)
         out[kind] = extra
     return out
 
@@ -210,12 +227,18 @@ def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.
     # Lh x gathers_per_layer (reduces_per_layer) collectives whose latency adds up.
     n_coll = Lh * fw.zero3_gathers_per_layer
     n_rs = Lh * (fw.zero3_reduces_per_layer or fw.zero3_gathers_per_layer)
-    # The bytes are those of the whole-stage collectives above; each extra call adds its latency
-    # (the time of a zero-byte call on the same group).
-    ag3 = ag + (n_coll - 1.0) * net.collective_time_s("all_gather", 0.0, dpg, s_dpcp)
+    # The bytes are those of the whole-stage collectives above, made as n equal calls, each priced at
+    # its own size on the dense weights' group.
+    ag_size, rs_size = params * pg, params * fw.grad_reduce_bytes
+    ag3 = ag + calls_s(net, "all_gather", ag_size, n_coll, dpg, s_dpcp) - calls_s(net, "all_gather", ag_size, 1.0,
+                                                                                   dpg, s_dpcp)
     # ... and the copies the framework makes around each gather, at HBM speed
     ag3 = ag3 + fw.zero3_gather_copy_bytes * params * pg / mem_bw
-    rs3 = rs + (n_rs - 1.0) * net.collective_time_s("reduce_scatter", 0.0, dpg, s_dpcp)
+    # (the gradients go as many calls as the gathers, plus, where the framework reduce-scatters more
+    # tensors than it gathers, one call for each of its small ones, biases and norms: a latency each)
+    rs3 = rs + calls_s(net, "reduce_scatter", rs_size, n_coll, dpg, s_dpcp) - calls_s(
+        net, "reduce_scatter", rs_size, 1.0, dpg, s_dpcp) + np.maximum(n_rs - n_coll, 0.0) * calls_s(
+        net, "reduce_scatter", 0.0, 1.0, dpg, s_dpcp)
     # Through list-form collectives each call also launches one copy per rank on the host: a gather's
     # copies follow its NCCL kernel, launched while it runs (the gather takes the longer of the two); a
     # reduce-scatter's copies come before its kernel, and no compute hides them (the host launches that
