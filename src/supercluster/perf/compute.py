@@ -290,7 +290,6 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f, t_gacc=t_gacc)
 
 
-
 def _attention_s(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rates, attn_f: np.ndarray,
                  idx_f: np.ndarray, idx_b: np.ndarray, drop: float) -> tuple[np.ndarray, ...]:
     """Seconds of a layer's attention per micro-batch, (forward, backward, forward and backward of the
@@ -332,6 +331,7 @@ def _recurrent_s(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates) -> tuple[
     rec_f = rows.T * model.recurrent_flops_per_token() / model.num_layers / rows.tp
     return (rec_f / (r.peak16 * gpu.clock_frac * r.att.fwd_frac),
             2.5 * rec_f / (r.peak16 * gpu.clock_frac * r.att.bwd_frac))
+
 
 def layer_params(model: ModelSpec) -> tuple[float, float]:
     """Parameters of the model's layers, (dense, routed experts): the mixers, norms, dense MLPs, shared
@@ -564,8 +564,6 @@ def unfused_attention(E: np.ndarray, dq: float, dv: float, el: np.ndarray, drop:
     t_el_f = E * (2.0 * el + drop * (2.0 * el + 1.0)) / mem_bw
     t_el_b = E * (3.0 * el + drop * (2.0 * el + 1.0)) / mem_bw
     return t_mm_f, t_mm_b, t_el_f, t_el_b
-
-
 
 
 def attention_forward_s(att: AttentionEfficiency, gpu: GpuSpec, flops: np.ndarray, scores: np.ndarray,

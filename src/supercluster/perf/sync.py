@@ -134,7 +134,6 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
                      t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs, dp_bw))
 
 
-
 def tied_embedding_sync_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows) -> np.ndarray:
     """Seconds, per step, of the all-reduce that keeps a tied word embedding the same on the first and
     the last pipeline stage: each holds a copy (the input embedding, the output head) and sums the
@@ -148,6 +147,7 @@ def tied_embedding_sync_s(model: ModelSpec, fw: Framework, net: Network, rows: R
     size = float(model.vocab_size) * float(model.d_model) / rows.tp * fw.grad_bytes
     apart = rows.groups["pp"][1] * np.maximum(rows.pp - 1.0, 1.0)
     return np.where(rows.pp > 1, net.collective_time_s("all_reduce", size, 2.0, apart), 0.0)
+
 
 def calls_s(net: Network, kind: str, size: np.ndarray, calls: np.ndarray | float, group: np.ndarray,
             stride: np.ndarray) -> np.ndarray:
