@@ -218,7 +218,7 @@ def test_megatron_buckets_only_the_first_interleaved_chunk():
     import numpy as np
 
     from supercluster.perf.columns import layout_columns, read_rows
-    from supercluster.perf.sync import bucket_latency_s, local_params
+    from supercluster.perf.sync import bucketed_s, local_params
 
     model, gpu = load_model("llama3-70b"), get_gpu("h100-sxm")
     net = default_network(gpu, num_gpus=256)
@@ -233,14 +233,17 @@ def test_megatron_buckets_only_the_first_interleaved_chunk():
     def t(b: float) -> float:
         return float(net.collective_time_s("reduce_scatter", b, 8, stride))
 
-    got = float(bucket_latency_s(fw, net, rows, dense, experts, bucket, True, w)["reduce_scatter"][0])
+    got = float(bucketed_s(fw, net, rows, dense, experts, bucket, True, w)["reduce_scatter"][0])
     first = np.ceil(float(dense[0]) / 5 / bucket)
-    # the first chunk in `first` buckets, each other chunk one call, against one call of it all
-    assert got == pytest.approx(first * t(size / 5 / first) + 4 * t(size / 5) - t(size), rel=1e-9)
-    flat = float(bucket_latency_s(replace(fw, dp_bucket_params=bucket), net, rows, dense, experts, bucket,
-                                  True, w)["reduce_scatter"][0])
+    # the first chunk in `first` buckets, each other chunk one call
+    assert got == pytest.approx(first * t(size / 5 / first) + 4 * t(size / 5), rel=1e-9)
+    flat = float(bucketed_s(replace(fw, dp_bucket_params=bucket), net, rows, dense, experts, bucket,
+                            True, w)["reduce_scatter"][0])
     calls = np.ceil(float(dense[0]) / bucket)
-    assert flat == pytest.approx(calls * t(size / calls) - t(size), rel=1e-9) and flat > got
+    assert flat == pytest.approx(calls * t(size / calls), rel=1e-9) and flat > got
+    # unbucketed (no overlap, Megatron-Core): one call of it all
+    one = float(bucketed_s(fw, net, rows, dense, experts, bucket, False, w)["reduce_scatter"][0])
+    assert one == pytest.approx(t(size), rel=1e-12)
 
 
 def test_zero3_calls_are_priced_at_their_own_size(job):

@@ -101,9 +101,9 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     rs_n, ag_n = zero2_calls(fw, rows)
     dp_bw = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
     # ... made one call per bucket, each at its own size
-    lat = bucket_latency_s(fw, net, rows, dense_params, expert_params, per_bucket, overlapped,
-                           {"reduce_scatter": grb, "all_gather": pg, "all_reduce": grb})
-    rs_b, ag_b, arr_b = rs + lat["reduce_scatter"], ag + lat["all_gather"], arr + lat["all_reduce"]
+    made = bucketed_s(fw, net, rows, dense_params, expert_params, per_bucket, overlapped,
+                      {"reduce_scatter": grb, "all_gather": pg, "all_reduce": grb})
+    rs_b, ag_b, arr_b = made["reduce_scatter"], made["all_gather"], made["all_reduce"]
     dp_all = np.where(zero == 0, arr_b, rs_n * rs_b + ag_n * ag_b)
     # (the gather in the optimizer step runs under no compute)
     ag_x = ag_b if fw.param_gather_in_step else np.maximum(ag_b - win_f, ag_b * bucket)
@@ -158,33 +158,33 @@ def calls_s(net: Network, kind: str, size: np.ndarray, calls: np.ndarray | float
     return calls * net.collective_time_s(kind, size / calls, group, stride)
 
 
-def bucket_latency_s(fw: Framework, net: Network, rows: Rows, dense_params: np.ndarray, expert_params: np.ndarray,
-                     per_bucket: np.ndarray | float, overlapped: np.ndarray | bool,
-                     widths: dict[str, np.ndarray | float]) -> dict[str, np.ndarray]:
-    """Seconds a ZeRO 0-2 data-parallel collective adds, by kind, beyond the one call its whole-stage
-    time holds: the dense and the expert gradients are each reduced (and the parameters gathered) one
-    bucket of ``per_bucket`` parameters at a time, one call a bucket, each call priced at its own size
+def bucketed_s(fw: Framework, net: Network, rows: Rows, dense_params: np.ndarray, expert_params: np.ndarray,
+               per_bucket: np.ndarray | float, overlapped: np.ndarray | bool,
+               widths: dict[str, np.ndarray | float]) -> dict[str, np.ndarray]:
+    """Seconds of the step's ZeRO 0-2 data-parallel collective of each kind as the framework makes it:
+    the dense and the expert gradients are each reduced (and the parameters gathered) one bucket of
+    ``per_bucket`` parameters at a time, one call a bucket, each call priced at its own size
     (``widths``: bytes a parameter, by kind), so with NCCL's protocol and latency for that size.
     Megatron-Core buckets only under overlap (distributed_data_parallel.py: "Set bucket_size to
     infinity if overlap_grad_reduce is False", one call a buffer), and only the first of an interleaved
     stage's model chunks ("Turn off bucketing for model_chunk 2 onwards": one call each); a framework
     with a bucket size of its own (:attr:`Framework.dp_bucket_params`: DeepSpeed's reduce_bucket_size)
-    buckets whatever the overlap."""
+    buckets whatever the overlap. A group with no parameters (a dense model's experts) makes no call."""
     bucketed = np.asarray(overlapped) | (fw.dp_bucket_params > 0)
-    chunks = rows.vpp if not fw.dp_bucket_params else np.ones_like(rows.vpp)
+    chunks = np.where(bucketed, rows.vpp if not fw.dp_bucket_params else 1.0, 1.0) * np.ones_like(dense_params)
     out = {}
     for kind, width in widths.items():
-        extra = np.zeros_like(dense_params)
+        total = np.zeros_like(dense_params)
         for params, (group, stride) in ((dense_params, (rows.dp * rows.cp, rows.groups["dp"][1])),
                                         (expert_params, rows.groups["edp"])):
-            size = params * width
-            first = np.maximum(np.ceil(params / chunks / per_bucket), 1.0)
-            # the first chunk's buckets, then one call for each other chunk (one call in all unbucketed)
-            split = calls_s(net, kind, size / chunks, first, group, stride) + (chunks - 1.0) * calls_s(
-                net, kind, size / chunks, 1.0, group, stride)
-            whole = calls_s(net, kind, size, 1.0, group, stride)
-            extra = extra + np.where((params > 0) & bucketed, split - whole, 0.0)
-        out[kind] = extra
+            size = params * width / chunks
+            # the first chunk's buckets (one call unbucketed), then one call for each other chunk
+            first = np.where(bucketed, np.maximum(np.ceil(params / chunks / per_bucket), 1.0), 1.0)
+            t = calls_s(net, kind, size, first, group, stride)
+            if np.any(chunks > 1.0):
+                t = t + (chunks - 1.0) * calls_s(net, kind, size, 1.0, group, stride)
+            total = total + np.where(params > 0, t, 0.0)
+        out[kind] = total
     return out
 
 
