@@ -110,7 +110,7 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     dp_low = np.where(zero == 0, np.maximum(arr_b - win_b, arr_b * bucket),
                       rs_n * np.maximum(rs_b - win_b, rs_b * bucket) + ag_n * ag_x)
     dp_low = np.where(overlapped, dp_low, dp_all)
-    # (ZeRO-3 / FSDP: its own per-layer calls, each with its latency, from the whole-stage times)
+    # (ZeRO-3 / FSDP: its own per-layer calls, each priced at its own size, from the whole-stage bytes)
     dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
@@ -224,21 +224,21 @@ def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.
     dpg, s_dpcp, m, ga, pp = rows.dp * rows.cp, rows.groups["dp"][1], rows.m, rows.ga, rows.pp
     # ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (and again for a
     # recomputed forward where the framework releases parameters), one reduce-scatter, split into
-    # Lh x gathers_per_layer (reduces_per_layer) collectives whose latency adds up.
+    # Lh x gathers_per_layer (reduces_per_layer) collectives.
     n_coll = Lh * fw.zero3_gathers_per_layer
     n_rs = Lh * (fw.zero3_reduces_per_layer or fw.zero3_gathers_per_layer)
-    # The bytes are those of the whole-stage collectives above, made as n equal calls, each priced at
-    # its own size on the dense weights' group.
-    ag_size, rs_size = params * pg, params * fw.grad_reduce_bytes
-    ag3 = ag + calls_s(net, "all_gather", ag_size, n_coll, dpg, s_dpcp) - calls_s(net, "all_gather", ag_size, 1.0,
-                                                                                   dpg, s_dpcp)
+    # The bytes are those of the whole-stage collectives above, made as n_coll equal calls, each priced
+    # at its own size on the dense weights' group: what that costs beyond one call of it all.
+    def split_s(kind: str, size: np.ndarray) -> np.ndarray:
+        return calls_s(net, kind, size, n_coll, dpg, s_dpcp) - calls_s(net, kind, size, 1.0, dpg, s_dpcp)
+
+    ag3 = ag + split_s("all_gather", params * pg)
     # ... and the copies the framework makes around each gather, at HBM speed
     ag3 = ag3 + fw.zero3_gather_copy_bytes * params * pg / mem_bw
     # (the gradients go as many calls as the gathers, plus, where the framework reduce-scatters more
     # tensors than it gathers, one call for each of its small ones, biases and norms: a latency each)
-    rs3 = rs + calls_s(net, "reduce_scatter", rs_size, n_coll, dpg, s_dpcp) - calls_s(
-        net, "reduce_scatter", rs_size, 1.0, dpg, s_dpcp) + np.maximum(n_rs - n_coll, 0.0) * calls_s(
-        net, "reduce_scatter", 0.0, 1.0, dpg, s_dpcp)
+    small = np.maximum(n_rs - n_coll, 0.0) * calls_s(net, "reduce_scatter", 0.0, 1.0, dpg, s_dpcp)
+    rs3 = rs + split_s("reduce_scatter", params * fw.grad_reduce_bytes) + small
     # Through list-form collectives each call also launches one copy per rank on the host: a gather's
     # copies follow its NCCL kernel, launched while it runs (the gather takes the longer of the two); a
     # reduce-scatter's copies come before its kernel, and no compute hides them (the host launches that
