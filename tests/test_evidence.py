@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 from supercluster.cli import app
 from supercluster.formats.load import load_model
 from supercluster.hardware.specs import get_gpu
-from supercluster.parallelism.framework import get_framework, resolve_framework
+from supercluster.parallelism.framework import get_framework
+from supercluster.parallelism.published import resolve_framework
 from supercluster.validation.evidence import MIN_RUNS, evidence_for
 from supercluster.validation.validate import load_rows, validate
 

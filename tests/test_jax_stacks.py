@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 import supercluster as sc
-from supercluster.parallelism.framework import get_framework, resolve_framework
+from supercluster.parallelism.framework import get_framework
 from supercluster.parallelism.layout import Layout
+from supercluster.parallelism.published import resolve_framework
 
 
 @pytest.mark.parametrize("published", ["MaxText", "maxtext (JAX 0.4.35)", "Paxml on JAX-Toolbox", "jax"])

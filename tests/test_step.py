@@ -136,7 +136,7 @@ def test_legacy_attention_keeps_the_score_matrix_unless_recomputed():
 
 
 def test_publication_year_selects_the_framework_of_its_era():
-    from supercluster.parallelism.framework import resolve_framework
+    from supercluster.parallelism.published import resolve_framework
     from supercluster.validation.validate import publication_year
 
     assert publication_year("Narayanan et al. 2021 (SC21) Table 1, arXiv:2104.04473") == 2021
@@ -332,7 +332,7 @@ def test_dualpipe_profile_hides_moe_dispatch_and_pipeline_sends():
 
 
 def test_runs_before_flashattention_use_unfused_attention_in_every_framework():
-    from supercluster.parallelism.framework import resolve_framework
+    from supercluster.parallelism.published import resolve_framework
 
     fw, _ = resolve_framework("torchtitan", 2022)
     assert fw.attention == "unfused" and fw.key == "torchtitan@2022" and fw.elementwise == "eager"
@@ -638,7 +638,7 @@ def test_torch_compile_fuses_torchtitans_loss_from_2025_not_in_2024(h100):
     # torchtitan 2025 compiles the loss with the model (components/loss.py): 16-bit logits in, a 16-bit
     # gradient out, 4 bytes a logit; its December 2024 tables ran the loss eagerly under compile (12).
     from supercluster.formats.load import load_model
-    from supercluster.parallelism.framework import resolve_framework
+    from supercluster.parallelism.published import resolve_framework
 
     new, _ = resolve_framework("torchtitan+compile", 2025)
     old, _ = resolve_framework("torchtitan+compile", 2024)
@@ -888,8 +888,9 @@ def test_torchtitan_splits_the_pipeline_with_lighter_first_and_last_stages():
 
     from supercluster.formats.load import load_model
     from supercluster.hardware.specs import get_gpu
-    from supercluster.parallelism.framework import get_framework, resolve_framework
+    from supercluster.parallelism.framework import get_framework
     from supercluster.parallelism.pplayout import chunk_layers
+    from supercluster.parallelism.published import resolve_framework
     from supercluster.perf.step import step_breakdown
 
     assert [sum(x) for x in chunk_layers(126, 8, 1, split="middle")] == [15, 16, 16, 16, 16, 16, 16, 15]

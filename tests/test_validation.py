@@ -323,7 +323,7 @@ def test_megatron_bridge_model_flops_are_causal_and_count_the_deepseek_mtp_modul
 
 
 def test_published_framework_names_select_a_profile():
-    from supercluster.parallelism.framework import resolve_framework
+    from supercluster.parallelism.published import resolve_framework
 
     assert resolve_framework("Megatron-Bridge")[0].key == "nemo-megatron"
     fw, note = resolve_framework("NeMo 2.0", 2025)
@@ -358,7 +358,7 @@ def test_published_framework_names_select_a_profile():
     ("torchtitan (Ulysses CP)", "torchtitan"),  # (an option the profile cannot take is left out)
 ])
 def test_run_options_named_in_a_published_framework_name_are_read(name, key):
-    from supercluster.parallelism.framework import resolve_framework
+    from supercluster.parallelism.published import resolve_framework
 
     fw, note = resolve_framework(name, 2025)
     assert fw.key == key and note == f"framework {name!r} read as {key}"

@@ -37,9 +37,9 @@ from ..parallelism.framework import (
     Framework,
     capacity_factor,
     get_framework,
-    resolve_framework,
 )
 from ..parallelism.layout import UNPRICED_MODULES, Layout
+from ..parallelism.published import resolve_framework
 
 REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
                     "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",
@@ -204,7 +204,7 @@ def parse_zero(text: str, fw: Framework) -> int:
 @functools.lru_cache(maxsize=1024)
 def publication_year(source: str) -> int | None:
     """The first year (1990-2099) a row's source names, e.g. "Narayanan et al. 2021 (SC21)"; it picks
-    the framework profile of that era (:func:`~supercluster.parallelism.framework.framework_of_year`)."""
+    the framework profile of that era (:func:`~supercluster.parallelism.published.framework_of_year`)."""
     m = re.search(r"\b(19[9]\d|20\d\d)\b", source)
     return int(m.group(1)) if m else None
 

@@ -408,7 +408,7 @@ SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX
             PAD_SUFFIX, CP_A2A_SUFFIX, *RUN_OPTION_SUFFIXES)
 
 
-def _split_suffixes(name: str) -> tuple[str, list[str]]:
+def split_suffixes(name: str) -> tuple[str, list[str]]:
     """``"torchtitan+compile+ep-overlap"`` -> ``("torchtitan", [suffixes])``, in any order."""
     base, mods = name.strip().lower(), []
     while found := next((x for x in SUFFIXES if base.endswith(x)), None) or (
@@ -420,8 +420,8 @@ def _split_suffixes(name: str) -> tuple[str, list[str]]:
 
 @lru_cache(maxsize=512)
 def _base_name(name: str) -> str:
-    """A framework name without its option suffixes (:func:`_split_suffixes`)."""
-    return _split_suffixes(name)[0]
+    """A framework name without its option suffixes (:func:`split_suffixes`)."""
+    return split_suffixes(name)[0]
 
 
 def get_framework(name: str) -> Framework:
@@ -432,7 +432,7 @@ def get_framework(name: str) -> Framework:
     ``+embedding-split`` switch on those options (see :data:`EP_OVERLAP_SUFFIX`, :data:`EMBED_SPLIT_SUFFIX`).
     """
     cat = framework_catalog()
-    base, mods = _split_suffixes(name)
+    base, mods = split_suffixes(name)
     key = ALIASES.get(base, base)
     if key not in cat:
         raise InputError("framework", f"unknown {name!r}; known: {', '.join(sorted(cat))} "
@@ -498,103 +498,3 @@ def _with_capacity(fw: Framework, mods: list[str]) -> Framework:
                                                    f"{PAD_SUFFIX} or {DEEPEP_SUFFIX}")
         fw = replace(fw, key=fw.key + PAD_SUFFIX, moe_pad_to_capacity=True)
     return fw
-
-
-#: First year in which training frameworks ran FlashAttention (Dao et al., May 2022; Megatron-LM
-#: --use-flash-attn, NeMo, DeepSpeed and PyTorch 2.0 SDPA all in 2023).
-FLASH_ATTENTION_YEAR = 2023
-
-
-def framework_of_year(fw: Framework, year: int | None) -> Framework:
-    """The profile of ``fw`` as it was in ``year``: a catalog entry with ``era_of = fw.key`` and
-    ``until_year >= year`` (the earliest such) describes the framework's behaviour back then; a
-    framework without one keeps its profile, but before :data:`FLASH_ATTENTION_YEAR` with the
-    unfused core attention every framework then ran."""
-    if year is None:
-        return fw
-    base, mods = _split_suffixes(fw.key)
-    # (an era profile with flash attention does not describe a run from before FlashAttention)
-    eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year
-                   and (year >= FLASH_ATTENTION_YEAR or f.attention == "unfused")), key=lambda f: f.until_year)
-    if eras:
-        return with_suffixes(eras[0], mods)  # the options named on the framework still apply
-    if year < FLASH_ATTENTION_YEAR and fw.attention != "unfused":
-        return replace(fw, key=f"{fw.key}@{year}", attention="unfused")
-    return fw
-
-
-@lru_cache(maxsize=512)
-def framework_named(name: str) -> bool:
-    """Whether a published framework name names a profile: a key or alias (with any options), or a name
-    :func:`resolve_framework` reads as one ("NeMo 2.0", "PyTorch FSDP"); False where it falls back to the
-    default profile with nothing to go on (a run priced so is approximated)."""
-    try:
-        get_framework(name)
-        return True
-    except InputError:
-        return _mentioned(_split_suffixes(name)[0]) is not None
-
-
-def _mentioned(low: str) -> str | None:
-    """The profile a published framework name (lower case, options split off) mentions (:data:`_MENTIONS`)."""
-    return next((k for words, k in _MENTIONS if any(w in low for w in words)), None)
-
-
-@lru_cache(maxsize=512)
-def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, str | None]:
-    """Like :func:`get_framework`, but an unknown name falls back to the default with a note; a
-    publication ``year`` selects the profile of that era (see :func:`framework_of_year`). Profiles are
-    frozen: a name read again gets the same one."""
-    try:
-        fw, note = get_framework(name), None
-    except InputError:
-        # A run's framework column as published ("NeMo 2.0", "PyTorch FSDP", ...): the first profile
-        # whose name it mentions, else the default; the note says which was read.
-        low, mods = _split_suffixes(name)
-        key = _mentioned(low)
-        base = get_framework((key or DEFAULT_FRAMEWORK) + "".join(mods))
-        fw = framework_of_year(_with_named_options(base, low, mods), year)
-        shown = name.strip()[:len(low)]  # as published, without the options appended to it
-        note = (f"framework {shown!r} read as {fw.key}" if key is not None
-                else f"framework {shown!r} unknown: {fw.key} assumed")
-        return fw, note
-    return framework_of_year(fw, year), note
-
-
-#: Words in a published framework name that name a run option, and the option's suffix (an option the
-#: profile cannot take is left out): DeepEP's or HybridEP's node-deduplicated dispatch, the MoE
-#: all-to-all overlapped across micro-batches, a round-robin benchmark gate, the embedding and loss
-#: counted as pipeline layers, torch.compile, CUDA graphs, TP overlap (async TP), Ulysses CP.
-_OPTION_WORDS = ((("deepep", "hybridep", "hybrid-ep"), DEEPEP_SUFFIX),
-                 (("ep overlap", "ep-overlap", "a2a overlap", "a2a-overlap", "overlap-moe-expert-parallel-comm",
-                   "1f1b overlap"), EP_OVERLAP_SUFFIX),
-                 (("round-robin", "round robin", "fake balanced gate", "fake_balanced_gate"), ROUND_ROBIN_SUFFIX),
-                 (("account-for-embedding", "account_for_embedding", "transformer|embedding"), EMBED_SPLIT_SUFFIX),
-                 (("compile",), COMPILE_SUFFIX),
-                 (("cuda graph", "cuda-graph", "cudagraph"), CUDA_GRAPHS_SUFFIX),
-                 (("tp overlap", "tp-comm-overlap", "tp comm overlap", "async tp", "async-tp", "asynctp"),
-                  TP_OVERLAP_SUFFIX),
-                 (("ulysses", "cp-comm-type a2a"), CP_A2A_SUFFIX))
-
-
-def _with_named_options(fw: Framework, low: str, given: list[str]) -> Framework:
-    """``fw`` with the run options a published name states in words (:data:`_OPTION_WORDS`) and does
-    not already carry as suffixes; one the profile cannot take is left out."""
-    for words, suffix in _OPTION_WORDS:
-        if suffix in given or suffix in fw.key or not any(w in low for w in words):
-            continue
-        try:
-            fw = get_framework(fw.key + suffix)
-        except InputError:
-            continue
-    return fw
-
-
-#: Words in a published framework name and the profile they select, most specific first.
-#: GPT-NeoX runs Megatron's model code on DeepSpeed (its README); MosaicML llm-foundry / Composer
-#: have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP runs read as torchtitan.
-_MENTIONS = ((("automodel",), "automodel"), (("megatron-fsdp", "megatron fsdp"), "megatron"),
-             (("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
-             (("foundry", "composer", "mosaic"), "composer"), (("titan", "fsdp"), "torchtitan"),
-             (("hai-llm", "dualpipe"), "hai-llm"), (("maxtext", "paxml", "praxis"), "maxtext"),
-             (("megatron",), "megatron"))

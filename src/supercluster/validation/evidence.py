@@ -28,7 +28,8 @@ from ..errors import InputError
 from ..formats.runs import SHIPPED_RUNS, _int, load_rows, parse_precision, publication_year, row_model
 from ..hardware.specs import GpuSpec, get_gpu
 from ..models.spec import ModelSpec
-from ..parallelism.framework import get_framework, resolve_framework
+from ..parallelism.framework import get_framework
+from ..parallelism.published import resolve_framework
 from .validate import predict_row
 
 #: the fewest runs a basis needs before it is reported

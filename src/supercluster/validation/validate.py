@@ -34,7 +34,7 @@ from ..formats.runs import (  # noqa: F401 (the runs-file reader, re-exported fo
     row_setup,
 )
 from ..job import Job, check_job, price_many
-from ..parallelism.framework import framework_named
+from ..parallelism.published import framework_named
 from ..perf.step import StepBreakdown
 
 
