@@ -274,3 +274,44 @@ def test_zero3_calls_are_priced_at_their_own_size(job):
         one, many = float(calls_s(net, kind, size, 1.0, DP, 1)), float(calls_s(net, kind, size, 4 * n, DP, 1))
         assert one == pytest.approx(float(net.collective_time_s(kind, size, DP, 1)), rel=1e-12)
         assert many - one >= (4 * n - 1) * float(net.collective_time_s(kind, 0.0, DP, 1))
+
+
+def test_a_device_synchronising_gather_leaves_every_reduce_scatter_exposed(job):
+    """DeepSpeed before v0.4 synchronises the device before each ZeRO-3 gather, which waits for its
+    reduction stream too: with overlap_comm on, its reduce-scatters hide under no compute, so the step
+    carries the whole per-micro-batch reduce-scatter time that an overlapping framework hides under its
+    backward. The gathers are exposed alike in both (neither prefetches)."""
+    model, gpu, net = job
+    lay = Layout(tp=1, pp=1, dp=DP, micro_batch=1, global_batch=GBS, seq_len=4096, zero_stage=3)
+    legacy = get_framework("deepspeed-legacy")
+    assert legacy.zero3_gather_syncs_device and not legacy.zero3_prefetch and legacy.dp_overlap
+
+    def dp(fw: Framework) -> float:
+        return estimate(model, gpu=gpu, num_gpus=DP, layout=lay, framework=fw, network=net).ledger["exposed_dp_comm"]
+
+    synced = dp(legacy)
+    hidden = dp(replace(legacy, zero3_gather_syncs_device=False))
+    exposed = dp(replace(legacy, zero3_gather_syncs_device=False, dp_overlap=False))
+    assert synced == pytest.approx(exposed, rel=1e-12)
+    assert synced > hidden
+
+
+def test_a_profile_cannot_prefetch_behind_a_device_synchronise(monkeypatch):
+    from supercluster.parallelism import framework as f
+
+    real = f.load_package_toml
+
+    def patched(name):
+        t = real(name)
+        if name != "frameworks.toml":
+            return t
+        return {**t, "deepspeed-legacy": {**t["deepspeed-legacy"], "zero3_prefetch": True}}
+
+    framework_catalog.cache_clear()
+    monkeypatch.setattr(f, "load_package_toml", patched)
+    try:
+        with pytest.raises(InputError, match="zero3_prefetch"):
+            framework_catalog()
+    finally:
+        monkeypatch.undo()
+        framework_catalog.cache_clear()

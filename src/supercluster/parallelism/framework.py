@@ -171,6 +171,9 @@ class Framework:
     #: view_op_s on the host, exposed like the launches
     zero3_gather_views_per_rank: int = 0
     zero3_reduce_views_per_rank: int = 0
+    #: a device-wide synchronise, waiting for every stream, precedes each ZeRO-3 gather (DeepSpeed < v0.4):
+    #: neither the gathers nor the gradient reduce-scatters run under compute
+    zero3_gather_syncs_device: bool = False
     #: with pipeline parallelism, FSDP keeps each stage's parameters gathered for the whole step and
     #: accumulates unsharded gradients (in the reduce dtype) over the micro-batches, reducing them
     #: once at the last: one gather and one reduce-scatter per step instead of per micro-batch
@@ -360,6 +363,8 @@ def framework_catalog() -> dict[str, Framework]:
         stages = t.get("zero_stages", [0, 1, 2, 3])
         if not (isinstance(stages, list) and stages and all(z in (0, 1, 2, 3) for z in stages)):
             raise InputError(f"framework {key}.zero_stages", "must be a list of ZeRO stages from 0, 1, 2, 3")
+        if t.get("zero3_gather_syncs_device", False) and t.get("zero3_prefetch", True):
+            raise InputError(f"framework {key}.zero3_prefetch", "gathers after a device synchronise: set false")
         for field in ("zero_max_with_pp", "dp_overlap_from_zero"):
             if t.get(field, 0) not in (0, 1, 2, 3):
                 raise InputError(f"framework {key}.{field}", "must be a ZeRO stage: 0, 1, 2 or 3")

@@ -11,6 +11,9 @@
 * ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (again for a recomputed forward
   where the framework reshards), a reduce-scatter, each split into per-layer calls, each priced at
   its own size, whose host launches and copies add up too (the framework's counts: data/frameworks.toml).
+  Prefetched gathers hide under compute, and reduce-scatters under the backward; where the framework
+  synchronises the device before every gather (DeepSpeed before v0.4), neither hides, the synchronise
+  waiting for the reduce-scatters on their side stream too.
 * Optimizer: Adam with fp32 master weights is memory-bound, 30 B per local parameter shard; before
   it, the gradient norm reads the shard's gradients and all-reduces one number over the job.
 """
@@ -257,7 +260,9 @@ def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.
     # backward gathers and the gradient reduce-scatters together (one window, shared).
     if fw.dp_overlap and fw.zero3_prefetch:
         dp_z3 = m * (np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(ag3_b + rs3 - win_b, rs3 / n_rs))
-    elif fw.dp_overlap:
+    elif fw.dp_overlap and not fw.zero3_gather_syncs_device:
+        # (gathers after the previous one's layer computed: only the reduce-scatters hide; a device
+        # synchronise before each gather waits for those too, and nothing hides)
         dp_z3 = m * (ag3 + ag3_b + np.maximum(rs3 - win_b, rs3 / n_rs))
     else:
         dp_z3 = m * (ag3 + ag3_b + rs3)
