@@ -90,23 +90,28 @@ def test_deepspeed_stages_0_to_2_are_exposed_unless_overlap_comm(job):
     assert hidden > _dp(job, 1, replace(on, param_gather_in_step=False))[0]
 
 
-def test_a_profile_states_a_zero_stage_for_its_overlap(monkeypatch):
+def _catalog_refuses(monkeypatch, key: str, field: str, value) -> None:
+    """The framework catalog, read with ``key``'s ``field`` set to ``value``, is refused naming ``field``."""
     from supercluster.parallelism import framework as f
 
     real = f.load_package_toml
 
     def patched(name):
         t = real(name)
-        return {**t, "deepspeed": {**t["deepspeed"], "dp_overlap_from_zero": 5}} if name == "frameworks.toml" else t
+        return {**t, key: {**t[key], field: value}} if name == "frameworks.toml" else t
 
     framework_catalog.cache_clear()
     monkeypatch.setattr(f, "load_package_toml", patched)
     try:
-        with pytest.raises(InputError, match="dp_overlap_from_zero"):
+        with pytest.raises(InputError, match=field):
             framework_catalog()
     finally:
         monkeypatch.undo()
         framework_catalog.cache_clear()
+
+
+def test_a_profile_states_a_zero_stage_for_its_overlap(monkeypatch):
+    _catalog_refuses(monkeypatch, "deepspeed", "dp_overlap_from_zero", 5)
 
 
 def test_the_framework_catalog_says_from_which_stage_deepspeed_overlaps():
@@ -297,21 +302,4 @@ def test_a_device_synchronising_gather_leaves_every_reduce_scatter_exposed(job):
 
 
 def test_a_profile_cannot_prefetch_behind_a_device_synchronise(monkeypatch):
-    from supercluster.parallelism import framework as f
-
-    real = f.load_package_toml
-
-    def patched(name):
-        t = real(name)
-        if name != "frameworks.toml":
-            return t
-        return {**t, "deepspeed-legacy": {**t["deepspeed-legacy"], "zero3_prefetch": True}}
-
-    framework_catalog.cache_clear()
-    monkeypatch.setattr(f, "load_package_toml", patched)
-    try:
-        with pytest.raises(InputError, match="zero3_prefetch"):
-            framework_catalog()
-    finally:
-        monkeypatch.undo()
-        framework_catalog.cache_clear()
+    _catalog_refuses(monkeypatch, "deepspeed-legacy", "zero3_prefetch", True)

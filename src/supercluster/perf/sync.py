@@ -261,8 +261,8 @@ def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.
     if fw.dp_overlap and fw.zero3_prefetch:
         dp_z3 = m * (np.maximum(ag3 - win_f, ag3 / n_coll) + np.maximum(ag3_b + rs3 - win_b, rs3 / n_rs))
     elif fw.dp_overlap and not fw.zero3_gather_syncs_device:
-        # (gathers after the previous one's layer computed: only the reduce-scatters hide; a device
-        # synchronise before each gather waits for those too, and nothing hides)
+        # (each gather waits for the compute before it; the reduce-scatters hide, unless a device
+        # synchronise before each gather waits for them too: then nothing hides)
         dp_z3 = m * (ag3 + ag3_b + np.maximum(rs3 - win_b, rs3 / n_rs))
     else:
         dp_z3 = m * (ag3 + ag3_b + rs3)
