@@ -129,7 +129,13 @@ class SystemSpec:
     #: and the switch family they plug into; None = by the port speed (network.toml [fabric_defaults])
     nic_ports: int = 1
     switch: str | None = None
+    #: who made the host's x86 CPU, as NCCL's tuner reads it (:data:`HOST_CPU_VENDORS`): "amd" hosts
+    #: post network operations more slowly (network/twolevel.py NET_OVERHEAD_S); "other" = not x86
+    host_cpu_vendor: str = "intel"
 
+
+#: host CPU vendors a system may name (systems.toml host_cpu_vendor)
+HOST_CPU_VENDORS = ("intel", "amd", "other")
 
 _GPU_REQUIRED = {
     "name", "arch", "year", "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops",
@@ -198,7 +204,10 @@ def _tensor_fracs(key: str, num: dict[str, float], peaks: dict[str, float]) -> d
 
 def system_from_table(key: str, t: dict[str, object]) -> SystemSpec:
     """Build and validate a :class:`SystemSpec` from one TOML table."""
-    check_keys(f"system {key}", t, _SYSTEM_REQUIRED, {"nic_ports", "switch"})
+    check_keys(f"system {key}", t, _SYSTEM_REQUIRED, {"nic_ports", "switch", "host_cpu_vendor"})
+    vendor = t.get("host_cpu_vendor", "intel")
+    require(vendor in HOST_CPU_VENDORS, f"system {key}.host_cpu_vendor",
+            f"{vendor!r}: allowed {', '.join(HOST_CPU_VENDORS)}")
     nic = float(t["nic_gbit_per_gpu"])  # type: ignore[arg-type]
     frac = float(t["nic_busbw_frac"])  # type: ignore[arg-type]
     ports = t.get("nic_ports", 1)
@@ -211,6 +220,7 @@ def system_from_table(key: str, t: dict[str, object]) -> SystemSpec:
         scaleup_domain=int(t["scaleup_domain"]), nic_bytes_per_s=nic * GBIT,  # type: ignore[call-overload]
         nic_busbw_frac=frac, host_power_w=float(t["host_power_w"]), sources=str(t["sources"]),  # type: ignore[arg-type]
         nic_ports=int(ports), switch=str(t["switch"]) if "switch" in t else None,  # type: ignore[call-overload]
+        host_cpu_vendor=str(vendor),
     )
 
 

@@ -30,12 +30,14 @@ from ..hardware.specs import GpuSpec, SystemSpec
 from .twolevel import (
     COLLECTIVE_CALL_FLOOR_S,
     NET_HOP_LATENCY_S,
+    NET_OVERHEAD_S,
     NVLINK_HOP_LATENCY_S,
     RING_BASE_LATENCY_S,
     Array,
     TokenDispatch,
     domain_split,
     hierarchical_time_s,
+    nccl_tuning,
 )
 
 MAX_TIERS = 4
@@ -375,6 +377,10 @@ class FabricNetwork:
     scaleout_bytes_per_s: float  # achievable per GPU at 1:1 (NIC x ring efficiency)
     sharp: bool = False  # in-network all-reduce on switches that support it
     gpu: GpuSpec | None = None  # for NVLink SHARP (NVLS) inside the scale-up domain
+    #: NCCL's LL bandwidth cap for the GPU generation and the host's network post overhead
+    #: (:func:`~supercluster.network.twolevel.nccl_tuning`); none and an Intel host's by default
+    ll_max_busbw: tuple[float, float, float] | None = None
+    net_overhead_s: float = NET_OVERHEAD_S["intel"]
 
     @classmethod
     def for_fabric(cls, fabric: Fabric, gpu: GpuSpec, system: SystemSpec, sharp: bool = False) -> FabricNetwork:
@@ -382,8 +388,10 @@ class FabricNetwork:
         system's achievable fraction (systems.toml)."""
         require(not sharp or fabric.switch.in_network_reduction, "sharp",
                 f"{fabric.switch.key} does not reduce in the network")
+        ll_max, overhead = nccl_tuning(gpu, system)
         return cls(fabric=fabric, scaleup_busbw_bytes_per_s=ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s),
-                   scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac, sharp=sharp, gpu=gpu)
+                   scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac, sharp=sharp, gpu=gpu,
+                   ll_max_busbw=ll_max, net_overhead_s=overhead)
 
     def tier_of(self, span: np.ndarray) -> np.ndarray:
         """Highest tier traffic among ``span`` consecutive GPUs climbs to (0: inside a scale-up domain)."""
@@ -425,7 +433,8 @@ class FabricNetwork:
         divisor = self.fabric.contention("uniform" if kind == "all_to_all" else "ring", g, st)
         t = hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
                                 self.scaleout_bytes_per_s / divisor, NVLINK_HOP_LATENCY_S,
-                                NET_HOP_LATENCY_S + extra, RING_BASE_LATENCY_S, in_network=self.sharp, dedup=dedup)
+                                NET_HOP_LATENCY_S + extra, RING_BASE_LATENCY_S, in_network=self.sharp, dedup=dedup,
+                                ll_max=self.ll_max_busbw, net_overhead_s=self.net_overhead_s)
         if kind == "all_reduce" and self.gpu is not None:
             # NCCL takes NVLink SHARP for an all-reduce inside one domain when it is faster.
             nvls = np.array([nvls_algbw_bytes_per_s(self.gpu, int(x)) for x in np.unique(n)])
