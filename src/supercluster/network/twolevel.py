@@ -303,7 +303,7 @@ def ring_collective_s(kind: str, s: np.ndarray, g: np.ndarray, n: Array, k: Arra
     # links, so the slower stage sets the time: this reproduces the measured 4 x 8 B200
     # all-reduce (busbw 381.8 GB/s from 36.95 GB/s per NIC, collectives.md section 5).
     log_k = np.log2(np.maximum(k, 1.0))
-    steps = 2.0 if kind == "all_reduce" else 1.0
+    passes = 2.0 if kind == "all_reduce" else 1.0  # the bus carries the data twice in an all-reduce
     if kind == "all_reduce":
         inter = (k - 1) / k * s / (n * bo)
         bw = np.maximum(2 * (n - 1) / n * s / bu, np.where(in_network, 1.0, 2.0) * inter)
@@ -325,6 +325,6 @@ def ring_collective_s(kind: str, s: np.ndarray, g: np.ndarray, n: Array, k: Arra
         t_bw = bw / p.bw_share
         if p.name == "LL" and ll_max is not None:
             cap = np.where(k <= 1, ll_max[0], np.where(k <= 2, ll_max[1], ll_max[2]))
-            t_bw = np.maximum(t_bw, steps * (g - 1) / g * s / cap)
+            t_bw = np.maximum(t_bw, passes * (g - 1) / g * s / cap)
         best = np.minimum(best, t_bw + lat + base + p.base_s - RING_BASE_LATENCY_S)
     return np.where(g > 1, best + COLLECTIVE_CALL_FLOOR_S, 0.0)
