@@ -330,3 +330,5 @@ def test_systems_name_their_host_cpu_vendor_and_a_bad_one_is_refused():
              "nic_busbw_frac": 0.74, "host_power_w": 4000.0, "sources": "x", "host_cpu_vendor": "via"}
     with pytest.raises(InputError, match="host_cpu_vendor"):
         system_from_table("x", table)
+    shown = CliRunner().invoke(app, ["catalog", "systems", "--json"])
+    assert json.loads(shown.stdout)["dgx-a100"]["host_cpu_vendor"] == "amd"

@@ -199,13 +199,13 @@ def gpus_table(gpus: dict[str, GpuSpec]) -> Table:
 
 def systems_table(systems: dict[str, SystemSpec]) -> Table:
     t = Table(title="Systems")
-    for c in ("key", "name", "gpu", "GPUs/node", "scale-up domain", "NIC Gb/s per GPU", "scale-out"):
+    for c in ("key", "name", "gpu", "GPUs/node", "scale-up domain", "NIC Gb/s per GPU", "scale-out", "host CPU"):
         t.add_column(c)
     for k, s in systems.items():
         gbit = s.nic_bytes_per_s * 8 / 1e9
         ports = f"{s.nic_ports} x {gbit / s.nic_ports:g}G" if s.nic_ports > 1 else "1 port"
         t.add_row(k, s.name, s.gpu, str(s.gpus_per_node), str(s.scaleup_domain), f"{gbit:.0f}",
-                  ports + (f", {s.switch}" if s.switch else ""))
+                  ports + (f", {s.switch}" if s.switch else ""), s.host_cpu_vendor)
     return t
 
 
