@@ -57,11 +57,11 @@ PROTOCOLS = (
     WireProtocol("LL128", 14.0e-6, 1.9e-6, 4.0e-6, 0.92),
     WireProtocol("Simple", RING_BASE_LATENCY_S, NVLINK_HOP_LATENCY_S, 14.0e-6, 1.0),
 )
-#: NCCL's cap on LL's bus bandwidth (tuner constants llMaxBws, bytes/s) by GPU generation, for one
-#: node, two, and more; a generation without an entry is not capped
+#: NCCL's cap on LL's bus bandwidth (tuner constants llMaxBws, bytes/s; [NCCL-RING]) by GPU generation,
+#: for one node, two, and more; a generation without an entry is not capped
 LL_MAX_BUSBW = {"volta": (39.0e9, 39.0e9, 20.4e9), "ampere": (87.7e9, 22.5e9, 19.0e9),
                 "hopper": (141.0e9, 45.0e9, 35.0e9), "blackwell": (282.0e9, 90.0e9, 70.0e9)}
-#: NCCL's network post overhead (getNetOverhead): 1 us from an Intel x86 host and from any other host
+#: NCCL's network post overhead (getNetOverhead, [NCCL-RING]): 1 us from an Intel x86 host and from any other host
 #: but an AMD x86 one, which takes 2 us. A ring spanning nodes pays at least it on every step inside
 #: a node too, three times it for the Simple protocol (src/tuning/ring.cc: intraLat = max(intraLat,
 #: netOverhead)).
