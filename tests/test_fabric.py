@@ -197,7 +197,7 @@ def test_predicted_bus_bandwidth_against_nccl_tests(gpu, kind, n, nodes, alg, me
 
 
 # collectives.md section 4: 8 x H200 all-reduce busbw by message size (STAS-NET). NCCL's protocols (LL for
-# small messages, LL128 and Simple, network/twolevel.py PROTOCOLS) and the per-call floor (set from the
+# small messages, LL128 and Simple, network/nccl.py PROTOCOLS) and the per-call floor (set from the
 # 32 KiB point) meet the table within 3 % from 16 MiB up; at 1 MiB the model is 12 % pessimistic (LL at
 # half the bus bandwidth, capped at Hopper's 141 GB/s, NCCL's llMaxBws), a known limit kept visible here.
 # (The 32 KiB point sets the floor, so it is met by construction.)
@@ -216,7 +216,7 @@ def test_h200_all_reduce_by_message_size_follows_nccls_protocols():
 def test_a_mid_size_all_reduce_takes_the_protocol_nccl_tuner_would():
     """LL (half the bus bandwidth, 0.6 us a step) for small messages, Simple for large ones:
     each time is the fastest protocol's, never above any one of them."""
-    from supercluster.network.twolevel import COLLECTIVE_CALL_FLOOR_S, PROTOCOLS, ring_collective_s
+    from supercluster.network.nccl import COLLECTIVE_CALL_FLOOR_S, PROTOCOLS, ring_collective_s
 
     g, n, bu = np.float64(8.0), 8.0, 360e9
     for size in (4e3, 1e6, 16e6, 1e9):
@@ -297,11 +297,11 @@ def test_a_ring_across_nodes_pays_the_hosts_network_post_overhead_on_every_step(
     costs at least the host's network post overhead (1 us from an Intel host, 2 us from an AMD one;
     three times it for Simple). A zero-byte all-gather takes LL, whose NVLink step is 0.6 us: over
     2 nodes of 8 the AMD host's 14 intra-node steps take 1 us more each; inside one node, no floor."""
-    from supercluster.network.twolevel import NET_OVERHEAD_S, ring_collective_s
+    from supercluster.network.nccl import NET_OVERHEAD_S, NcclTuning, ring_collective_s
 
     def t(g: float, n: float, k: float, vendor: str) -> float:
         return float(ring_collective_s("all_gather", np.float64(0.0), np.float64(g), n, k, 360e9, 37e9, 3.4e-6,
-                                       16e-6, 8.4e-6, net_overhead_s=NET_OVERHEAD_S[vendor]))
+                                       16e-6, 8.4e-6, tuning=NcclTuning(net_overhead_s=NET_OVERHEAD_S[vendor])))
 
     assert t(16, 8, 2, "amd") - t(16, 8, 2, "intel") == pytest.approx(14 * 1e-6, rel=1e-9)
     assert t(8, 8, 1, "amd") == t(8, 8, 1, "intel")
@@ -310,10 +310,10 @@ def test_a_ring_across_nodes_pays_the_hosts_network_post_overhead_on_every_step(
 def test_ll_bandwidth_is_capped_by_the_gpu_generation():
     """LL reaches half the ring's bus bandwidth, at most NCCL's llMaxBws for the GPU generation and node
     count: a 1 MiB all-reduce on 8 H200 is priced at Hopper's 141 GB/s where half the bus would be more."""
-    from supercluster.network.twolevel import COLLECTIVE_CALL_FLOOR_S, LL_MAX_BUSBW, ring_collective_s
+    from supercluster.network.nccl import COLLECTIVE_CALL_FLOOR_S, LL_MAX_BUSBW, NcclTuning, ring_collective_s
 
     args = ("all_reduce", np.float64(2**20), np.float64(8.0), 8.0, 1.0, 360e9, 37e9, 3.4e-6, 16e-6, 8.4e-6)
-    capped = float(ring_collective_s(*args, ll_max=LL_MAX_BUSBW["hopper"]))
+    capped = float(ring_collective_s(*args, tuning=NcclTuning(ll_max_busbw=LL_MAX_BUSBW["hopper"])))
     latency = 6.6e-6 + 14 * 0.6e-6 + COLLECTIVE_CALL_FLOOR_S
     assert capped == pytest.approx(2 * 7 / 8 * 2**20 / 141e9 + latency, rel=1e-9)
     assert float(ring_collective_s(*args)) == pytest.approx(2 * 7 / 8 * 2**20 / (0.5 * 360e9) + latency, rel=1e-9)

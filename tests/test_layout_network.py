@@ -6,7 +6,8 @@ import pytest
 from supercluster.errors import InputError
 from supercluster.formats.load import load_model
 from supercluster.hardware.specs import get_gpu, get_system, gpu_catalog
-from supercluster.network.twolevel import COLLECTIVE_CALL_FLOOR_S, TwoLevelNetwork
+from supercluster.network.nccl import COLLECTIVE_CALL_FLOOR_S
+from supercluster.network.twolevel import TwoLevelNetwork
 from supercluster.parallelism.layout import Layout
 
 

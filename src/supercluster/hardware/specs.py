@@ -130,7 +130,7 @@ class SystemSpec:
     nic_ports: int = 1
     switch: str | None = None
     #: who made the host's x86 CPU, as NCCL's tuner reads it (:data:`HOST_CPU_VENDORS`): "amd" hosts
-    #: post network operations more slowly (network/twolevel.py NET_OVERHEAD_S); "other" = not x86
+    #: post network operations more slowly (network/nccl.py NET_OVERHEAD_S); "other" = not x86
     host_cpu_vendor: str = "intel"
 
 

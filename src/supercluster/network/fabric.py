@@ -27,18 +27,16 @@ import numpy as np
 from .._toml import check_keys, load_package_toml
 from ..errors import InputError, require
 from ..hardware.specs import GpuSpec, SystemSpec
-from .twolevel import (
+from .nccl import (
     COLLECTIVE_CALL_FLOOR_S,
+    DEFAULT_TUNING,
     NET_HOP_LATENCY_S,
-    NET_OVERHEAD_S,
     NVLINK_HOP_LATENCY_S,
     RING_BASE_LATENCY_S,
-    Array,
-    TokenDispatch,
-    domain_split,
-    hierarchical_time_s,
+    NcclTuning,
     nccl_tuning,
 )
+from .twolevel import Array, TokenDispatch, domain_split, hierarchical_time_s
 
 MAX_TIERS = 4
 _SWITCH_KEYS = {"name", "capacity_tbit", "max_port_gbit", "min_port_gbit", "latency_ns", "power_w", "price_usd",
@@ -377,10 +375,9 @@ class FabricNetwork:
     scaleout_bytes_per_s: float  # achievable per GPU at 1:1 (NIC x ring efficiency)
     sharp: bool = False  # in-network all-reduce on switches that support it
     gpu: GpuSpec | None = None  # for NVLink SHARP (NVLS) inside the scale-up domain
-    #: NCCL's LL bandwidth cap for the GPU generation and the host's network post overhead
-    #: (:func:`~supercluster.network.twolevel.nccl_tuning`); none and an Intel host's by default
-    ll_max_busbw: tuple[float, float, float] | None = None
-    net_overhead_s: float = NET_OVERHEAD_S["intel"]
+    #: what NCCL's tuner reads from the GPU and host (:func:`~supercluster.network.nccl.nccl_tuning`);
+    #: no LL cap and an Intel host's by default
+    nccl: NcclTuning = DEFAULT_TUNING
 
     @classmethod
     def for_fabric(cls, fabric: Fabric, gpu: GpuSpec, system: SystemSpec, sharp: bool = False) -> FabricNetwork:
@@ -388,10 +385,9 @@ class FabricNetwork:
         system's achievable fraction (systems.toml)."""
         require(not sharp or fabric.switch.in_network_reduction, "sharp",
                 f"{fabric.switch.key} does not reduce in the network")
-        ll_max, overhead = nccl_tuning(gpu, system)
         return cls(fabric=fabric, scaleup_busbw_bytes_per_s=ring_busbw_bytes_per_s(gpu.scaleup_bytes_per_s),
                    scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac, sharp=sharp, gpu=gpu,
-                   ll_max_busbw=ll_max, net_overhead_s=overhead)
+                   nccl=nccl_tuning(gpu, system))
 
     def tier_of(self, span: np.ndarray) -> np.ndarray:
         """Highest tier traffic among ``span`` consecutive GPUs climbs to (0: inside a scale-up domain)."""
@@ -434,7 +430,7 @@ class FabricNetwork:
         t = hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
                                 self.scaleout_bytes_per_s / divisor, NVLINK_HOP_LATENCY_S,
                                 NET_HOP_LATENCY_S + extra, RING_BASE_LATENCY_S, in_network=self.sharp, dedup=dedup,
-                                ll_max=self.ll_max_busbw, net_overhead_s=self.net_overhead_s)
+                                tuning=self.nccl)
         if kind == "all_reduce" and self.gpu is not None:
             # NCCL takes NVLink SHARP for an all-reduce inside one domain when it is faster.
             nvls = np.array([nvls_algbw_bytes_per_s(self.gpu, int(x)) for x in np.unique(n)])

@@ -7,7 +7,8 @@ Any object with ``collective_time_s(kind, size_bytes, group_size, stride)`` answ
 
 Conventions (nccl-tests, collectives.md section 2): ``size_bytes`` is the full buffer per rank
 (all-reduce input, all-gather output, reduce-scatter input, all-to-all send buffer, p2p message).
-Costs are alpha-beta [THAKUR05]; the hierarchical all-reduce is collectives.md section 5.
+Costs are alpha-beta [THAKUR05]; the hierarchical all-reduce is collectives.md section 5, its ring and
+tree at NCCL's own tuner (:mod:`supercluster.network.nccl`).
 All functions accept floats or equal-length numpy arrays.
 """
 
@@ -23,56 +24,18 @@ import numpy as np
 from ..errors import require
 from ..hardware.specs import GpuSpec, SystemSpec
 from ..parallelism.framework import ROUTERS
+from .nccl import (
+    DEFAULT_TUNING,
+    NET_HOP_LATENCY_S,
+    NVLINK_HOP_LATENCY_S,
+    RING_BASE_LATENCY_S,
+    NcclTuning,
+    nccl_tuning,
+    ring_collective_s,
+)
 
 Array = np.ndarray | float
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
-
-# NCCL 2.30.7 tuner constants, Simple protocol (collectives.md 3.1, [NCCL-TUNE-230]):
-RING_BASE_LATENCY_S = 8.4e-6   # per call
-NVLINK_HOP_LATENCY_S = 3.4e-6  # per ring step over NVLink
-#: per message over the network, for point-to-point sends and all-to-alls: NCCL's network step
-#: latency plus its network post overhead (below); a ring collective's network steps take the
-#: tuner's latency alone (:data:`PROTOCOLS`)
-NET_HOP_LATENCY_S = 14e-6 + 2e-6
-
-
-@dataclass(frozen=True, slots=True)
-class WireProtocol:
-    """One of NCCL's wire protocols as its ring tuner prices it (src/tuning/ring.cc, src/graph/tuning.cc,
-    [NCCL-TUNE-230]): the per-call base latency, the per-ring-step latencies over NVLink and the
-    network, and the share of the ring's bus bandwidth it reaches (LL: half, at most the GPU
-    generation's ``llMaxBws``, :data:`LL_MAX_BUSBW`; LL128 120 of each 128-byte line)."""
-
-    name: str
-    base_s: float
-    nvlink_hop_s: float
-    net_hop_s: float
-    bw_share: float
-
-
-#: NCCL's three protocols; a ring collective (all-reduce, all-gather, reduce-scatter) takes whichever is
-#: fastest for its size, as NCCL's tuner does. Simple is the one priced before protocols were modelled.
-PROTOCOLS = (
-    WireProtocol("LL", 6.6e-6, 0.6e-6, 2.7e-6, 0.5),
-    WireProtocol("LL128", 14.0e-6, 1.9e-6, 4.0e-6, 0.92),
-    WireProtocol("Simple", RING_BASE_LATENCY_S, NVLINK_HOP_LATENCY_S, 14.0e-6, 1.0),
-)
-#: NCCL's cap on LL's bus bandwidth (tuner constants llMaxBws, bytes/s; [NCCL-RING]) by GPU generation,
-#: for one node, two, and more; a generation without an entry is not capped
-LL_MAX_BUSBW = {"volta": (39.0e9, 39.0e9, 20.4e9), "ampere": (87.7e9, 22.5e9, 19.0e9),
-                "hopper": (141.0e9, 45.0e9, 35.0e9), "blackwell": (282.0e9, 90.0e9, 70.0e9)}
-#: NCCL's network post overhead (getNetOverhead, [NCCL-RING]): 1 us from an Intel x86 host and from any other host
-#: but an AMD x86 one, which takes 2 us. A ring spanning nodes pays at least it on every step inside
-#: a node too, three times it for the Simple protocol (src/tuning/ring.cc: intraLat = max(intraLat,
-#: netOverhead)).
-NET_OVERHEAD_S = {"intel": 1.0e-6, "amd": 2.0e-6, "other": 1.0e-6}
-#: What a ring collective costs beyond NCCL's own latency model, per call: the kernel launch and the
-#: ranks' arrival. NCCL's tuner prices the smallest measured all-reduce (32 KiB on 8 H200: 1.44 GB/s
-#: busbw, 39.8 us [STAS-NET], collectives.md section 4) at 15.4 us (LL: 6.6 us + 14 steps of 0.6 us, and
-#: 57 kB at Hopper's 141 GB/s cap); the rest, 24.4 us, is this. With it the model meets the same table's
-#: 16 MiB, 128 MiB and 1 GiB points within 3 %.
-COLLECTIVE_CALL_FLOOR_S = 24.4e-6
-
 
 class Network(Protocol):
     """What the cost model needs from a network."""
@@ -206,10 +169,9 @@ class TwoLevelNetwork:
     scaleup_hop_latency_s: float = NVLINK_HOP_LATENCY_S
     scaleout_hop_latency_s: float = NET_HOP_LATENCY_S
     base_latency_s: float = RING_BASE_LATENCY_S
-    #: NCCL's LL bandwidth cap for the GPU generation and the host's network post overhead
-    #: (:func:`nccl_tuning`); none and an Intel host's by default
-    ll_max_busbw: tuple[float, float, float] | None = None
-    net_overhead_s: float = NET_OVERHEAD_S["intel"]
+    #: what NCCL's tuner reads from the GPU and host (:func:`~supercluster.network.nccl.nccl_tuning`);
+    #: no LL cap and an Intel host's by default
+    nccl: NcclTuning = DEFAULT_TUNING
 
     def __post_init__(self) -> None:
         require(self.domain_size >= 1, "network.domain_size", f"must be >= 1, got {self.domain_size}")
@@ -221,12 +183,11 @@ class TwoLevelNetwork:
     @classmethod
     def for_system(cls, gpu: GpuSpec, system: SystemSpec) -> TwoLevelNetwork:
         """The default two-level network of a catalog system."""
-        ll_max, overhead = nccl_tuning(gpu, system)
         return cls(
             domain_size=system.scaleup_domain,
             scaleup_busbw_bytes_per_s=gpu.allreduce_busbw_bytes_per_s,
             scaleout_bytes_per_s=system.nic_bytes_per_s * system.nic_busbw_frac,
-            ll_max_busbw=ll_max, net_overhead_s=overhead,
+            nccl=nccl_tuning(gpu, system),
         )
 
     def split(self, group_size: Array, stride: Array) -> tuple[Array, Array]:
@@ -240,13 +201,7 @@ class TwoLevelNetwork:
         return hierarchical_time_s(kind, size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
                                    self.scaleout_bytes_per_s, self.scaleup_hop_latency_s,
                                    self.scaleout_hop_latency_s, self.base_latency_s, dedup=dedup,
-                                   ll_max=self.ll_max_busbw, net_overhead_s=self.net_overhead_s)
-
-
-def nccl_tuning(gpu: GpuSpec, system: SystemSpec) -> tuple[tuple[float, float, float] | None, float]:
-    """(LL's bus bandwidth cap, the host's network post overhead) NCCL's tuner takes for ``gpu`` in
-    ``system`` (:data:`LL_MAX_BUSBW`, :data:`NET_OVERHEAD_S` by the system's ``host_cpu_vendor``)."""
-    return LL_MAX_BUSBW.get(gpu.arch), NET_OVERHEAD_S[system.host_cpu_vendor]
+                                   tuning=self.nccl)
 
 
 def domain_split(group_size: Array, stride: Array, domain_size: float) -> tuple[np.ndarray, np.ndarray]:
@@ -260,14 +215,13 @@ def domain_split(group_size: Array, stride: Array, domain_size: float) -> tuple[
 
 def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k: Array, bu: Array, bo: Array,
                         au: Array, ao: Array, base: float, in_network: Array = False,
-                        dedup: TokenDispatch | None = None, ll_max: tuple[float, float, float] | None = None,
-                        net_overhead_s: float = NET_OVERHEAD_S["intel"]) -> Array:
+                        dedup: TokenDispatch | None = None, tuning: NcclTuning = DEFAULT_TUNING) -> Array:
     """Alpha-beta time of a collective over g = n x k ranks: n per scale-up domain (bus bandwidth bu,
     per-step latency au), k domains joined by the scale-out network (per-GPU bandwidth bo, per-step
     latency ao). ``in_network``: the scale-out all-reduce reduces in the switches (SHARP), which
     halves its traffic (collectives.md sections 1 and 5). ``dedup``: an all-to-all whose tokens go once
     to each rank and cross once to each domain holding their experts (:class:`TokenDispatch`).
-    ``ll_max`` and ``net_overhead_s``: NCCL's tuning for the GPU and host (:func:`ring_collective_s`)."""
+    ``tuning``: what NCCL's tuner reads from the GPU and host (:func:`~supercluster.network.nccl.ring_collective_s`)."""
     require(kind in KINDS, "collective", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
     s = np.asarray(size_bytes, dtype=float)
     if kind == "p2p":
@@ -283,48 +237,5 @@ def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k
         bw = intra + remote
         lat = (n - 1) * au + (k - 1) * ao
     else:
-        return ring_collective_s(kind, s, g, n, k, bu, bo, au, ao, base, in_network, ll_max, net_overhead_s)
+        return ring_collective_s(kind, s, g, n, k, bu, bo, au, ao, base, in_network, tuning)
     return np.where(g > 1, bw + lat + base, 0.0)
-
-
-def ring_collective_s(kind: str, s: np.ndarray, g: np.ndarray, n: Array, k: Array, bu: Array, bo: Array,
-                      au: Array, ao: Array, base: float, in_network: Array = False,
-                      ll_max: tuple[float, float, float] | None = None,
-                      net_overhead_s: float = NET_OVERHEAD_S["intel"]) -> np.ndarray:
-    """All-reduce, all-gather or reduce-scatter (see :func:`hierarchical_time_s`) at the fastest of
-    NCCL's protocols (:data:`PROTOCOLS`), plus the per-call floor (:data:`COLLECTIVE_CALL_FLOOR_S`).
-    ``au``, ``ao`` and ``base`` are the Simple protocol's (a fabric's extra switch latency included);
-    the other protocols differ from them by NCCL's own latency differences. ``ll_max``: LL's bus
-    bandwidth cap for one node, two and more (:data:`LL_MAX_BUSBW`); ``net_overhead_s``: the host's
-    network post overhead (:data:`NET_OVERHEAD_S`)."""
-    # Bandwidth: hierarchical - reduce-scatter in the domain, k-way across rails on a
-    # 1/n shard, all-gather in the domain; half of that for reduce-scatter or all-gather.
-    # NCCL pipelines chunks through the NVLink and network stages, which use different
-    # links, so the slower stage sets the time: this reproduces the measured 4 x 8 B200
-    # all-reduce (busbw 381.8 GB/s from 36.95 GB/s per NIC, collectives.md section 5).
-    log_k = np.log2(np.maximum(k, 1.0))
-    passes = 2.0 if kind == "all_reduce" else 1.0  # the bus carries the data twice in an all-reduce
-    if kind == "all_reduce":
-        inter = (k - 1) / k * s / (n * bo)
-        bw = np.maximum(2 * (n - 1) / n * s / bu, np.where(in_network, 1.0, 2.0) * inter)
-    else:
-        bw = np.maximum((n - 1) / n * s / bu, (k - 1) / k * s / (n * bo))
-    multinode = np.asarray(k) > 1
-    best = np.full(np.broadcast(s, g, n, k).shape, np.inf)
-    for p in PROTOCOLS:
-        au_p = au + p.nvlink_hop_s - NVLINK_HOP_LATENCY_S
-        ao_p = ao + p.net_hop_s - NET_HOP_LATENCY_S
-        # Latency: NCCL runs all-gather / reduce-scatter as a ring over all g ranks (PAT only
-        # with one GPU per node), so g - 1 steps of which k - 1 cross the network
-        # [NCCL-TUNE-230]; a ring spanning nodes pays the host's network post overhead on each
-        # step inside a node at least (three times it for Simple). All-reduce takes the better of
-        # the ring (2x the steps) and the double binary tree (2 ((n - 1) intra + log2 k inter)).
-        floor = net_overhead_s * (3.0 if p.name == "Simple" else 1.0)
-        ring = (g - k) * np.where(multinode, np.maximum(au_p, floor), au_p) + (k - 1) * ao_p
-        lat = np.minimum(2 * ring, 2 * ((n - 1) * au_p + log_k * ao_p)) if kind == "all_reduce" else ring
-        t_bw = bw / p.bw_share
-        if p.name == "LL" and ll_max is not None:
-            cap = np.where(k <= 1, ll_max[0], np.where(k <= 2, ll_max[1], ll_max[2]))
-            t_bw = np.maximum(t_bw, passes * (g - 1) / g * s / cap)
-        best = np.minimum(best, t_bw + lat + base + p.base_s - RING_BASE_LATENCY_S)
-    return np.where(g > 1, best + COLLECTIVE_CALL_FLOOR_S, 0.0)
