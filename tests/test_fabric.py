@@ -319,16 +319,16 @@ def test_ll_bandwidth_is_capped_by_the_gpu_generation():
     assert float(ring_collective_s(*args)) == pytest.approx(2 * 7 / 8 * 2**20 / (0.5 * 360e9) + latency, rel=1e-9)
 
 
-def test_systems_name_their_host_cpu_vendor_and_a_bad_one_is_refused():
+def test_systems_name_their_host_cpu_its_gpus_take_it_and_a_bad_one_is_refused():
     from supercluster.errors import InputError
     from supercluster.hardware.specs import system_from_table
 
-    assert get_system("dgx-a100").host_cpu_vendor == "amd"
-    assert get_system("dgx-h100").host_cpu_vendor == "intel"
-    assert get_system("gb200-nvl72").host_cpu_vendor == "other"
+    assert get_system("dgx-a100").host_cpu == get_gpu("a100-80gb").host_cpu == "amd"
+    assert get_system("dgx-h100").host_cpu == get_gpu("h100-sxm").host_cpu == "intel"
+    assert get_system("gb200-nvl72").host_cpu == get_gpu("gb200").host_cpu == "grace"
     table = {"name": "x", "gpu": "h100-sxm", "gpus_per_node": 8, "scaleup_domain": 8, "nic_gbit_per_gpu": 400.0,
-             "nic_busbw_frac": 0.74, "host_power_w": 4000.0, "sources": "x", "host_cpu_vendor": "via"}
-    with pytest.raises(InputError, match="host_cpu_vendor"):
+             "nic_busbw_frac": 0.74, "host_power_w": 4000.0, "sources": "x", "host_cpu": "via"}
+    with pytest.raises(InputError, match="host_cpu.*allowed intel, amd, grace"):
         system_from_table("x", table)
     shown = CliRunner().invoke(app, ["catalog", "systems", "--json"])
-    assert json.loads(shown.stdout)["dgx-a100"]["host_cpu_vendor"] == "amd"
+    assert json.loads(shown.stdout)["dgx-a100"]["host_cpu"] == "amd"

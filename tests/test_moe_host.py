@@ -102,8 +102,8 @@ def test_a_grace_host_launches_the_same_kernels_slower():
     from supercluster.hardware.specs import get_gpu
 
     grace = get_gpu("gb200")
-    assert grace.host_cpu == "grace" and get_gpu("b200").host_cpu == "x86"
-    x86 = replace(grace, host_cpu="x86")
+    assert grace.host_cpu == "grace" and get_gpu("b200").host_cpu == "intel"
+    x86 = replace(grace, host_cpu="intel")
     fw = get_framework("nemo-megatron+fp8-current")
     lay = _layout(micro_batch=2)
     on_grace, on_x86 = (sc.estimate(MODEL, gpu=g, num_gpus=8, layout=lay, framework=fw) for g in (grace, x86))

@@ -109,12 +109,12 @@ def _host_slowdown(host_cpu: str) -> float:
     return float(_kernels()["host"]["grace_op_factor"]) if host_cpu == "grace" else 1.0  # type: ignore[index]
 
 
-def host_op_launch_s(host_cpu: str = "x86") -> float:
+def host_op_launch_s(host_cpu: str = "intel") -> float:
     """Host seconds PyTorch takes to launch one small GPU op from ``host_cpu`` (kernels.toml [host])."""
     return float(_kernels()["host"]["op_launch_s"]) * _host_slowdown(host_cpu)  # type: ignore[index]
 
 
-def host_view_op_s(host_cpu: str = "x86") -> float:
+def host_view_op_s(host_cpu: str = "intel") -> float:
     """Host seconds one tensor op called from Python takes when it launches no kernel (a view), from
     ``host_cpu``: kernels.toml [host] view_op_s."""
     return float(_kernels()["host"]["view_op_s"]) * _host_slowdown(host_cpu)  # type: ignore[index]

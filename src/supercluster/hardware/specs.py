@@ -14,7 +14,9 @@ from ..errors import InputError, require
 from ..units import GBIT, TERA, GiB
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "tf32")  # catalog columns; calibrated profiles may add fp32
-HOST_CPUS = ("x86", "grace")
+#: the host CPUs a system's GPUs are launched from (systems.toml host_cpu): an Intel or AMD x86 server or a
+#: Grace superchip; NCCL's tuner and PyTorch's host work both read it
+HOST_CPUS = ("intel", "amd", "grace")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,9 +56,10 @@ class GpuSpec:
     #: traffic is priced apart (:func:`tensor_frac` of ``gemm_frac``, at the catalog's HBM rate);
     #: empty for a calibrated profile, whose GEMM rate was measured in situ
     gemm_tensor_frac: dict[str, float] = field(default_factory=dict)
-    #: the CPU that launches the GPU's kernels (:data:`HOST_CPUS`): "grace" for a Grace superchip
-    #: (GB200, GB300), whose PyTorch host work runs slower than an x86 server's (kernels.toml [host])
-    host_cpu: str = "x86"
+    #: the CPU that launches the GPU's kernels (:data:`HOST_CPUS`), its catalog system's
+    #: (:attr:`SystemSpec.host_cpu`): a Grace superchip (GB200, GB300) runs PyTorch's host work slower
+    #: than an x86 server (kernels.toml [host])
+    host_cpu: str = "intel"
     #: exponentials per second the special-function units compute (MUFU.EX2, the softmax's exp); 0 =
     #: not catalogued, where the fused attention's exponentials are not priced apart (kernels.toml [flash])
     sfu_exp_per_s: float = 0.0
@@ -129,13 +132,10 @@ class SystemSpec:
     #: and the switch family they plug into; None = by the port speed (network.toml [fabric_defaults])
     nic_ports: int = 1
     switch: str | None = None
-    #: who made the host's x86 CPU, as NCCL's tuner reads it (:data:`HOST_CPU_VENDORS`): "amd" hosts
-    #: post network operations more slowly (network/nccl.py NET_OVERHEAD_S); "other" = not x86
-    host_cpu_vendor: str = "intel"
-
-
-#: host CPU vendors a system may name (systems.toml host_cpu_vendor)
-HOST_CPU_VENDORS = ("intel", "amd", "other")
+    #: the host CPU that launches the GPUs' kernels (:data:`HOST_CPUS`): NCCL's tuner takes an AMD x86
+    #: host's network post overhead as twice the others' (network/nccl.py NET_OVERHEAD_S), and a Grace
+    #: host runs PyTorch's host work slower (kernels.toml [host])
+    host_cpu: str = "intel"
 
 _GPU_REQUIRED = {
     "name", "arch", "year", "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops",
@@ -151,9 +151,7 @@ _SYSTEM_REQUIRED = {
 
 def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
     """Build and validate a :class:`GpuSpec` from one TOML table (human units)."""
-    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac", "host_cpu", "sfu_tera_exp_per_s"})
-    host = t.get("host_cpu", "x86")
-    require(host in HOST_CPUS, f"gpu {key}.host_cpu", f"{host!r}: allowed {', '.join(HOST_CPUS)}")
+    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac", "sfu_tera_exp_per_s"})
     num = {k: float(v) for k, v in t.items() if isinstance(v, int | float) and k != "year"}
     for k, v in num.items():
         require(v >= 0, f"gpu {key}.{k}", f"must be >= 0, got {v}")
@@ -176,7 +174,7 @@ def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
         scaleup_bytes_per_s=num["scaleup_gb_per_s"] * 1e9, scaleup_domain=int(num["scaleup_domain"]),
         allreduce_busbw_bytes_per_s=num["allreduce_busbw_gb_per_s"] * 1e9, tdp_w=num["tdp_w"],
         price_usd=num["price_usd"], system=str(t["system"]), sources=str(t["sources"]),
-        gemm_tensor_frac=_tensor_fracs(key, num, peaks), host_cpu=str(host),
+        gemm_tensor_frac=_tensor_fracs(key, num, peaks),
         sfu_exp_per_s=num.get("sfu_tera_exp_per_s", 0.0) * TERA,
     )
 
@@ -204,10 +202,9 @@ def _tensor_fracs(key: str, num: dict[str, float], peaks: dict[str, float]) -> d
 
 def system_from_table(key: str, t: dict[str, object]) -> SystemSpec:
     """Build and validate a :class:`SystemSpec` from one TOML table."""
-    check_keys(f"system {key}", t, _SYSTEM_REQUIRED, {"nic_ports", "switch", "host_cpu_vendor"})
-    vendor = t.get("host_cpu_vendor", "intel")
-    require(vendor in HOST_CPU_VENDORS, f"system {key}.host_cpu_vendor",
-            f"{vendor!r}: allowed {', '.join(HOST_CPU_VENDORS)}")
+    check_keys(f"system {key}", t, _SYSTEM_REQUIRED, {"nic_ports", "switch", "host_cpu"})
+    host = t.get("host_cpu", "intel")
+    require(host in HOST_CPUS, f"system {key}.host_cpu", f"{host!r}: allowed {', '.join(HOST_CPUS)}")
     nic = float(t["nic_gbit_per_gpu"])  # type: ignore[arg-type]
     frac = float(t["nic_busbw_frac"])  # type: ignore[arg-type]
     ports = t.get("nic_ports", 1)
@@ -220,14 +217,16 @@ def system_from_table(key: str, t: dict[str, object]) -> SystemSpec:
         scaleup_domain=int(t["scaleup_domain"]), nic_bytes_per_s=nic * GBIT,  # type: ignore[call-overload]
         nic_busbw_frac=frac, host_power_w=float(t["host_power_w"]), sources=str(t["sources"]),  # type: ignore[arg-type]
         nic_ports=int(ports), switch=str(t["switch"]) if "switch" in t else None,  # type: ignore[call-overload]
-        host_cpu_vendor=str(vendor),
+        host_cpu=str(host),
     )
 
 
 @cache
 def gpu_catalog() -> dict[str, GpuSpec]:
-    """All catalog GPUs by key."""
-    return {k: gpu_from_table(k, v) for k, v in load_package_toml("gpus.toml").items()}
+    """All catalog GPUs by key, each launched from its catalog system's host CPU."""
+    systems = system_catalog()
+    gpus = (gpu_from_table(k, v) for k, v in load_package_toml("gpus.toml").items())
+    return {g.key: replace(g, host_cpu=systems[g.system].host_cpu) if g.system in systems else g for g in gpus}
 
 
 @cache

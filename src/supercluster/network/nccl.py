@@ -70,11 +70,11 @@ TREE_CORRECTION = (
 #: for one node, two, and more; a generation without an entry is not capped
 LL_MAX_BUSBW = {"volta": (39.0e9, 39.0e9, 20.4e9), "ampere": (87.7e9, 22.5e9, 19.0e9),
                 "hopper": (141.0e9, 45.0e9, 35.0e9), "blackwell": (282.0e9, 90.0e9, 70.0e9)}
-#: NCCL's network post overhead (getNetOverhead, [NCCL-RING]): 1 us from an Intel x86 host and from any other host
-#: but an AMD x86 one, which takes 2 us. A ring spanning nodes pays at least it on every step inside
-#: a node too, three times it for the Simple protocol (src/tuning/ring.cc: intraLat = max(intraLat,
-#: netOverhead)).
-NET_OVERHEAD_S = {"intel": 1.0e-6, "amd": 2.0e-6, "other": 1.0e-6}
+#: NCCL's network post overhead (getNetOverhead, [NCCL-RING]) by host CPU (systems.toml host_cpu): 1 us
+#: from an Intel x86 host and from any non-x86 one (Grace), 2 us from an AMD x86 one. A ring spanning
+#: nodes pays at least it on every step inside a node too, three times it for the Simple protocol
+#: (src/tuning/ring.cc: intraLat = max(intraLat, netOverhead)).
+NET_OVERHEAD_S = {"intel": 1.0e-6, "amd": 2.0e-6, "grace": 1.0e-6}
 #: ring.cc's "plateau" of a Ring / Simple all-reduce across nodes: its latency x1.4 (x1.9 below compute
 #: capability 8.0, Volta) once a rank sends 64 bytes or more per channel ([NCCL-RING])
 RING_PLATEAU = {"volta": 1.9}
@@ -111,8 +111,8 @@ DEFAULT_TUNING = NcclTuning()
 
 def nccl_tuning(gpu: GpuSpec, system: SystemSpec) -> NcclTuning:
     """The :class:`NcclTuning` NCCL's tuner takes for ``gpu`` in ``system`` (the GPU generation's LL cap
-    and plateau, the system's ``host_cpu_vendor``)."""
-    return NcclTuning(ll_max_busbw=LL_MAX_BUSBW.get(gpu.arch), net_overhead_s=NET_OVERHEAD_S[system.host_cpu_vendor],
+    and plateau, the system's ``host_cpu``)."""
+    return NcclTuning(ll_max_busbw=LL_MAX_BUSBW.get(gpu.arch), net_overhead_s=NET_OVERHEAD_S[system.host_cpu],
                       plateau=RING_PLATEAU.get(gpu.arch, RING_PLATEAU_DEFAULT), nvlink_plateau=gpu.arch == "blackwell")
 
 

@@ -205,7 +205,7 @@ def systems_table(systems: dict[str, SystemSpec]) -> Table:
         gbit = s.nic_bytes_per_s * 8 / 1e9
         ports = f"{s.nic_ports} x {gbit / s.nic_ports:g}G" if s.nic_ports > 1 else "1 port"
         t.add_row(k, s.name, s.gpu, str(s.gpus_per_node), str(s.scaleup_domain), f"{gbit:.0f}",
-                  ports + (f", {s.switch}" if s.switch else ""), s.host_cpu_vendor)
+                  ports + (f", {s.switch}" if s.switch else ""), s.host_cpu)
     return t
 
 
