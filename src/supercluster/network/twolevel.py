@@ -29,13 +29,14 @@ from .nccl import (
     NET_HOP_LATENCY_S,
     NVLINK_HOP_LATENCY_S,
     RING_BASE_LATENCY_S,
+    Array,
     NcclTuning,
     nccl_tuning,
     ring_collective_s,
 )
 
-Array = np.ndarray | float
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
+
 
 class Network(Protocol):
     """What the cost model needs from a network."""
