@@ -1211,3 +1211,25 @@ def test_a_framework_with_its_own_fp8_kernels_pays_its_own_quantisation():
     own, autocast = (estimate(m, gpu=h800, num_gpus=2048, layout=lay, framework=f) for f in (hai, te))
     assert own.ledger["gemm_inefficiency"] < autocast.ledger["gemm_inefficiency"]
     assert own.ledger["ideal_compute"] == autocast.ledger["ideal_compute"]
+
+
+def test_megatron_core_keeps_no_expert_outputs_for_the_gate_gradient():
+    """Megatron-Core weights the experts' activation by the router's probabilities (TEGroupedMLP's
+    weighted SwiGLU; unpermute takes no probabilities), so no combined expert output is kept for the
+    gate's gradient: 2 bytes x top_k x d_model a token and MoE layer less than a combine that weights the
+    outputs (DeepSpeed's, torchtitan's). Memory only; the step's time is the same."""
+    import dataclasses
+
+    from supercluster.formats.load import load_model
+    from supercluster.parallelism.framework import get_framework
+
+    fw = get_framework("megatron")
+    assert fw.moe_probs_in_experts and get_framework("nemo-megatron").moe_probs_in_experts
+    assert not get_framework("deepspeed").moe_probs_in_experts and not get_framework("torchtitan").moe_probs_in_experts
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, micro_batch=1, global_batch=64, seq_len=4096, recompute="none")
+    kept, weighted = (estimate("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8, layout=lay, framework=f)
+                      for f in (dataclasses.replace(fw, moe_probs_in_experts=False), fw))
+    m = load_model("qwen3-30b-a3b")
+    extra = m.num_moe_layers * 4096 * m.top_k * m.expert_width * 2.0
+    assert kept.memory["mem_activations_bytes"] - weighted.memory["mem_activations_bytes"] == pytest.approx(extra)
+    assert kept.step_time_s == weighted.step_time_s

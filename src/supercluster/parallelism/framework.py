@@ -133,6 +133,9 @@ class Framework:
     #: both priced in perf.host.host_bound)
     moe_expert_launches: str = "grouped"
     moe_dispatch_sync: bool = True
+    #: the router's probabilities weight the experts' activation (frameworks.toml's header), so the
+    #: combined expert outputs are not kept for the gate's gradient (perf.memory)
+    moe_probs_in_experts: bool = False
     #: the lowest ZeRO stage whose DP traffic :attr:`dp_overlap` hides by default (DeepSpeed's overlap_comm:
     #: stage 3 only, zero/config.py overlap_comm_valid); a run's "+dp-overlap" hides every stage
     dp_overlap_from_zero: int = 0

@@ -177,8 +177,11 @@ def layer_bytes_per_token(model: ModelSpec, fw: Framework, rows: Rows, score_tok
     def mlp_int(width: float) -> np.ndarray:  # FC1 output(s) in 16 bits, the FC2 input in the GEMM precision
         return (2.0 * (mlp_tensors - 1.0) + low_el) * width / tp
 
+    # (the combined expert outputs, 16-bit, for the gate-weight gradient, unless the gate weights the
+    # experts' activation)
+    outputs = 0.0 if fw.moe_probs_in_experts else 2.0 * sp_frac
     moe_tok = cap * f_moe * model.top_k * model.expert_width * (
-        2.0 * sp_frac  # the combined expert outputs (16-bit), for the gate-weight gradient
+        outputs
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
         + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))
     per_tok = (ln_in + n_sub * lin_in + f_att * _attention_bytes_per_token(model, rows) + mlp_int(f_act) + moe_tok
