@@ -59,6 +59,8 @@ TREE_PROTOCOLS = (
     WireProtocol("LL128", 14.0e-6, 1.25e-6, 8.5e-6, 0.92 * 120.0 / 128.0),
     WireProtocol("Simple", 8.4e-6, 4.0e-6, 14.0e-6, 0.92),
 )
+#: LL128's tree share inside one node (tree.cc: 7/9 of the bus's 0.92, against 120/128 across nodes)
+TREE_LL128_ONE_NODE_SHARE = 0.92 * 7.0 / 9.0
 #: NCCL's measured correction of the tree's bandwidth at mid sizes (cost_model.cc treeCorrectionFactor),
 #: per protocol, by log2(bytes / 64) from 0 (64 B); tree.cc applies the first 23
 TREE_CORRECTION = (
@@ -202,7 +204,7 @@ def tree_all_reduce_s(s: np.ndarray, g: np.ndarray, n: Array, k: Array, bw: np.n
     depth = np.floor(np.log2(np.maximum(np.asarray(k, dtype=float), 1.0)))
     best = np.full(np.broadcast(s, g, n, k).shape, np.inf)
     for i, p in enumerate(TREE_PROTOCOLS):
-        share = p.bw_share if p.name != "LL128" else np.where(np.asarray(k) > 1, p.bw_share, 0.92 * 7.0 / 9.0)
+        share = p.bw_share if p.name != "LL128" else np.where(np.asarray(k) > 1, p.bw_share, TREE_LL128_ONE_NODE_SHARE)
         t_bw = whole / (share * tree_correction(s, i))
         if p.name == "LL" and cap is not None:
             t_bw = np.maximum(t_bw, 2.0 * s / (cap * tree_correction(s, i)))
