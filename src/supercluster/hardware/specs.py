@@ -137,6 +137,7 @@ class SystemSpec:
     #: host runs PyTorch's host work slower (kernels.toml [host])
     host_cpu: str = "intel"
 
+
 _GPU_REQUIRED = {
     "name", "arch", "year", "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops",
     "hbm_gib", "hbm_tb_per_s", "scaleup_gb_per_s", "scaleup_domain", "tdp_w", "mamf_bf16_tflops",
