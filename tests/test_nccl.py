@@ -98,10 +98,29 @@ def test_blackwells_plateau_inside_one_nvlink_domain_grows_with_the_rings_steps(
 
 def test_a_ring_with_one_rank_per_node_takes_the_trees_network_latency():
     """ring.cc: with one rank per node a ring's network steps take the tree's NET hwLat (LL 5.0 us
-    instead of 2.7 us): a zero-byte all-gather over 16 nodes, 15 such steps."""
+    instead of 2.7 us): a zero-byte all-gather's ring over 16 nodes, 15 such steps."""
+    from supercluster.network.nccl import ring_s
+
     def t(n: float, k: float) -> float:
-        return float(ring_collective_s("all_gather", np.float64(0.0), np.float64(n * k), n, k, BU, BO, AU, AO, BASE))
+        return float(ring_s("all_gather", np.float64(0.0), np.float64(n * k), n, k, np.float64(0.0), AU, AO, BASE))
 
     ll = PROTOCOLS[0]
-    assert t(1.0, 16.0) == pytest.approx(ll.base_s + 15 * TREE_PROTOCOLS[0].net_hop_s + COLLECTIVE_CALL_FLOOR_S,
-                                         rel=1e-9)
+    assert t(1.0, 16.0) == pytest.approx(ll.base_s + 15 * TREE_PROTOCOLS[0].net_hop_s, rel=1e-9)
+    assert t(2.0, 8.0) == pytest.approx(ll.base_s + 8 * 1e-6 + 7 * ll.net_hop_s, rel=1e-9)  # 2 a node: the ring's
+
+
+def test_an_all_gather_with_one_rank_per_node_takes_pat_where_it_is_faster():
+    """pat.cc: with one rank per node NCCL may run an all-gather or reduce-scatter on PAT (Simple only):
+    8 us + floor(log2 k) x 14 us / 3.5 + 2.8 us a rank, at 0.75 of the bus. 1 MB over 128 nodes: PAT's
+    0.39 ms of latency beats the ring's 127 network steps; with 8 ranks a node there is no PAT, and an
+    all-reduce never takes it."""
+    from supercluster.network.nccl import PAT, pat_s
+
+    g, size = np.float64(128.0), 1e6
+    one_per_node = float(ring_collective_s("reduce_scatter", np.float64(size), g, 1.0, 128.0, BU, BO, AU, AO, BASE))
+    bw = 127 / 128 * size / BO * 128 / 127 / PAT.bw_share
+    lat = PAT.base_s + 7 * PAT.net_hop_s / 3.5 + 128 * 2.8e-6
+    assert one_per_node == pytest.approx(bw + lat + COLLECTIVE_CALL_FLOOR_S, rel=1e-9)
+    assert np.isinf(pat_s(np.float64(128.0), 8.0, 16.0, np.float64(1e-3), AO, BASE))  # 8 ranks a node
+    ll = PROTOCOLS[0]
+    assert one_per_node < ll.base_s + 127 * TREE_PROTOCOLS[0].net_hop_s  # the LL ring's latency alone

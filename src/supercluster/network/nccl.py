@@ -61,6 +61,12 @@ TREE_PROTOCOLS = (
 )
 #: LL128's tree share inside one node (tree.cc: 7/9 of the bus's 0.92, against 120/128 across nodes)
 TREE_LL128_ONE_NODE_SHARE = 0.92 * 7.0 / 9.0
+#: NCCL's PAT (parallel aggregated trees, src/tuning/pat.cc) for an all-gather or reduce-scatter with one
+#: rank per node, Simple protocol only: base latency 8 us, network hwLat 14 us taken log2(nodes) times over
+#: 3.5, 2.8 us more per rank ("still a linear part"), and 0.75 of the bus bandwidth
+PAT = WireProtocol("Simple", 8.0e-6, 0.0, 14.0e-6, 0.75)
+PAT_LOG_DIVISOR = 3.5
+PAT_RANK_LATENCY_S = 2.8e-6
 #: NCCL's measured correction of the tree's bandwidth at mid sizes (cost_model.cc treeCorrectionFactor),
 #: per protocol, by log2(bytes / 64) from 0 (64 B); tree.cc applies the first 23
 TREE_CORRECTION = (
@@ -150,7 +156,8 @@ def ring_collective_s(kind: str, s: np.ndarray, g: np.ndarray, n: Array, k: Arra
                       tuning: NcclTuning = DEFAULT_TUNING) -> np.ndarray:
     """All-reduce, all-gather or reduce-scatter over g = n x k ranks (n per scale-up domain of bus
     bandwidth ``bu``, k domains joined by NICs of ``bo`` per GPU) at the fastest of NCCL's algorithms and
-    protocols (:data:`PROTOCOLS`; an all-reduce also :data:`TREE_PROTOCOLS`), plus the per-call floor
+    protocols (:func:`ring_s`; an all-reduce also :func:`tree_all_reduce_s`, an all-gather or
+    reduce-scatter with one rank per node also :func:`pat_s`), plus the per-call floor
     (:data:`COLLECTIVE_CALL_FLOOR_S`). ``au``, ``ao`` and ``base`` are the Simple ring's step and call
     latencies (a fabric's extra switch latency included); the other protocols differ from them by
     NCCL's own latency differences. ``in_network``: the scale-out all-reduce reduces in the switches
@@ -160,26 +167,37 @@ def ring_collective_s(kind: str, s: np.ndarray, g: np.ndarray, n: Array, k: Arra
     # NCCL pipelines chunks through the NVLink and network stages, which use different
     # links, so the slower stage sets the time: this reproduces the measured 4 x 8 B200
     # all-reduce (busbw 381.8 GB/s from 36.95 GB/s per NIC, collectives.md section 5).
-    passes = 2.0 if kind == "all_reduce" else 1.0  # the bus carries the data twice in an all-reduce
     if kind == "all_reduce":
         inter = (k - 1) / k * s / (n * bo)
         bw = np.maximum(2 * (n - 1) / n * s / bu, np.where(in_network, 1.0, 2.0) * inter)
     else:
         bw = np.maximum((n - 1) / n * s / bu, (k - 1) / k * s / (n * bo))
-    multinode = np.asarray(k) > 1
     cap = None
     if tuning.ll_max_busbw is not None:
         cap = np.where(k <= 1, tuning.ll_max_busbw[0], np.where(k <= 2, tuning.ll_max_busbw[1], tuning.ll_max_busbw[2]))
+    best = ring_s(kind, s, g, n, k, bw, au, ao, base, tuning, cap)
+    if kind == "all_reduce":
+        best = np.minimum(best, tree_all_reduce_s(s, g, n, k, bw, au, ao, base, cap))
+    else:
+        best = np.minimum(best, pat_s(g, n, k, bw, ao, base))
+    return np.where(g > 1, best + COLLECTIVE_CALL_FLOOR_S, 0.0)
+
+
+def ring_s(kind: str, s: np.ndarray, g: np.ndarray, n: Array, k: Array, bw: np.ndarray, au: Array, ao: Array,
+           base: float, tuning: NcclTuning = DEFAULT_TUNING, cap: np.ndarray | None = None) -> np.ndarray:
+    """A collective on NCCL's ring at its fastest protocol (ring.cc, :data:`PROTOCOLS`): ``bw`` the bus
+    time at full rate, derated per protocol (LL at most ``cap``, the generation's llMaxBws); latency the
+    ring's steps (2 (g - 1) for an all-reduce, g - 1 else, k - 1 of them across the network), each
+    inside a node at least the host's network post overhead once the ring spans nodes, each across
+    the network the tree's NET latency with one rank per node; the Simple protocol's latency times
+    :func:`ring_plateau`."""
+    passes = 2.0 if kind == "all_reduce" else 1.0  # the bus carries the data twice in an all-reduce
+    multinode = np.asarray(k) > 1
     plateau = ring_plateau(kind, s, g, k, tuning)
     best = np.full(np.broadcast(s, g, n, k).shape, np.inf)
     for i, p in enumerate(PROTOCOLS):
         au_p = au + p.nvlink_hop_s - NVLINK_HOP_LATENCY_S
-        # (with one rank per node, a ring's network steps take the tree's network latency: ring.cc)
         ao_p = ao + np.where(np.asarray(n) <= 1, TREE_PROTOCOLS[i].net_hop_s, p.net_hop_s) - NET_HOP_LATENCY_S
-        # Latency: NCCL runs all-gather / reduce-scatter as a ring over all g ranks (PAT only
-        # with one GPU per node), so g - 1 steps of which k - 1 cross the network
-        # [NCCL-TUNE-230]; a ring spanning nodes pays the host's network post overhead on each
-        # step inside a node at least (three times it for Simple).
         floor = tuning.net_overhead_s * (3.0 if p.name == "Simple" else 1.0)
         ring = (g - k) * np.where(multinode, np.maximum(au_p, floor), au_p) + (k - 1) * ao_p
         lat = passes * ring + base + p.base_s - RING_BASE_LATENCY_S
@@ -189,9 +207,19 @@ def ring_collective_s(kind: str, s: np.ndarray, g: np.ndarray, n: Array, k: Arra
         if p.name == "LL" and cap is not None:
             t_bw = np.maximum(t_bw, passes * (g - 1) / g * s / cap)
         best = np.minimum(best, t_bw + lat)
-    if kind == "all_reduce":
-        best = np.minimum(best, tree_all_reduce_s(s, g, n, k, bw, au, ao, base, cap))
-    return np.where(g > 1, best + COLLECTIVE_CALL_FLOOR_S, 0.0)
+    return best
+
+
+def pat_s(g: np.ndarray, n: Array, k: Array, bw: np.ndarray, ao: Array, base: float) -> np.ndarray:
+    """An all-gather or reduce-scatter on NCCL's PAT (pat.cc, :data:`PAT`), which NCCL opens only with one
+    rank per node (inf elsewhere): 0.75 of the bus bandwidth (``bw``, the ring's bus time, scaled from the
+    ring's g / (g - 1)), and latency 8 us + floor(log2 k) network steps / 3.5 + 2.8 us a rank."""
+    one_per_node = (np.asarray(n) <= 1) & (np.asarray(k) > 1)
+    depth = np.floor(np.log2(np.maximum(np.asarray(k, dtype=float), 1.0)))
+    ao_p = ao + PAT.net_hop_s - NET_HOP_LATENCY_S
+    lat = base + PAT.base_s - RING_BASE_LATENCY_S + depth * ao_p / PAT_LOG_DIVISOR + g * PAT_RANK_LATENCY_S
+    t = bw * g / np.maximum(g - 1.0, 1.0) / PAT.bw_share + lat
+    return np.where(one_per_node, t, np.inf)
 
 
 def tree_all_reduce_s(s: np.ndarray, g: np.ndarray, n: Array, k: Array, bw: np.ndarray, au: Array, ao: Array,
