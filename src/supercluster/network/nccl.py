@@ -215,10 +215,9 @@ def pat_s(g: np.ndarray, n: Array, k: Array, bw: np.ndarray, ao: Array, base: fl
     rank per node (inf elsewhere): 0.75 of the bus bandwidth (``bw``, the ring's bus time, scaled from the
     ring's g / (g - 1)), and latency 8 us + floor(log2 k) network steps / 3.5 + 2.8 us a rank."""
     one_per_node = (np.asarray(n) <= 1) & (np.asarray(k) > 1)
-    depth = np.floor(np.log2(np.maximum(np.asarray(k, dtype=float), 1.0)))
     ao_p = ao + PAT.net_hop_s - NET_HOP_LATENCY_S
-    lat = base + PAT.base_s - RING_BASE_LATENCY_S + depth * ao_p / PAT_LOG_DIVISOR + g * PAT_RANK_LATENCY_S
-    t = bw * g / np.maximum(g - 1.0, 1.0) / PAT.bw_share + lat
+    lat = base + PAT.base_s - RING_BASE_LATENCY_S + _log2_nodes(k) * ao_p / PAT_LOG_DIVISOR + g * PAT_RANK_LATENCY_S
+    t = _unringed(bw, g) / PAT.bw_share + lat
     return np.where(one_per_node, t, np.inf)
 
 
@@ -228,8 +227,7 @@ def tree_all_reduce_s(s: np.ndarray, g: np.ndarray, n: Array, k: Array, bw: np.n
     tree's bus bandwidth (``bw``, the ring's hierarchical bus time, scaled from the ring's g / 2 (g - 1)
     to the tree's 1/2), derated per protocol and by :data:`TREE_CORRECTION` at mid sizes; latency
     2 ((n - 1) NVLink steps + floor(log2 k) network steps) plus the tree's base latency."""
-    whole = bw * g / np.maximum(g - 1.0, 1.0)  # the bus moving 2 s at full rate
-    depth = np.floor(np.log2(np.maximum(np.asarray(k, dtype=float), 1.0)))
+    whole, depth = _unringed(bw, g), _log2_nodes(k)
     best = np.full(np.broadcast(s, g, n, k).shape, np.inf)
     for i, p in enumerate(TREE_PROTOCOLS):
         share = p.bw_share if p.name != "LL128" else np.where(np.asarray(k) > 1, p.bw_share, TREE_LL128_ONE_NODE_SHARE)
@@ -241,3 +239,14 @@ def tree_all_reduce_s(s: np.ndarray, g: np.ndarray, n: Array, k: Array, bw: np.n
         lat = 2.0 * ((n - 1.0) * au_p + depth * ao_p) + base + p.base_s - RING_BASE_LATENCY_S
         best = np.minimum(best, t_bw + lat)
     return best
+
+
+def _unringed(bw: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """The ring's bus time ``bw`` (its g - 1 of g shares) as the whole buffer's: what NCCL's tree and PAT,
+    whose algorithm bandwidth is a flat share of the bus, are derated from."""
+    return bw * g / np.maximum(g - 1.0, 1.0)
+
+
+def _log2_nodes(k: Array) -> np.ndarray:
+    """NCCL's log2i(nNodes): the depth of a tree over ``k`` nodes."""
+    return np.floor(np.log2(np.maximum(np.asarray(k, dtype=float), 1.0)))
