@@ -115,7 +115,7 @@ def stage_docs() -> str:
     import importlib
 
     out = []
-    for mod in ("columns", "compute", "host", "comm", "pipeline", "sync", "memory", "spread", "step"):
+    for mod in ("columns", "compute", "gemm", "host", "comm", "pipeline", "sync", "memory", "spread", "step"):
         m = importlib.import_module(f"supercluster.perf.{mod}")
         out.append(f"### `supercluster.perf.{mod}`\n\n{(m.__doc__ or '').strip()}\n")
     return "\n".join(out)

@@ -186,21 +186,22 @@ def test_gemm_time_is_tensor_work_plus_operand_traffic(llama3_70b, h100):
     # A rate measured in situ (overlap) keeps the roofline: the slower of the two.
     import numpy as np
 
-    from supercluster.perf.compute import gemm_s, layer_gemm_s
+    from supercluster.perf.gemm import GemmCost, layer_gemm_s
 
     rate = np.array(h100.gemm_tensor_flops_per_s("bf16"))
     bw = h100.hbm_bytes_per_s * 0.85
     two, eight, one = np.array(2.0), np.array(8.0), np.array(1.0)
+    cost, roofline = GemmCost(rate, two, two, bw), GemmCost(rate, two, two, bw, overlap=True)
     M, K, N = np.array(512.0), 8192.0, 3584.0
     compute, memory = 2 * 512 * K * N / float(rate), (2 * (512 * K + K * N) + 2 * 512 * N) / bw
-    assert float(gemm_s(M, K, N, rate, two, two, bw)) == pytest.approx(compute + memory, rel=1e-12)
-    assert float(gemm_s(M, K, N, rate, two, two, bw, overlap=True)) == pytest.approx(max(compute, memory), rel=1e-12)
+    assert float(cost.seconds(M, K, N)) == pytest.approx(compute + memory, rel=1e-12)
+    assert float(roofline.seconds(M, K, N)) == pytest.approx(max(compute, memory), rel=1e-12)
     w = (llama3_70b.attn_params + llama3_70b.dense_mlp_params) / 8
-    big = float(layer_gemm_s(llama3_70b, np.array(8192.0), eight, one, rate, two, two, bw))
+    big = float(layer_gemm_s(llama3_70b, np.array(8192.0), eight, one, cost))
     assert 1.0 < big / (2 * 8192 * w / float(rate)) < 1.2
-    small = float(layer_gemm_s(llama3_70b, np.array(16.0), eight, one, rate, two, two, bw))
+    small = float(layer_gemm_s(llama3_70b, np.array(16.0), eight, one, cost))
     assert small == pytest.approx(2 * w / bw + 2 * 16 * w / float(rate), rel=0.02)
-    roof = float(layer_gemm_s(llama3_70b, np.array(8192.0), eight, one, rate, two, two, bw, overlap=True))
+    roof = float(layer_gemm_s(llama3_70b, np.array(8192.0), eight, one, roofline))
     assert roof == pytest.approx(2 * 8192 * w / float(rate), rel=1e-9)
 
 
@@ -220,14 +221,14 @@ def test_gemm_pricing_follows_deepgemms_published_shapes():
     import numpy as np
 
     from supercluster.hardware.specs import get_gpu
-    from supercluster.perf.compute import gemm_s
+    from supercluster.perf.gemm import GemmCost
 
     g = get_gpu("h800")
     bw, one, two = g.hbm_bytes_per_s * 0.85, np.array(1.0), np.array(2.0)
     M, N, K, meas = (np.array(c, dtype=float) for c in zip(*DEEPGEMM_H800, strict=True))
 
     def err(rate: float, overlap: bool) -> np.ndarray:
-        t = gemm_s(M, K, N, np.array(rate), one, two, bw, overlap=overlap)
+        t = GemmCost(np.array(rate), one, two, bw, overlap=overlap).seconds(M, K, N)
         return 2 * M * N * K / t / 1e12 / meas - 1
 
     summed = err(g.gemm_tensor_flops_per_s("fp8"), False)
@@ -252,12 +253,12 @@ def test_grouped_expert_gemms_follow_deepgemms_grouped_tables():
     import numpy as np
 
     from supercluster.hardware.specs import get_gpu
-    from supercluster.perf.compute import gemm_s
+    from supercluster.perf.gemm import GemmCost
 
     g = get_gpu("h800")
     bw, one, two = g.hbm_bytes_per_s * 0.85, np.array(1.0), np.array(2.0)
     G, M, N, K, meas = (np.array(c, dtype=float) for c in zip(*DEEPGEMM_GROUPED_H800, strict=True))
-    t = G * gemm_s(M, K, N, np.array(g.gemm_tensor_flops_per_s("fp8")), one, two, bw)
+    t = G * GemmCost(np.array(g.gemm_tensor_flops_per_s("fp8")), one, two, bw).seconds(M, K, N)
     err = 2 * G * M * N * K / t / 1e12 / meas - 1
     assert np.mean(abs(err)) == pytest.approx(0.115, abs=0.005)
     assert max(err) < 0.01 and min(err) > -0.29
@@ -741,7 +742,7 @@ def test_fp8_gemms_reproduce_the_te_guide_they_are_derived_from():
     from supercluster.hardware.kernels import quantize_bytes_per_element
     from supercluster.hardware.specs import tensor_frac
     from supercluster.models.spec import ModelSpec
-    from supercluster.perf.compute import layer_gemm_s
+    from supercluster.perf.gemm import GemmCost, layer_gemm_s
 
     m = ModelSpec(key="te", name="TE guide 5B", num_layers=24, d_model=4096, ffn_dim=16384, num_heads=32,
                   num_kv_heads=32, head_dim=128, vocab_size=32000, mlp="gelu", seq_len=512)
@@ -752,8 +753,8 @@ def test_fp8_gemms_reproduce_the_te_guide_they_are_derived_from():
     rate = tensor_frac(0.684, 1671e12, 1.0, 4.8e12, "fp8") * 1671e12
 
     def layer_ms(bw: float, quant: float) -> float:
-        t = layer_gemm_s(m, np.array([15872.0]), one, one, rate * one, one, 2.0 * one, 0.85 * bw,
-                             None, quant, quant)
+        cost = GemmCost(rate * one, one, 2.0 * one, 0.85 * bw, quant, quant)
+        t = layer_gemm_s(m, np.array([15872.0]), one, one, cost)
         return float(3.0 * t[0] * 1e3)  # mean layer: forward + backward (2x)
 
     assert layer_ms(4.8e12, 0.0) == pytest.approx(3.0 * 1.917e13 / 3 / (0.684 * 1671e12) * 1e3, rel=1e-3)
@@ -1097,9 +1098,10 @@ def test_tensor_core_fractions_reproduce_each_gpus_reference_layer():
     its whole-layer fraction says; fp4 without a measurement takes fp8's tensor-core fraction."""
     import numpy as np
 
+    from supercluster.hardware.kernels import gemm_grid
     from supercluster.hardware.specs import get_gpu, gpu_catalog
     from supercluster.models.spec import ModelSpec
-    from supercluster.perf.compute import layer_gemm_s
+    from supercluster.perf.gemm import GemmCost, layer_gemm_s
 
     m = ModelSpec(key="te", name="TE guide layer", num_layers=1, d_model=4096, ffn_dim=16384, num_heads=32,
                   num_kv_heads=32, head_dim=128, vocab_size=32000, mlp="gelu", seq_len=512)
@@ -1109,8 +1111,9 @@ def test_tensor_core_fractions_reproduce_each_gpus_reference_layer():
         for p, el in (("bf16", 2.0), ("fp8", 1.0)):
             if not g.gemm_tensor_frac.get(p):
                 continue
-            t = float(layer_gemm_s(m, np.array([15872.0]), one, one, g.gemm_tensor_flops_per_s(p) * one,
-                                       el * one, 2.0 * one, bw)[0])
+            # (the SMs' tile waves are priced relative to this layer: on it they change nothing)
+            cost = GemmCost(g.gemm_tensor_flops_per_s(p) * one, el * one, 2.0 * one, bw, grid=gemm_grid(g.sm_count))
+            t = float(layer_gemm_s(m, np.array([15872.0]), one, one, cost)[0])
             assert t == pytest.approx(1.917e13 / 3 / g.gemm_flops_per_s(p), rel=2e-3), (g.key, p)
     b300 = get_gpu("b300")
     assert b300.gemm_tensor_frac["fp4"] == b300.gemm_tensor_frac["fp8"] < 0.75

@@ -5,7 +5,7 @@
 ...                         global_batch=2048, seq_len=8192)
 >>> step = sc.estimate(job)
 >>> round(step.step_time_s, 2), round(step.mfu, 3), step.fits
-(5.64, 0.482, True)
+(5.63, 0.483, True)
 >>> best = sc.plan("llama3-8b", gpu="h100-sxm", num_gpus=64, global_batch=256, seq_len=8192).best
 >>> best.layout.label()
 'tp1-pp1-dp64-mb2-z3-none'

@@ -1,7 +1,8 @@
 """The measured kernel figures of ``data/kernels.toml`` the cost model reads: fused attention's
 efficiency and its fall-off at short sequences, fp8 / fp4 quantisation bytes and kernel rates per
-recipe, the host's cost to launch an op, the SM share a collective holds, the achievable HBM fraction
-and the spread of GPU speeds. Each figure cites its source in the TOML."""
+recipe, how GEMM kernels tile their output over the SMs (:class:`GemmGrid`), the host's cost to launch
+an op, the SM share a collective holds, the achievable HBM fraction and the spread of GPU speeds. Each
+figure cites its source in the TOML."""
 
 from __future__ import annotations
 
@@ -102,6 +103,59 @@ def fp8_kernel_frac(arch: str, recipe: str) -> float:
     fractions measure (kernels.toml [quantize] mxfp8_kernel_frac; 1 for the other recipes)."""
     row = _kernels()["quantize"].get(arch, {})  # type: ignore[union-attr]
     return float(row.get("mxfp8_kernel_frac", 1.0)) if recipe in ("mxfp8", "blockwise") else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class GemmGrid:
+    """How a GPU's GEMM kernels spread a product over its ``sms`` streaming multiprocessors
+    (kernels.toml [gemm] tiles): the M x N output is cut into tiles of one of the library's shapes,
+    each computed by one thread block on one SM, and the SMs run the tiles in waves. Two losses follow
+    (tile quantisation: a tile past the edge of the output computes padding; wave quantisation: the
+    last wave leaves SMs idle), and the kernel takes the tile shape that loses least. ``reference`` is
+    the share kept busy over the catalogue's reference layer (kernels.toml [gemm] reference_*), whose
+    GEMMs measured the GPU's GEMM rate: shapes are priced relative to it."""
+
+    sms: int
+    tiles: tuple[tuple[int, int], ...]
+    reference: float = 1.0
+
+    def efficiency(self, M: np.ndarray | float, N: np.ndarray | float,
+                   groups: np.ndarray | float = 1.0) -> np.ndarray:
+        """Share of the SMs' tile slots an M x N output keeps busy at its best tile shape; ``groups``
+        outputs of that shape scheduled as one grid (a grouped GEMM's experts) share the waves."""
+        tm, tn = (np.array(d, dtype=float) for d in zip(*self.tiles, strict=True))
+        m = np.maximum(np.asarray(M, dtype=float), 1.0)[..., None]
+        n = np.maximum(np.asarray(N, dtype=float), 1.0)[..., None]
+        mt, nt = np.ceil(m / tm), np.ceil(n / tn)
+        blocks = mt * nt * np.asarray(groups, dtype=float)[..., None]
+        return np.max(m * n / (mt * tm * nt * tn) * blocks / (np.ceil(blocks / self.sms) * self.sms), axis=-1)
+
+    def slowdown(self, M: np.ndarray | float, K: np.ndarray | float, N: np.ndarray | float,
+                 groups: np.ndarray | float = 1.0) -> np.ndarray:
+        """Time of an (M x K) @ (K x N) GEMM's three training passes (forward M x N, data gradient
+        M x K, weight gradient K x N), each at its own tiling, over the same work at the reference
+        layer's: 1 on the reference layer, above 1 for shapes that use the SMs worse."""
+        inv = 1.0 / self.efficiency(M, N, groups) + 1.0 / self.efficiency(M, K, groups) \
+            + 1.0 / self.efficiency(K, N, groups)
+        return inv * self.reference / 3.0
+
+
+@cache
+def gemm_grid(sms: int) -> GemmGrid | None:
+    """The :class:`GemmGrid` of a GPU with ``sms`` SMs (gpus.toml sm_count), normalised to the
+    reference layer (fprop, dgrad and wgrad of its QKV, projection, FC1 and FC2 GEMMs, weighted by
+    their FLOPs); None where the count is not catalogued (no quantisation is priced)."""
+    if sms <= 0:
+        return None
+    g = _kernels()["gemm"]
+    grid = GemmGrid(sms=sms, tiles=tuple((int(a), int(b)) for a, b in g["tiles"]))  # type: ignore[index]
+    t, h, f = float(g["reference_tokens"]), float(g["reference_hidden"]), float(g["reference_ffn"])  # type: ignore[index]
+    flops = busy = 0.0
+    for k, n in ((h, 3.0 * h), (h, h), (h, f), (f, h)):
+        work = 2.0 * t * k * n
+        flops += work
+        busy += work * float(grid.slowdown(t, k, n))
+    return GemmGrid(sms=sms, tiles=grid.tiles, reference=flops / busy)
 
 
 def _host_slowdown(host_cpu: str) -> float:

@@ -63,6 +63,9 @@ class GpuSpec:
     #: exponentials per second the special-function units compute (MUFU.EX2, the softmax's exp); 0 =
     #: not catalogued, where the fused attention's exponentials are not priced apart (kernels.toml [flash])
     sfu_exp_per_s: float = 0.0
+    #: streaming multiprocessors a GEMM's output tiles are spread over (kernels.toml [gemm] tiles:
+    #: tile and wave quantisation); 0 = not catalogued, where no quantisation is priced
+    sm_count: int = 0
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s of ``precision``; an :class:`InputError` if the GPU lacks it."""
@@ -152,7 +155,7 @@ _SYSTEM_REQUIRED = {
 
 def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
     """Build and validate a :class:`GpuSpec` from one TOML table (human units)."""
-    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac", "sfu_tera_exp_per_s"})
+    check_keys(f"gpu {key}", t, _GPU_REQUIRED, {"gemm_fp4_frac", "sfu_tera_exp_per_s", "sm_count"})
     num = {k: float(v) for k, v in t.items() if isinstance(v, int | float) and k != "year"}
     for k, v in num.items():
         require(v >= 0, f"gpu {key}.{k}", f"must be >= 0, got {v}")
@@ -176,8 +179,16 @@ def gpu_from_table(key: str, t: dict[str, object]) -> GpuSpec:
         allreduce_busbw_bytes_per_s=num["allreduce_busbw_gb_per_s"] * 1e9, tdp_w=num["tdp_w"],
         price_usd=num["price_usd"], system=str(t["system"]), sources=str(t["sources"]),
         gemm_tensor_frac=_tensor_fracs(key, num, peaks),
-        sfu_exp_per_s=num.get("sfu_tera_exp_per_s", 0.0) * TERA,
+        sfu_exp_per_s=num.get("sfu_tera_exp_per_s", 0.0) * TERA, sm_count=_sm_count(key, t),
     )
+
+
+def _sm_count(key: str, t: dict[str, object]) -> int:
+    """The table's ``sm_count``: a whole number of SMs, 0 where it is absent."""
+    n = t.get("sm_count", 0)
+    require(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 100_000, f"gpu {key}.sm_count",
+            f"must be a whole number of streaming multiprocessors (1 to 100,000), got {n!r}")
+    return int(n)  # type: ignore[arg-type]
 
 
 def _tensor_fracs(key: str, num: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:

@@ -7,8 +7,10 @@ T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
   after the other (DeepGEMM's published shapes: data/kernels.toml [gemm]); the tensor-core rate is
   the one that gives back the GPU's measured GEMM rate at transformer training shapes (fprop, dgrad,
   wgrad; data/gpus.toml gemm_*_frac; hardware.tensor_frac), so few tokens per GPU or per expert pay
-  for their weights' traffic; fp8 / fp4 casts are added as HBM traffic; backward is 2x forward. A
-  calibrated profile's rate, measured in situ, keeps the roofline (the slower of the two).
+  for their weights' traffic, and a shape that fills the SMs' tile waves worse than those runs
+  slower (tile and wave quantisation, :mod:`.gemm`); fp8 / fp4 casts are added as HBM traffic;
+  backward is 2x forward. A calibrated profile's rate, measured in situ, keeps the roofline (the
+  slower of the two).
 * Attention with flash kernels does causal work s^2/2; backward does 2.5x the forward matmul
   work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml); on
   Blackwell the forward is the longer of its matmuls and its softmax's exponentials on the
@@ -42,10 +44,12 @@ import numpy as np
 from ..errors import require
 from ..hardware.kernels import (
     AttentionEfficiency,
+    GemmGrid,
     attention_efficiency,
     attention_head_padding,
     attention_length_factor,
     fp8_kernel_frac,
+    gemm_grid,
     hbm_frac,
     host_op_launch_s,
     quantize_bytes_per_element,
@@ -54,6 +58,7 @@ from ..hardware.specs import GpuSpec
 from ..models.spec import GATED, ModelSpec
 from ..parallelism.framework import Framework
 from .columns import Rows
+from .gemm import GemmCost, layer_gemm_s, routed_expert_gemm_s
 from .spread import moe_load_factor
 
 #: Kernels a transformer layer launches per micro-batch (forward, backward), counted in the layer code.
@@ -93,8 +98,9 @@ class Rates:
     """What the GPU does per second for each row: dense ``peak`` and measured GEMM ``ceiling`` of the
     GEMM precision (``peak16`` / ``ceiling16``: 16-bit, or fp32 on a CPU profile), the tensor-core
     ``tensor`` rate GEMMs are priced at, memory-bound bytes per second, the HBM bytes fp8 / fp4
-    quantisation moves per element (``q_el``), and the host seconds to launch one op (``host_op_s``,
-    by the GPU's host CPU; 0 for a calibrated profile, which measured its own per-kernel cost)."""
+    quantisation moves per element (``q_el``), the host seconds to launch one op (``host_op_s``,
+    by the GPU's host CPU; 0 for a calibrated profile, which measured its own per-kernel cost), and
+    how its GEMM kernels tile the SMs (``grid``; None for a profile or a GPU with no SM count)."""
 
     peak16: np.ndarray
     ceiling16: np.ndarray
@@ -106,6 +112,7 @@ class Rates:
     mem_bw: float
     q_el: np.ndarray
     host_op_s: float
+    grid: GemmGrid | None = None
 
 
 def rates(gpu: GpuSpec, fw: Framework, rows: Rows) -> Rates:
@@ -151,7 +158,8 @@ def rates(gpu: GpuSpec, fw: Framework, rows: Rows) -> Rates:
     return Rates(peak16=peak16, ceiling16=ceiling16, peak=peak, ceiling=ceiling, tensor=tensor, in_situ=in_situ,
                  att=att, mem_bw=gpu.hbm_bytes_per_s * hbm_frac(), q_el=q_el,
                  host_op_s=gpu.host_launch_s if gpu.host_launch_s is not None
-                 else 0.0 if in_situ else host_op_launch_s(gpu.host_cpu))
+                 else 0.0 if in_situ else host_op_launch_s(gpu.host_cpu),
+                 grid=None if in_situ else gemm_grid(gpu.sm_count))
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,16 +251,14 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     # (the experts run the busiest rank's tokens: every rank waits for it at the combine)
     load = (moe_load_factor(T * (etp / tp) * model.top_k, ep, fw.moe_router, fw.moe_capacity_factor,
                             fw.moe_pad_to_capacity) if model.is_moe else np.ones_like(tp))
-    t_gemm_f = layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, overlap=r.in_situ,
-                            load=load)
-    t_experts_f = (routed_expert_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el,
-                                        overlap=r.in_situ, load=load) if model.is_moe else np.zeros_like(tp))
+    cost = GemmCost(r.tensor, low_el, el, mem_bw, r.q_el, overlap=r.in_situ, grid=r.grid)
+    t_gemm_f = layer_gemm_s(model, T, tp, ep, cost, etp, load)
+    t_experts_f = routed_expert_gemm_s(model, T, tp, ep, cost, etp, load) if model.is_moe else np.zeros_like(tp)
     # The weights are cast once per step (Transformer Engine caches them after the first micro-batch):
     # the layer's weight casts, forward and backward, per step, not per micro-batch (0 in 16 bits)
     t_wcast = np.zeros_like(tp)
     if np.any(r.q_el > 0):
-        t_wcast = 3.0 * (layer_gemm_s(model, T, tp, ep, r.tensor, low_el, el, mem_bw, etp, r.q_el, r.q_el,
-                                      overlap=r.in_situ, load=load) - t_gemm_f)
+        t_wcast = 3.0 * (layer_gemm_s(model, T, tp, ep, replace(cost, q_w=r.q_el), etp, load) - t_gemm_f)
     drop = 1.0 if fw.dropout else 0.0
     t_attn_f, t_attn_b, t_score_f, t_score_b = _attention_s(model, gpu, fw, rows, r, attn_f, idx_f, idx_b, drop)
     t_rec_f, t_rec_b = _recurrent_s(model, gpu, rows, r)
@@ -453,84 +459,6 @@ def eager_layer_bytes(model: ModelSpec, T: np.ndarray, tok_sp: np.ndarray, tp: n
         + f_att * el * T * (heads * dq + kv_eff * (dq + dv) + heads * dv)  # SDPA reads q, k, v, writes o
         + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp  # token permute / unpermute
     ) + T * model.recurrent_bytes_per_token(el) / tp
-
-
-def gemm_s(M: np.ndarray, K: np.ndarray | float, N: np.ndarray | float, rate: np.ndarray, el_in: np.ndarray,
-          el_out: np.ndarray, mem_bw: float, q_el: np.ndarray | float = 0.0,
-          q_w: np.ndarray | float = 0.0, overlap: bool = False) -> np.ndarray:
-    """One GEMM (M x K) @ (K x N): its FLOPs at the tensor-core ``rate`` plus its operands (inputs and
-    weights in the GEMM precision, output in 16 bit) through HBM (kernels.toml [gemm]: the sum, not
-    the roofline's max, matches DeepGEMM's published small- and large-M shapes); with ``overlap`` (a
-    rate measured in situ) the roofline, whichever is slower. Training shapes are compute bound; few
-    tokens per GPU or per expert are not. In fp8 / fp4 the quantisation of its input and (backward)
-    output gradient, ``q_el`` HBM bytes per element over forward and backward, and of its weight
-    (``q_w`` per element: once a step, so :func:`layer_work` prices it apart) is added: a third of it to this
-    forward time (the backward is priced as twice it)."""
-    compute, memory = 2.0 * M * K * N / rate, (el_in * (M * K + K * N) + el_out * M * N) / mem_bw
-    return (np.maximum(compute, memory) if overlap else compute + memory) + \
-        (q_el * (M * K + M * N) + q_w * K * N) / (3.0 * mem_bw)
-
-
-def layer_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
-                     el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None,
-                     q_el: np.ndarray | float = 0.0, q_w: np.ndarray | float = 0.0,
-                     overlap: bool = False, load: np.ndarray | float = 1.0) -> np.ndarray:
-    """Forward GEMM seconds of one layer (mean over dense and MoE layers) for T tokens per GPU.
-
-    Attention: the input projections (Q, K, V, or MLA's factors) as one GEMM and the output
-    projection. MLP: the input (gate + up fused when gated) and output GEMMs. MoE: each of the
-    E / ep local experts sees T (etp / tp) top_k ep / E tokens on average (``load`` times that on the
-    busiest rank, which the others wait for), its width split over the
-    expert-TP ranks (etp = tp: like the dense MLP); shared experts see every token; the router is a
-    T x h x E GEMM. Latent MoE: the experts read and write the latent width, and its two projections
-    (h -> latent, latent -> h) run on every token, priced like TP-split linears (the same FLOPs as
-    full weights on the sequence-parallel shard of the tokens).
-    """
-    h = float(model.d_model)
-    out_w = float(model.num_heads * model.v_dim)
-    attn = gemm_s(T, h, (model.attn_params / h - out_w) / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + gemm_s(
-        T, out_w / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
-    up = model.mlp_mats - 1.0
-
-    def mlp(tokens: np.ndarray, width: float, split: np.ndarray = tp, h_in: float = h) -> np.ndarray:
-        return gemm_s(tokens, h_in, up * width / split, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + gemm_s(
-            tokens, width / split, h_in, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
-
-    total = model.attention_layers * attn
-    # the recurrent mixers' input projection (Mamba-2: z, x, B, C, dt; Gated DeltaNet: q, k, v, z, beta,
-    # decay) and output projection
-    for layers, in_width, out_width in model.recurrent_projections:
-        total = total + layers * (gemm_s(T, h, in_width / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
-                                  + gemm_s(T, out_width / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap))
-    if model.num_dense_layers:
-        total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
-    if model.num_moe_layers:
-        E = float(model.num_experts)
-        moe = routed_expert_gemm_s(model, T, tp, ep, rate, el_in, el_out, mem_bw, etp, q_el, q_w, overlap,
-                                   load) + gemm_s(T, h, E, rate, el_in, el_out, mem_bw, overlap=overlap)
-        if model.moe_latent_dim:  # latent MoE: down to the experts' width before the dispatch, up after
-            lat = float(model.moe_latent_dim)
-            moe = moe + gemm_s(T, h, lat / tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap) + gemm_s(
-                T, lat / tp, h, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
-        if model.shared_width:
-            moe = moe + mlp(T, float(model.shared_width))
-        total = total + model.num_moe_layers * moe
-    return total / model.num_layers
-
-
-def routed_expert_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray, rate: np.ndarray,
-                         el_in: np.ndarray, el_out: np.ndarray, mem_bw: float, etp: np.ndarray | None = None,
-                         q_el: np.ndarray | float = 0.0, q_w: np.ndarray | float = 0.0, overlap: bool = False,
-                         load: np.ndarray | float = 1.0) -> np.ndarray:
-    """Forward GEMM seconds of one MoE layer's routed experts on the busiest expert-parallel rank: each
-    of its E / ep experts sees T (etp / tp) top_k ep / E tokens on average, ``load`` times that on the
-    busiest rank, its width split over the expert-TP ranks (see :func:`layer_gemm_s`)."""
-    E, up, width, h_in = float(model.num_experts), model.mlp_mats - 1.0, float(model.moe_ffn_dim), float(
-        model.expert_width)
-    e_tp = tp if etp is None else etp
-    per_expert = T * (e_tp / tp) * model.top_k * ep / E * load
-    return (E / ep) * (gemm_s(per_expert, h_in, up * width / e_tp, rate, el_in, el_out, mem_bw, q_el, q_w, overlap)
-                       + gemm_s(per_expert, width / e_tp, h_in, rate, el_in, el_out, mem_bw, q_el, q_w, overlap))
 
 
 def op_sac_recompute_frac(model: ModelSpec) -> float:
