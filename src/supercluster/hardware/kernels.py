@@ -123,12 +123,13 @@ class GemmGrid:
                    groups: np.ndarray | float = 1.0) -> np.ndarray:
         """Share of the SMs' tile slots an M x N output keeps busy at its best tile shape; ``groups``
         outputs of that shape scheduled as one grid (a grouped GEMM's experts) share the waves."""
-        tm, tn = (np.array(d, dtype=float) for d in zip(*self.tiles, strict=True))
-        m = np.maximum(np.asarray(M, dtype=float), 1.0)[..., None]
-        n = np.maximum(np.asarray(N, dtype=float), 1.0)[..., None]
-        mt, nt = np.ceil(m / tm), np.ceil(n / tn)
-        blocks = mt * nt * np.asarray(groups, dtype=float)[..., None]
-        return np.max(m * n / (mt * tm * nt * tn) * blocks / (np.ceil(blocks / self.sms) * self.sms), axis=-1)
+        m, n = np.maximum(np.asarray(M, dtype=float), 1.0), np.maximum(np.asarray(N, dtype=float), 1.0)
+        g = np.asarray(groups, dtype=float)
+        # busy share = useful area over the slots the waves hold: M N g / (tm tn sms waves)
+        rows = {t: np.ceil(m / t) for t in {tm for tm, _ in self.tiles}}
+        cols = {t: np.ceil(n / t) for t in {tn for _, tn in self.tiles}}
+        held = np.minimum.reduce([(tm * tn) * np.ceil(rows[tm] * cols[tn] * g / self.sms) for tm, tn in self.tiles])
+        return m * n * g / (self.sms * held)
 
     def slowdown(self, M: np.ndarray | float, K: np.ndarray | float, N: np.ndarray | float,
                  groups: np.ndarray | float = 1.0) -> np.ndarray:
