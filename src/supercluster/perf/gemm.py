@@ -6,7 +6,7 @@ calibrated profile's rate, measured in situ, keeps the roofline (the slower of t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def layer_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np.ndarray
         total = total + model.num_dense_layers * mlp(T, float(model.ffn_dim))
     if model.num_moe_layers:
         E = float(model.num_experts)
-        router = GemmCost(cost.rate, cost.el_in, cost.el_out, cost.mem_bw, overlap=cost.overlap, grid=cost.grid)
+        router = replace(cost, q_el=0.0, q_w=0.0)  # (its GEMM stays unquantised)
         moe = routed_expert_gemm_s(model, T, tp, ep, cost, etp, load) + router.seconds(T, h, E)
         if model.moe_latent_dim:  # latent MoE: down to the experts' width before the dispatch, up after
             lat = float(model.moe_latent_dim)
