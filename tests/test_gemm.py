@@ -217,3 +217,28 @@ def _toml_gemm() -> dict:
     from supercluster._toml import load_package_toml
 
     return dict(load_package_toml("kernels.toml")["gemm"])
+
+
+def test_the_step_reports_what_its_gemm_shapes_lose_to_the_tile_waves():
+    """StepBreakdown.gemm_tiling_delta_s: the part of the gemm_inefficiency line the tile waves add, forward and
+    backward over the step's layers: positive for a small model sliced over TP 8, a share of that line,
+    exactly what the line loses against the same GPU without an SM count; estimate prints it."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    import supercluster as sc
+    from supercluster.cli.app import app
+    from supercluster.hardware.specs import get_gpu
+
+    layout = sc.Layout(tp=8, micro_batch=1, global_batch=64, seq_len=2048)
+    step = sc.estimate("llama3-8b", gpu="h100-sxm", num_gpus=8, layout=layout)
+    assert 0 < step.gemm_tiling_delta_s < step.ledger["gemm_inefficiency"]
+    plain = sc.estimate("llama3-8b", gpu=dataclasses.replace(get_gpu("h100-sxm"), sm_count=0), num_gpus=8,
+                        layout=layout)
+    assert plain.gemm_tiling_delta_s == 0.0
+    gemm = step.ledger["gemm_inefficiency"] - plain.ledger["gemm_inefficiency"]
+    assert gemm == pytest.approx(step.gemm_tiling_delta_s, rel=1e-9)
+    out = CliRunner().invoke(app, ["estimate", "--model", "llama3-8b", "--gpus", "8", "--tp", "8", "--pp", "1",
+                                   "--micro-batch", "1", "--global-batch", "64", "--seq-len", "2048"])
+    assert out.exit_code == 0 and "GEMM shapes:" in out.output

@@ -214,6 +214,9 @@ class LayerWork:
     #: seconds a micro-batch's weight gradients of the layer take to accumulate into the main-gradient
     #: buffer, inside ``t_bwd`` (:func:`grad_accumulation_s`)
     t_gacc: np.ndarray
+    #: of ``t_gemm_f``, the seconds the layer's GEMM shapes lose to the SMs' tile waves beyond the
+    #: reference layer's (:class:`~supercluster.hardware.kernels.GemmGrid`; 0 without a grid)
+    t_tiling_f: np.ndarray
 
 
 def check_kernels(model: ModelSpec, fw: Framework, gpu: GpuSpec) -> None:
@@ -254,6 +257,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     cost = GemmCost(r.tensor, low_el, el, mem_bw, r.q_el, overlap=r.in_situ, grid=r.grid)
     t_gemm_f = layer_gemm_s(model, T, tp, ep, cost, etp, load)
     t_experts_f = routed_expert_gemm_s(model, T, tp, ep, cost, etp, load) if model.is_moe else np.zeros_like(tp)
+    t_tiling_f = (t_gemm_f - layer_gemm_s(model, T, tp, ep, replace(cost, grid=None), etp, load)
+                  if cost.grid is not None and not cost.overlap else np.zeros_like(tp))
     # The weights are cast once per step (Transformer Engine caches them after the first micro-batch):
     # the layer's weight casts, forward and backward, per step, not per micro-batch (0 in 16 bits)
     t_wcast = np.zeros_like(tp)
@@ -293,7 +298,7 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         # unfused attention keeps the softmax output (and dropout mask and output) per token
         score_tok=(a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
         w_attn=w_attn, w_mlp=w_mlp, w_dense=w_dense, w_moe=w_moe, w_up=w_up, drop=drop,
-        moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f, t_gacc=t_gacc)
+        moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f, t_gacc=t_gacc, t_tiling_f=t_tiling_f)
 
 
 def _attention_s(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rates, attn_f: np.ndarray,

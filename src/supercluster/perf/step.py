@@ -96,6 +96,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         pipeline_by_chunks=pipe.by_chunks.astype(float) * np.ones_like(rows.tp),
         pp_send_s=pipe.pp_send * np.ones_like(rows.tp),
         weight_cast_s=weight_cast_s(st, work) * np.ones_like(rows.tp),
+        # of the gemm_inefficiency line, what the GEMM shapes lose to the SMs' tile waves (forward and backward)
+        gemm_tiling_delta_s=rows.m * st.Lc * 3.0 * work.t_tiling_f,
         # an MoE layer's routing as priced: the busiest EP rank's tokens over the mean, one dispatch (or
         # combine) call and how many a layer makes, and the share of its bytes that leave the scale-up domain
         moe_load_factor=work.moe_load, ep_call_s=comm.ep_call, ep_calls=comm.ep_calls,
@@ -214,6 +216,9 @@ class StepBreakdown:
     #: the step's data-parallel traffic at the network's rate, one collective after another and none
     #: hidden (:func:`~.sync.dp_traffic_s`): a floor under any step that carries it
     dp_traffic_s: float = 0.0
+    #: of the ``gemm_inefficiency`` line, the seconds the layers' GEMM shapes lose to the SMs' tile waves
+    #: beyond the shapes the GPU's GEMM rate was measured at (:class:`~supercluster.hardware.kernels.GemmGrid`)
+    gemm_tiling_delta_s: float = 0.0
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -278,6 +283,6 @@ def step_breakdowns(model: ModelSpec, *, layouts: list[Layout], gpu: GpuSpec, ne
             memory={k: first[k] for k in MEMORY_KEYS}, hbm_bytes=gpu.hbm_bytes, microbatches=first["microbatches"],
             mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
             split_counts_head=bool(first["split_counts_head"]), moe=_moe(model, fw, layouts[i], first),
-            dp_traffic_s=first["dp_traffic_s"],
+            dp_traffic_s=first["dp_traffic_s"], gemm_tiling_delta_s=first["gemm_tiling_delta_s"],
         ))
     return res

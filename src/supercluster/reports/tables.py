@@ -56,6 +56,7 @@ def breakdown_json(b: StepBreakdown, fit: Fit | None = None, **extra: Any) -> di
         "memory_per_gpu_bytes": b.memory_per_gpu_bytes, "hbm_bytes": b.hbm_bytes, "fits": b.fits,
         "fit_reason": None if b.fits else fit_reason(b, *(fit or ())),
         "memory": b.memory, "ledger": b.ledger, "microbatches": b.microbatches,
+        "gemm_tiling_delta_s": b.gemm_tiling_delta_s,
         **({"moe": b.moe} if b.moe else {}),
     }
 
@@ -76,6 +77,8 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str, fit: Fit | N
         f"tokens/s {b.tokens_per_s:,.0f} ({b.tokens_per_s_per_gpu:,.0f} per GPU) | "
         f"{b.tflops_per_gpu:.0f} TFLOP/s per GPU | MFU {100 * b.mfu:.1f}% | HFU {100 * b.hfu:.1f}%"
     )
+    if abs(b.gemm_tiling_delta_s) >= 0.005 * b.step_time_s:
+        console.print(tiling_line(b), markup=False)
     m = b.memory
     status = "[green]fits[/green]" if b.fits else "[red]does NOT fit[/red]"
     console.print(
@@ -88,6 +91,18 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str, fit: Fit | N
         console.print(f"[yellow]does not fit: {fit_reason(b, *(fit or ()))}[/yellow]")
     if b.moe:
         console.print(moe_line(b), markup=False)
+
+
+def tiling_line(b: StepBreakdown) -> str:
+    """What the layers' GEMM shapes gain or lose on the SMs' tile waves against the shapes the GPU's GEMM
+    rate was measured at (part of ``gemm_inefficiency``): thin TP slices and small experts leave SMs idle."""
+    share = 100 * b.gemm_tiling_delta_s / b.step_time_s
+    if b.gemm_tiling_delta_s > 0:
+        return (f"GEMM shapes: {b.gemm_tiling_delta_s:.3f} s of gemm_inefficiency ({share:.1f} % of the step) are SMs "
+                "left idle by tiles past the GEMMs' edges and part-filled last waves (less tensor parallelism, "
+                "more tokens a micro-batch or larger experts fill them better)")
+    return (f"GEMM shapes: they fill the SMs' tile waves better than the shapes the GPU's GEMM rate was measured "
+            f"at, {-b.gemm_tiling_delta_s:.3f} s ({-share:.1f} % of the step) faster")
 
 
 def moe_line(b: StepBreakdown) -> str:
