@@ -242,3 +242,49 @@ def test_the_step_reports_what_its_gemm_shapes_lose_to_the_tile_waves():
     out = CliRunner().invoke(app, ["estimate", "--model", "llama3-8b", "--gpus", "8", "--tp", "8", "--pp", "1",
                                    "--micro-batch", "1", "--global-batch", "64", "--seq-len", "2048"])
     assert out.exit_code == 0 and "GEMM shapes:" in out.output
+
+
+def test_transformer_engines_experts_share_the_waves_four_at_a_time(h100):
+    """A GEMM an expert (Transformer Engine's multi-stream cuBLAS backend: 4 compute streams; DeepSpeed's
+    expert loop: 1) shares the SMs' tile waves only with the experts running beside it, where a grouped
+    kernel schedules every local expert's tiles as one grid: Qwen3-30B-A3B's 16 local experts at EP 8,
+    512 tokens a GPU (256 rows an expert, a 256 x 1536 FC1 output: 24 tiles of 128 x 128 on 132 SMs)."""
+    from dataclasses import replace
+
+    from supercluster.hardware.kernels import gemm_grid
+    from supercluster.models.catalog import model_catalog
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.perf.gemm import GemmCost, routed_expert_gemm_s
+
+    m = model_catalog()["qwen3-30b-a3b"]
+    one, ep, T = np.array([1.0]), np.array([8.0]), np.array([512.0])
+    two = np.array([2.0])
+    grouped = GemmCost(np.array([h100.gemm_tensor_flops_per_s("bf16")]), two, two, h100.hbm_bytes_per_s * 0.85,
+                       grid=gemm_grid(132))
+    local, rows = 16.0, 512.0 * m.top_k * 8 / m.num_experts
+    assert rows == 256.0
+    t = {s: float(routed_expert_gemm_s(m, T, one, ep, replace(grouped, expert_streams=s))[0]) for s in (0, 1, 4)}
+    for s, together in ((0, local), (4, 4.0), (1, 1.0)):
+        by_hand = local * (grouped.seconds(rows, float(m.expert_width), 2 * m.moe_ffn_dim, together)
+                           + grouped.seconds(rows, float(m.moe_ffn_dim), float(m.expert_width), together))
+        assert t[s] == pytest.approx(float(by_hand[0]), rel=1e-12)
+    assert t[1] > t[4] > t[0]
+    assert get_framework("nemo-megatron").moe_expert_streams == 4 == get_framework("megatron").moe_expert_streams
+    assert get_framework("deepspeed").moe_expert_streams == 1
+    assert get_framework("torchtitan").moe_expert_streams == 0  # (torch._grouped_mm: one grid)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "4", True])
+def test_a_bad_expert_stream_count_is_refused_by_name(monkeypatch, bad):
+    from supercluster.parallelism import framework as fwmod
+
+    table = {k: dict(v) for k, v in fwmod.load_package_toml("frameworks.toml").items()}
+    table["nemo-megatron"]["moe_expert_streams"] = bad
+    monkeypatch.setattr(fwmod, "load_package_toml", lambda name: table)
+    fwmod.framework_catalog.cache_clear()
+    try:
+        with pytest.raises(InputError, match="moe_expert_streams"):
+            fwmod.framework_catalog()
+    finally:
+        monkeypatch.undo()
+        fwmod.framework_catalog.cache_clear()

@@ -132,6 +132,10 @@ class Framework:
     #: dropless dispatcher makes the host wait for the router's counts (frameworks.toml's header;
     #: both priced in perf.host.host_bound)
     moe_expert_launches: str = "grouped"
+    #: how many local experts' GEMMs share the SMs at once where each expert is its own GEMM
+    #: ("per_expert"): Transformer Engine's multi-stream cuBLAS backend runs them 4 at a time, DeepSpeed's
+    #: expert loop 1 (frameworks.toml's header); 0 = all of them, one grid (a grouped kernel)
+    moe_expert_streams: int = 0
     moe_dispatch_sync: bool = True
     #: the router's probabilities weight the experts' activation (frameworks.toml's header), so the
     #: combined expert outputs are not kept for the gate's gradient (perf.memory)
@@ -348,6 +352,9 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.moe_router", f"must be one of {', '.join(ROUTERS)}")
         if t.get("moe_expert_launches", "grouped") not in ("grouped", "per_expert"):
             raise InputError(f"framework {key}.moe_expert_launches", "must be 'grouped' or 'per_expert'")
+        streams = t.get("moe_expert_streams", 0)
+        if isinstance(streams, bool) or not isinstance(streams, int) or not 0 <= streams <= 1024:
+            raise InputError(f"framework {key}.moe_expert_streams", "must be a whole number in 0 .. 1024")
         q = t.get("fp8_quantize_bytes_per_element", 0.0)
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q <= 100.0:
             raise InputError(f"framework {key}.fp8_quantize_bytes_per_element", "must be a number in 0 .. 100")

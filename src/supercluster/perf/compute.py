@@ -254,7 +254,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     # (the experts run the busiest rank's tokens: every rank waits for it at the combine)
     load = (moe_load_factor(T * (etp / tp) * model.top_k, ep, fw.moe_router, fw.moe_capacity_factor,
                             fw.moe_pad_to_capacity) if model.is_moe else np.ones_like(tp))
-    cost = GemmCost(r.tensor, low_el, el, mem_bw, r.q_el, overlap=r.in_situ, grid=r.grid)
+    cost = GemmCost(r.tensor, low_el, el, mem_bw, r.q_el, overlap=r.in_situ, grid=r.grid,
+                    expert_streams=fw.moe_expert_streams if fw.moe_expert_launches == "per_expert" else 0)
     t_gemm_f = layer_gemm_s(model, T, tp, ep, cost, etp, load)
     t_experts_f = routed_expert_gemm_s(model, T, tp, ep, cost, etp, load) if model.is_moe else np.zeros_like(tp)
     t_tiling_f = (t_gemm_f - layer_gemm_s(model, T, tp, ep, replace(cost, grid=None), etp, load)

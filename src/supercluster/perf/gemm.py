@@ -20,7 +20,8 @@ class GemmCost:
     element in (``el_in``, the GEMM precision) and out (``el_out``, 16 bit), the HBM rate, the HBM
     bytes per element its fp8 / fp4 casts move for activations (``q_el``, forward and backward) and
     for weights (``q_w``: once a step, priced apart by the caller), whether the rate was measured in
-    situ (``overlap``: the roofline), and the GPU's tiling (``grid``; None: no quantisation priced)."""
+    situ (``overlap``: the roofline), the GPU's tiling (``grid``; None: no quantisation priced), and how
+    many of an MoE layer's local experts' GEMMs share the SMs at once (``expert_streams``; 0: all)."""
 
     rate: np.ndarray
     el_in: np.ndarray | float
@@ -30,6 +31,7 @@ class GemmCost:
     q_w: np.ndarray | float = 0.0
     overlap: bool = False
     grid: GemmGrid | None = None
+    expert_streams: int = 0
 
     def seconds(self, M: np.ndarray | float, K: np.ndarray | float, N: np.ndarray | float,
                 groups: np.ndarray | float = 1.0) -> np.ndarray:
@@ -96,11 +98,13 @@ def routed_expert_gemm_s(model: ModelSpec, T: np.ndarray, tp: np.ndarray, ep: np
     """Forward GEMM seconds of one MoE layer's routed experts on the busiest expert-parallel rank: each
     of its E / ep experts sees T (etp / tp) top_k ep / E tokens on average, ``load`` times that on the
     busiest rank, its width split over the expert-TP ranks (see :func:`layer_gemm_s`); the local
-    experts' GEMMs run as one grouped kernel (their tiles share the SMs' waves)."""
+    experts' GEMMs run as one grouped kernel, their tiles sharing the SMs' waves, or, where each is its
+    own GEMM, ``cost.expert_streams`` of them at a time (:attr:`Framework.moe_expert_streams`)."""
     E, up, width, h_in = float(model.num_experts), model.mlp_mats - 1.0, float(model.moe_ffn_dim), float(
         model.expert_width)
     e_tp = tp if etp is None else etp
     local = E / ep
+    together = np.minimum(local, cost.expert_streams) if cost.expert_streams else local
     per_expert = T * (e_tp / tp) * model.top_k * ep / E * load
-    return local * (cost.seconds(per_expert, h_in, up * width / e_tp, local)
-                    + cost.seconds(per_expert, width / e_tp, h_in, local))
+    return local * (cost.seconds(per_expert, h_in, up * width / e_tp, together)
+                    + cost.seconds(per_expert, width / e_tp, h_in, together))
