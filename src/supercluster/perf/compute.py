@@ -259,7 +259,7 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
     t_gemm_f = layer_gemm_s(model, T, tp, ep, cost, etp, load)
     t_experts_f = routed_expert_gemm_s(model, T, tp, ep, cost, etp, load) if model.is_moe else np.zeros_like(tp)
     t_tiling_f = (t_gemm_f - layer_gemm_s(model, T, tp, ep, replace(cost, grid=None), etp, load)
-                  if cost.grid is not None and not cost.overlap else np.zeros_like(tp))
+                  if cost.grid is not None else np.zeros_like(tp))  # (None in situ: Rates.grid)
     # The weights are cast once per step (Transformer Engine caches them after the first micro-batch):
     # the layer's weight casts, forward and backward, per step, not per micro-batch (0 in 16 bits)
     t_wcast = np.zeros_like(tp)
