@@ -21,7 +21,7 @@ ALIASES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
     "nemo": "nemo-megatron", "nemo2": "nemo-megatron", "nemo-megatron": "nemo-megatron",
     "megatron-bridge": "nemo-megatron",  # NeMo's Megatron-Core training library (same recipes)
-    "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed",
+    "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed", "deepspeed-megatron": "deepspeed",
     "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
     "deepseek": "hai-llm", "dualpipe": "hai-llm", "hai": "hai-llm",
     "jax": "maxtext",
