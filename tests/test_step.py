@@ -1236,3 +1236,25 @@ def test_megatron_core_keeps_no_expert_outputs_for_the_gate_gradient():
     extra = m.num_moe_layers * 4096 * m.top_k * m.expert_width * 2.0
     assert kept.memory["mem_activations_bytes"] - weighted.memory["mem_activations_bytes"] == pytest.approx(extra)
     assert kept.step_time_s == weighted.step_time_s
+
+
+@pytest.mark.parametrize("model, gpus, labels", [
+    ("llama3-405b", 1024, ["tp8-pp16-dp8", "tp8-pp8-dp16-vpp4", "tp4-pp4-dp32-cp2", "tp8-pp1-dp128-z3"]),
+    ("deepseek-v3+mtp", 256, ["tp1-pp8-dp32-ep32", "tp2-pp4-dp32-ep32-vpp2", "tp1-pp1-dp256-ep64-z3"]),
+])
+def test_ideal_compute_is_the_jobs_and_the_heaviest_stage_pays_its_imbalance(model, gpus, labels):
+    """Every layout of one job computes the same FLOPs per GPU: ideal compute is that share at the peak,
+    whatever the pipeline split; what the heaviest stage does beyond a 1 / pp share is its own line
+    (0 without a pipeline), and the lines still sum to the step time."""
+    import supercluster as sc
+
+    out = {}
+    for label in labels:
+        b = sc.estimate(model, gpu="b200", num_gpus=gpus, layout=Layout.from_string(label, global_batch=1024,
+                                                                                    seq_len=4096))
+        assert sum(b.ledger.values()) == pytest.approx(b.step_time_s, rel=1e-12)
+        assert b.ledger["stage_imbalance"] >= 0.0
+        out[label] = b.ledger
+    ideal = {round(v["ideal_compute"], 9) for v in out.values()}
+    assert len(ideal) == 1
+    assert out[labels[-1]]["stage_imbalance"] == 0.0 < out[labels[0]]["stage_imbalance"]

@@ -44,7 +44,7 @@ from .sync import SyncTimes, sync_times
 LEDGER = (
     "ideal_compute", "gemm_inefficiency", "attention_inefficiency", "memory_bound_ops", "kernel_launch",
     "comm_contention", "recompute",
-    "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm", "pipeline_bubble",
+    "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm", "stage_imbalance", "pipeline_bubble",
     "exposed_dp_comm", "optimizer", "stragglers",
 )
 MEMORY_KEYS = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
@@ -118,38 +118,57 @@ def _remote_share(rows: Rows, gpu: GpuSpec) -> np.ndarray:
 
 def step_ledger(model: ModelSpec, gpu: GpuSpec, rows: Rows, r: Rates, work: LayerWork, comm: CommTimes, st: StageTimes,
                 pipe: PipeTimes, sync: SyncTimes) -> dict[str, np.ndarray]:
-    """The step's seconds by cause (:data:`LEDGER`), for the heaviest stage's ``Lc`` layers, ``heads``
-    passes of the head and ``projs`` MTP projections per micro-batch; they sum to the step time.
+    """The step's seconds by cause (:data:`LEDGER`); they sum to the step time.
 
-    Ideal compute is the model's FLOPs at the dense peak (GEMMs at the GEMM precision's, attention and
-    the head at 16 bits); each kernel's shortfall from it is its inefficiency line."""
-    m, Lc, heads, projs, peak, peak16 = rows.m, st.Lc, st.heads, st.projs, r.peak, r.peak16
-    T, tp, V = rows.T, rows.tp, float(model.vocab_size)
-    attn_model = 3.0 * (work.attn_f + work.rec_f) + work.idx_f + work.idx_b  # attention-like FLOPs, fwd + bwd
-    ideal = m * (Lc * (3.0 * work.gemm_f / peak + attn_model / peak16) + heads * 3.0 * work.head_f / peak16
-                 + projs * 3.0 * work.proj_f / peak)
-    gemm_ineff = m * (Lc * 3.0 * (work.t_gemm_f - work.gemm_f / peak)
-                      + heads * 3.0 * (work.head_f / r.ceiling16 - work.head_f / peak16)
-                      + projs * (work.t_proj - 3.0 * work.proj_f / peak))
-    attn_ineff = m * Lc * (work.t_attn_f + work.t_attn_b + work.t_rec_f + work.t_rec_b - attn_model / peak16)
-    mem_ops = m * (Lc * (3.0 * work.t_mem_f + work.t_score_f + work.t_score_b + comm.cp_mem_f + comm.cp_mem_b
-                         + work.t_gacc) + heads * 5.0 * 4.0 * T * V / tp / r.mem_bw)
+    The pipeline runs at the pace of its heaviest stage (``Lc`` layer-like blocks, ``heads`` passes of
+    the head and ``projs`` MTP projections per micro-batch), but a GPU of the job does on average a
+    ``1 / pp`` share of the model: the per-layer lines are that mean stage's, and what the heaviest
+    stage does beyond it (its extra layers, or the head) is ``stage_imbalance``, the time the other
+    stages wait for it. Ideal compute is so the job's FLOPs per GPU at the dense peak (GEMMs at the
+    GEMM precision's, attention and the head at 16 bits), the same for every layout of one job; each
+    kernel's shortfall from it is its inefficiency line."""
+    V, mtp, pp = float(model.vocab_size), float(model.mtp_layers), rows.pp
+    heavy = _stage_lines(rows, r, work, comm, V, st.Lc, st.heads, st.projs)
+    mean = _stage_lines(rows, r, work, comm, V, (model.num_layers + mtp) / pp, (1.0 + mtp) / pp, mtp / pp)
     ledger = {
-        "ideal_compute": ideal, "gemm_inefficiency": gemm_ineff, "attention_inefficiency": attn_ineff,
-        "memory_bound_ops": mem_ops, "kernel_launch": m * Lc * (work.t_host_f + work.t_host_b),
+        **mean, "exposed_pp_comm": pipe.pp_x, "stage_imbalance": sum(heavy[k] - mean[k] for k in heavy),
+        "pipeline_bubble": pipe.bubble, "exposed_dp_comm": sync.dp_x + sync.dp_cont, "optimizer": sync.t_opt,
+    }
+    # the slowest GPU sets the pace of the heaviest stage's compute-bound work
+    sigma = gpu_speed_sigma() if gpu.speed_sigma is None else gpu.speed_sigma
+    paced = heavy["ideal_compute"] + heavy["gemm_paced"] + heavy["attention_inefficiency"] + heavy["recompute"] \
+        + pipe.bubble
+    ledger["stragglers"] = paced * sigma * expected_max_normal(rows.tp * rows.pp * rows.dp * rows.cp)
+    ledger["gemm_inefficiency"] = ledger.pop("gemm_paced") + ledger.pop("weight_casts")
+    return {k: ledger[k] for k in LEDGER}
+
+
+def _stage_lines(rows: Rows, r: Rates, work: LayerWork, comm: CommTimes, V: float, Lc: np.ndarray | float,
+                 heads: np.ndarray | float, projs: np.ndarray | float) -> dict[str, np.ndarray]:
+    """The per-stage ledger lines per step of a stage of ``Lc`` layer-like blocks, ``heads`` passes of
+    the head (over a vocabulary of ``V``) and ``projs`` MTP projections per micro-batch: the GEMMs'
+    shortfall in two parts,
+    ``gemm_paced`` (per micro-batch, paced by the slowest GPU) and ``weight_casts`` (the fp8 / fp4
+    weight casts once a step before the first micro-batch: memory bound, not paced)."""
+    m, peak, peak16, T, tp = rows.m, r.peak, r.peak16, rows.T, rows.tp
+    attn_model = 3.0 * (work.attn_f + work.rec_f) + work.idx_f + work.idx_b  # attention-like FLOPs, fwd + bwd
+    return {
+        "ideal_compute": m * (Lc * (3.0 * work.gemm_f / peak + attn_model / peak16) + heads * 3.0 * work.head_f / peak16
+                              + projs * 3.0 * work.proj_f / peak),
+        "gemm_paced": m * (Lc * 3.0 * (work.t_gemm_f - work.gemm_f / peak)
+                           + heads * 3.0 * (work.head_f / r.ceiling16 - work.head_f / peak16)
+                           + projs * (work.t_proj - 3.0 * work.proj_f / peak)),
+        "weight_casts": Lc * work.t_wcast,
+        "attention_inefficiency": m * Lc * (work.t_attn_f + work.t_attn_b + work.t_rec_f + work.t_rec_b
+                                            - attn_model / peak16),
+        "memory_bound_ops": m * (Lc * (3.0 * work.t_mem_f + work.t_score_f + work.t_score_b + comm.cp_mem_f
+                                       + comm.cp_mem_b + work.t_gacc) + heads * 5.0 * 4.0 * T * V / tp / r.mem_bw),
+        "kernel_launch": m * Lc * (work.t_host_f + work.t_host_b),
         "comm_contention": m * Lc * (work.t_cont_f + work.t_cont_b),
         "recompute": m * Lc * work.t_rc,
         "exposed_tp_comm": m * (Lc * comm.tp_x + heads * comm.tp_head),
-        "exposed_cp_comm": m * Lc * comm.cp_x, "exposed_ep_comm": m * Lc * comm.ep_x, "exposed_pp_comm": pipe.pp_x,
-        "pipeline_bubble": pipe.bubble, "exposed_dp_comm": sync.dp_x + sync.dp_cont, "optimizer": sync.t_opt,
+        "exposed_cp_comm": m * Lc * comm.cp_x, "exposed_ep_comm": m * Lc * comm.ep_x,
     }
-    sigma = gpu_speed_sigma() if gpu.speed_sigma is None else gpu.speed_sigma
-    paced = ideal + gemm_ineff + attn_ineff + ledger["recompute"] + pipe.bubble
-    ledger["stragglers"] = paced * sigma * expected_max_normal(rows.tp * rows.pp * rows.dp * rows.cp)
-    # the heaviest stage's fp8 / fp4 weight casts, once a step before its first micro-batch (memory
-    # bound: not paced by the slowest GPU's clock)
-    ledger["gemm_inefficiency"] = gemm_ineff + weight_cast_s(st, work)
-    return ledger
 
 
 def weight_cast_s(st: StageTimes, work: LayerWork) -> np.ndarray:

@@ -28,7 +28,8 @@ LEDGER_COLOURS = {
     "memory_bound_ops": "#dce775", "kernel_launch": "#ffe082", "comm_contention": "#ffcc80",
     "recompute": "#fff176", "exposed_tp_comm": "#4fc3f7",
     "exposed_cp_comm": "#29b6f6", "exposed_ep_comm": "#0288d1", "exposed_pp_comm": "#7986cb",
-    "pipeline_bubble": "#e57373", "exposed_dp_comm": "#ba68c8", "optimizer": "#a1887f", "stragglers": "#9e9e9e",
+    "stage_imbalance": "#f48fb1", "pipeline_bubble": "#e57373", "exposed_dp_comm": "#ba68c8", "optimizer": "#a1887f",
+    "stragglers": "#9e9e9e",
 }
 MEMORY_COLOURS = {"mem_weights_bytes": "#1565c0", "mem_grads_bytes": "#42a5f5", "mem_optimizer_bytes": "#90caf9",
                   "mem_activations_bytes": "#ffb74d", "mem_other_bytes": "#bdbdbd"}

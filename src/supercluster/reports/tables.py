@@ -15,7 +15,7 @@ from ..perf.step import LEDGER, StepBreakdown
 from ..units import GiB, fmt_bytes, fmt_ibytes
 
 LEDGER_HELP = {
-    "ideal_compute": "model FLOPs at dense peak",
+    "ideal_compute": "the job's FLOPs per GPU at dense peak",
     "gemm_inefficiency": "GEMMs below peak (fp8/fp4: and their casts)",
     "attention_inefficiency": "attention kernels below peak",
     "memory_bound_ops": "norms, acts, adds, loss, CP merges, grad sums",
@@ -26,6 +26,7 @@ LEDGER_HELP = {
     "exposed_cp_comm": "CP ring K/V exchange",
     "exposed_ep_comm": "MoE token dispatch and combine",
     "exposed_pp_comm": "pipeline send / recv",
+    "stage_imbalance": "the heaviest pipeline stage's work over the mean",
     "pipeline_bubble": "pipeline fill and drain",
     "exposed_dp_comm": "gradient / parameter sync (+ SMs it holds)",
     "optimizer": "Adam step",
