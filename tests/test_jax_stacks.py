@@ -11,7 +11,8 @@ from supercluster.parallelism.layout import Layout
 from supercluster.parallelism.published import resolve_framework
 
 
-@pytest.mark.parametrize("published", ["MaxText", "maxtext (JAX 0.4.35)", "Paxml on JAX-Toolbox", "jax"])
+@pytest.mark.parametrize("published", ["MaxText", "maxtext (JAX 0.4.35)", "Paxml on JAX-Toolbox", "jax", "PAX",
+                                       "NVIDIA JAX-Toolbox", "T5X", "Levanter"])
 def test_a_jax_run_reads_as_the_maxtext_profile_and_says_so(published):
     fw, note = resolve_framework(published)
     assert fw.key == "maxtext"

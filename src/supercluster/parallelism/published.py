@@ -117,8 +117,10 @@ def _with_named_options(fw: Framework, low: str, given: list[str]) -> Framework:
 #: Words in a published framework name and the profile they select, most specific first.
 #: GPT-NeoX runs Megatron's model code on DeepSpeed (its README); MosaicML llm-foundry / Composer
 #: have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP runs read as torchtitan.
+#: The JAX stacks (MaxText, Pax / Paxml on Praxis, T5X, Levanter, NVIDIA's JAX-Toolbox builds of them)
+#: run one XLA-compiled program, so their kernels are XLA's: they read as the MaxText profile.
 _MENTIONS = ((("automodel",), "automodel"), (("megatron-fsdp", "megatron fsdp"), "megatron"),
              (("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
              (("foundry", "composer", "mosaic"), "composer"), (("titan", "fsdp"), "torchtitan"),
-             (("hai-llm", "dualpipe"), "hai-llm"), (("maxtext", "paxml", "praxis"), "maxtext"),
+             (("hai-llm", "dualpipe"), "hai-llm"), (("maxtext", "pax", "praxis", "jax", "t5x", "levanter"), "maxtext"),
              (("megatron",), "megatron"))
