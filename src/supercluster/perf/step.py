@@ -95,7 +95,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         **st.chunk_parts, split_counts_head=st.split_counts_head,
         pipeline_by_chunks=pipe.by_chunks.astype(float) * np.ones_like(rows.tp),
         pp_send_s=pipe.pp_send * np.ones_like(rows.tp),
-        weight_cast_s=weight_cast_s(st, work) * np.ones_like(rows.tp),
+        weight_cast_s=weight_cast_s(st.Lc, work) * np.ones_like(rows.tp),
         # of the gemm_inefficiency line, what the GEMM shapes lose to the SMs' tile waves (forward and backward)
         gemm_tiling_delta_s=rows.m * st.Lc * 3.0 * work.t_tiling_f,
         # an MoE layer's routing as priced: the busiest EP rank's tokens over the mean, one dispatch (or
@@ -147,9 +147,8 @@ def _stage_lines(rows: Rows, r: Rates, work: LayerWork, comm: CommTimes, V: floa
                  heads: np.ndarray | float, projs: np.ndarray | float) -> dict[str, np.ndarray]:
     """The per-stage ledger lines per step of a stage of ``Lc`` layer-like blocks, ``heads`` passes of
     the head (over a vocabulary of ``V``) and ``projs`` MTP projections per micro-batch: the GEMMs'
-    shortfall in two parts,
-    ``gemm_paced`` (per micro-batch, paced by the slowest GPU) and ``weight_casts`` (the fp8 / fp4
-    weight casts once a step before the first micro-batch: memory bound, not paced)."""
+    shortfall in two parts, ``gemm_paced`` (per micro-batch, paced by the slowest GPU) and
+    ``weight_casts`` (:func:`weight_cast_s`: memory bound, not paced)."""
     m, peak, peak16, T, tp = rows.m, r.peak, r.peak16, rows.T, rows.tp
     attn_model = 3.0 * (work.attn_f + work.rec_f) + work.idx_f + work.idx_b  # attention-like FLOPs, fwd + bwd
     return {
@@ -158,7 +157,7 @@ def _stage_lines(rows: Rows, r: Rates, work: LayerWork, comm: CommTimes, V: floa
         "gemm_paced": m * (Lc * 3.0 * (work.t_gemm_f - work.gemm_f / peak)
                            + heads * 3.0 * (work.head_f / r.ceiling16 - work.head_f / peak16)
                            + projs * (work.t_proj - 3.0 * work.proj_f / peak)),
-        "weight_casts": Lc * work.t_wcast,
+        "weight_casts": weight_cast_s(Lc, work),
         "attention_inefficiency": m * Lc * (work.t_attn_f + work.t_attn_b + work.t_rec_f + work.t_rec_b
                                             - attn_model / peak16),
         "memory_bound_ops": m * (Lc * (3.0 * work.t_mem_f + work.t_score_f + work.t_score_b + comm.cp_mem_f
@@ -171,9 +170,10 @@ def _stage_lines(rows: Rows, r: Rates, work: LayerWork, comm: CommTimes, V: floa
     }
 
 
-def weight_cast_s(st: StageTimes, work: LayerWork) -> np.ndarray:
-    """Seconds a step of the heaviest stage's fp8 / fp4 weight casts (its ``Lc`` layer-like blocks)."""
-    return st.Lc * work.t_wcast
+def weight_cast_s(Lc: np.ndarray | float, work: LayerWork) -> np.ndarray:
+    """Seconds a step of a stage's fp8 / fp4 weight casts (its ``Lc`` layer-like blocks), once before
+    its first micro-batch."""
+    return Lc * work.t_wcast
 
 
 def flop_columns(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, step: np.ndarray,
