@@ -15,7 +15,7 @@ from ..perf.step import LEDGER, StepBreakdown
 from ..units import GiB, fmt_bytes, fmt_ibytes
 
 LEDGER_HELP = {
-    "ideal_compute": "the job's FLOPs per GPU at dense peak",
+    "ideal_compute": "the job's FLOPs at dense peak",
     "gemm_inefficiency": "GEMMs below peak (fp8/fp4: and their casts)",
     "attention_inefficiency": "attention kernels below peak",
     "memory_bound_ops": "norms, acts, adds, loss, CP merges, grad sums",
