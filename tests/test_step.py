@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from supercluster.job import default_network, estimate
 from supercluster.parallelism.layout import Layout
@@ -1258,3 +1260,29 @@ def test_ideal_compute_is_the_jobs_and_the_heaviest_stage_pays_its_imbalance(mod
     ideal = {round(v["ideal_compute"], 9) for v in out.values()}
     assert len(ideal) == 1
     assert out[labels[-1]]["stage_imbalance"] == 0.0 < out[labels[0]]["stage_imbalance"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([("llama3-70b", "nemo-megatron"), ("deepseek-v3+mtp", "nemo-megatron"),
+                        ("nemotronh-56b", "megatron"), ("llama3-8b", "torchtitan"), ("mixtral-8x7b", "deepspeed")]),
+       st.sampled_from([1, 2, 8]), st.sampled_from([2, 4, 8, 16]), st.sampled_from([1, 2, 3]))
+def test_no_pipeline_split_has_a_stage_lighter_than_the_mean(case, tp, pp, vpp):
+    """Whatever the split (the framework's, with or without the embedding and loss counted as layers,
+    interleaved or not), the heaviest stage does at least a 1 / pp share, and ideal compute is that of
+    the same job without a pipeline."""
+    import supercluster as sc
+    from supercluster.parallelism.framework import get_framework
+
+    model, fw = case
+    fw = get_framework(fw)
+    vpp = vpp if fw.interleaved_pipeline else 1
+    ep = 8 if model in ("deepseek-v3+mtp", "mixtral-8x7b") else 1
+    try:
+        a, b = (sc.estimate(model, gpu="h100-sxm", num_gpus=512, framework=fw,
+                            layout=Layout(tp=tp, pp=p, dp=512 // (tp * p), vpp=v, ep=ep, global_batch=1024,
+                                          seq_len=4096))
+                for p, v in ((1, 1), (pp, vpp)))
+    except sc.InputError:
+        return  # (a layout the framework or the model refuses: nothing to compare)
+    assert a.ledger["stage_imbalance"] == 0.0 <= b.ledger["stage_imbalance"]
+    assert b.ledger["ideal_compute"] == pytest.approx(a.ledger["ideal_compute"], rel=1e-9)
