@@ -39,7 +39,7 @@ from ..parallelism.framework import (
     get_framework,
 )
 from ..parallelism.layout import UNPRICED_MODULES, Layout
-from ..parallelism.published import resolve_framework
+from ..parallelism.published import named_option_suffixes, resolve_framework
 
 REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
                     "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",
@@ -405,12 +405,28 @@ def _layout_ints(row: dict[str, str]) -> dict[str, int]:
     return g
 
 
+def _precision_options(name: str, precision: str) -> str:
+    """The framework name with the run options its precision text states in words ("fp8 linears
+    (Float8) + compile + AsyncTP": torch.compile and async TP) appended; one a catalog profile cannot
+    take is left out (a name no profile answers to keeps them all: its reading drops what it cannot take)."""
+    for suffix in named_option_suffixes(precision):
+        if suffix not in name and (_takes(name + suffix) or not _takes(name)):
+            name += suffix
+    return name
+
+
+def _takes(name: str) -> bool:
+    """Whether a framework name, options included, is a catalog profile."""
+    try:
+        get_framework(name)
+        return True
+    except InputError:
+        return False
+
+
 def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
     """Model, layout and framework a scored row describes (InputError if it cannot be read)."""
-    name = row.get("framework") or ""
-    if "compile" in (row.get("precision") or "").lower():  # e.g. "fp8 linears (Float8) + torch.compile"
-        name += "+compile"
-    name += run_option_suffixes(row)
+    name = _precision_options(row.get("framework") or "", row.get("precision") or "") + run_option_suffixes(row)
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
     g = _layout_ints(row)

@@ -39,6 +39,8 @@ DEFAULT_FRAMEWORK = "nemo-megatron"
 ROUTERS = ("random", "round-robin")
 #: how context parallelism can move K/V (:attr:`Framework.cp_rotate`)
 CP_ROTATES = ("p2p", "allgather", "a2a")
+#: how a framework overlaps its TP collectives with the GEMMs (:attr:`Framework.tp_overlap`)
+TP_OVERLAPS = ("userbuffers", "async-tp")
 
 #: each recipe as Megatron-LM's --fp8-recipe spells it (current scaling is its "tensorwise")
 MEGATRON_FP8_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
@@ -137,6 +139,11 @@ class Framework:
     #: expert loop 1 (frameworks.toml's header); 0 = all of them, one grid (a grouped kernel)
     moe_expert_streams: int = 0
     moe_dispatch_sync: bool = True
+    #: how a TP overlap (:attr:`tp_comm_overlap`) runs (:data:`TP_OVERLAPS`): "userbuffers" = Transformer
+    #: Engine's, the forward's and the backward's collectives pipelined with their GEMMs by SM kernels;
+    #: "async-tp" = PyTorch's micro-pipeline TP (torchtitan's async TP), the forward's collectives
+    #: pipelined by the copy engines, the backward's exposed (frameworks.toml's header)
+    tp_overlap: str = "userbuffers"
     #: the router's probabilities weight the experts' activation (frameworks.toml's header), so the
     #: combined expert outputs are not kept for the gate's gradient (perf.memory)
     moe_probs_in_experts: bool = False
@@ -348,6 +355,8 @@ def framework_catalog() -> dict[str, Framework]:
             raise InputError(f"framework {key}.elementwise", "must be 'fused' or 'eager'")
         if t.get("cp_rotate", "p2p") not in CP_ROTATES:
             raise InputError(f"framework {key}.cp_rotate", f"must be one of {', '.join(CP_ROTATES)}")
+        if t.get("tp_overlap", "userbuffers") not in TP_OVERLAPS:
+            raise InputError(f"framework {key}.tp_overlap", f"must be one of {', '.join(TP_OVERLAPS)}")
         if t.get("moe_router", "random") not in ROUTERS:
             raise InputError(f"framework {key}.moe_router", f"must be one of {', '.join(ROUTERS)}")
         if t.get("moe_expert_launches", "grouped") not in ("grouped", "per_expert"):

@@ -101,6 +101,13 @@ _OPTION_WORDS = ((("deepep", "hybridep", "hybrid-ep"), DEEPEP_SUFFIX),
                  (("ulysses", "cp-comm-type a2a"), CP_A2A_SUFFIX))
 
 
+def named_option_suffixes(text: str) -> list[str]:
+    """The run options a published phrase states in words (:data:`_OPTION_WORDS`), as framework-name
+    suffixes: a row's precision column names some ("fp8 linears (Float8) + compile + AsyncTP")."""
+    low = text.lower()
+    return [suffix for words, suffix in _OPTION_WORDS if any(w in low for w in words)]
+
+
 def _with_named_options(fw: Framework, low: str, given: list[str]) -> Framework:
     """``fw`` with the run options a published name states in words (:data:`_OPTION_WORDS`) and does
     not already carry as suffixes; one the profile cannot take is left out."""

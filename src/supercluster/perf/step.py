@@ -77,7 +77,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     ep_f, ep_b = comm.ep_x * comm.ep_share_f, comm.ep_x * comm.ep_share_b
     work = host_bound(model, fw, rows, work, comm.tp_fx, comm.tp_bx, ep_f, ep_b, r.host_op_s)
     frac = 0.0 if r.in_situ else comm_sm_frac()
-    work = contended(rows, work, comm.hidden_f, comm.hidden_b, frac)
+    work = contended(rows, work, comm.held_f, comm.held_b, frac)
     st = stage_times(model, fw, rows, work, comm, stages)
     pipe = pipeline_times(model, fw, net, rows, work, comm, st, stages, schedule_bound)
     sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw, frac, gpu.host_cpu)

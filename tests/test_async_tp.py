@@ -1,0 +1,87 @@
+"""TP overlap by kind: Transformer Engine's userbuffers hide every pass's TP collectives with SM kernels;
+PyTorch's async TP (torchtitan) hides the forward's with the copy engines and leaves the backward's, and
+a recomputed forward's, exposed (frameworks.toml's tp_overlap)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import supercluster as sc
+from supercluster.errors import InputError
+from supercluster.formats.runs import row_setup
+from supercluster.parallelism.framework import framework_catalog, get_framework
+from supercluster.perf.comm import tp_overlap_exposed_s
+from supercluster.validation.validate import load_rows
+
+
+def _step(framework: sc.Framework | str, recompute: str = "none") -> sc.StepBreakdown:
+    layout = sc.Layout(tp=8, dp=2, global_batch=32, micro_batch=1, seq_len=8192, recompute=recompute)
+    return sc.estimate("llama3-70b", gpu="h100-sxm", num_gpus=16, layout=layout, framework=framework)
+
+
+def test_each_kind_leaves_its_own_passes_exposed_by_hand():
+    tp = np.array([8.0])
+    tp_f, tp_b, gemm = np.array([4.0]), np.array([6.0]), np.array([3.0])
+    off = get_framework("torchtitan")
+    async_tp = get_framework("torchtitan+tp-overlap")
+    userbuffers = dataclasses.replace(async_tp, tp_overlap="userbuffers")
+    assert [x.item() for x in tp_overlap_exposed_s(off, tp, tp_f, tp_b, gemm)] == [4.0, 6.0, 4.0]
+    # the forward hides under its GEMMs but one of tp chunks; the backward and a recompute do not
+    assert [x.item() for x in tp_overlap_exposed_s(async_tp, tp, tp_f, tp_b, gemm)] == [1.0, 6.0, 4.0]
+    # the backward hides under its two GEMMs (data and weight gradients) but one chunk: 6 / 8
+    assert [x.item() for x in tp_overlap_exposed_s(userbuffers, tp, tp_f, tp_b, gemm)] == [1.0, 0.75, 1.0]
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_async_tp_gains_less_than_userbuffers_and_holds_no_sms(recompute):
+    off = _step("torchtitan+compile", recompute)
+    async_tp = _step("torchtitan+compile+tp-overlap", recompute)
+    fw = get_framework("torchtitan+compile+tp-overlap")
+    assert fw.tp_overlap == "async-tp"
+    userbuffers = _step(dataclasses.replace(fw, tp_overlap="userbuffers"), recompute)
+    tp = {k: s.ledger["exposed_tp_comm"] for k, s in (("off", off), ("async", async_tp), ("ub", userbuffers))}
+    assert tp["off"] > tp["async"] > tp["ub"] > 0.0
+    assert off.step_time_s > async_tp.step_time_s > userbuffers.step_time_s
+    # the copy engines move async TP's chunks: the compute beside them runs at full speed
+    assert async_tp.ledger["comm_contention"] == off.ledger["comm_contention"] == 0.0
+    assert userbuffers.ledger["comm_contention"] > 0.0
+    # the forward's collectives are what async TP hides: 4 of a layer's 10 (no recompute) or of 14
+    # (full recompute) collectives of equal size; userbuffers hides nearly all
+    hidden_async, hidden_ub = tp["off"] - tp["async"], tp["off"] - tp["ub"]
+    share = 4.0 / (10.0 if recompute == "none" else 14.0)
+    assert hidden_async < share * tp["off"] < hidden_ub
+
+
+def test_a_runs_row_names_async_tp_in_its_precision_and_is_priced_with_it():
+    row = dict(next(r for r in load_rows("heldout") if r["id"] == "TT-H100-L31-405B-4D-CP1-32K"))
+    assert "AsyncTP" in row["precision"] and "compile" in row["precision"]
+    fw = row_setup(row)[2]
+    assert fw.tp_comm_overlap and fw.tp_overlap == "async-tp" and fw.elementwise == "fused"
+    # without the words, neither
+    bare = row_setup(dict(row, precision="fp8 linears (Float8)"))[2]
+    assert not bare.tp_comm_overlap and bare.elementwise == "eager"
+    # an option the named profile cannot take is left out: torchtitan's CP gathers K/V, it has no Ulysses
+    ulysses = row_setup(dict(row, precision="fp8 linears (Float8) + compile + AsyncTP + Ulysses"))[2]
+    assert ulysses.cp_rotate == "allgather" and ulysses.tp_comm_overlap
+
+
+def test_the_catalog_refuses_an_unknown_tp_overlap(monkeypatch):
+    from supercluster.parallelism import framework as f
+
+    real = f.load_package_toml
+
+    def patched(name):
+        t = real(name)
+        return {**t, "torchtitan": {**t["torchtitan"], "tp_overlap": "magic"}} if name == "frameworks.toml" else t
+
+    framework_catalog.cache_clear()
+    monkeypatch.setattr(f, "load_package_toml", patched)
+    try:
+        with pytest.raises(InputError, match="tp_overlap.*userbuffers, async-tp"):
+            framework_catalog()
+    finally:
+        monkeypatch.undo()
+        framework_catalog.cache_clear()
