@@ -85,3 +85,14 @@ def test_the_catalog_refuses_an_unknown_tp_overlap(monkeypatch):
     finally:
         monkeypatch.undo()
         framework_catalog.cache_clear()
+
+
+def test_the_framework_catalog_shows_which_profiles_overlap_tp_asynchronously():
+    from rich.console import Console
+
+    from supercluster.reports.tables import frameworks_table
+
+    console = Console(width=400, record=True)
+    console.print(frameworks_table(framework_catalog()))
+    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 3}
+    assert "n (async)" in rows["torchtitan"] and "(async)" not in rows["nemo-megatron"]

@@ -395,7 +395,8 @@ def _num(x: float) -> str:
 def frameworks_table(fws: dict[str, Framework]) -> Table:
     """What each framework profile overlaps, shards and runs (data/frameworks.toml)."""
     t = Table(title="Framework profiles (data/frameworks.toml; '<name>+compile' prices torch.compile, "
-                    "'<name>+ep-overlap' overlaps the MoE all-to-all with compute)")
+                    "'<name>+ep-overlap' overlaps the MoE all-to-all with compute, '<name>+tp-overlap' the TP "
+                    "collectives: 'async' = PyTorch's async TP, the forward's only)")
     for c in ("key", "attention", "elementwise", "SP", "TP ovl", "DP ovl", "PP ovl", "EP ovl", "selective",
               "Z3 gathers", "CP ring", "era"):
         t.add_column(c, no_wrap=True)
@@ -405,7 +406,8 @@ def frameworks_table(fws: dict[str, Framework]) -> Table:
         era = f"{f.era_of} <= {f.until_year}" if f.era_of else ""
         ring = (f.cp_rotate + (" (K/V repeated)" if f.cp_kv_repeated else "")) if f.context_parallel else "-"
         dp = yn[f.dp_overlap] + (f" (z{f.dp_overlap_from_zero}+)" if f.dp_overlap and f.dp_overlap_from_zero else "")
-        t.add_row(k, f.attention, f.elementwise, yn[f.sequence_parallel], yn[f.tp_comm_overlap], dp,
+        tp = yn[f.tp_comm_overlap] + (" (async)" if f.tp_overlap == "async-tp" else "")
+        t.add_row(k, f.attention, f.elementwise, yn[f.sequence_parallel], tp, dp,
                   yn[f.pp_overlap], yn[f.ep_overlap], f.selective_recompute, str(f.zero3_gathers_per_layer), ring, era,
                   f.doc)
     return t
