@@ -26,7 +26,7 @@ def test_each_kind_leaves_its_own_passes_exposed_by_hand():
     tp = np.array([8.0])
     tp_f, tp_b, gemm = np.array([4.0]), np.array([6.0]), np.array([3.0])
     off = get_framework("torchtitan")
-    async_tp = get_framework("torchtitan+tp-overlap")
+    async_tp = get_framework("torchtitan+compile+tp-overlap")
     userbuffers = dataclasses.replace(async_tp, tp_overlap="userbuffers")
     assert [x.item() for x in tp_overlap_exposed_s(off, tp, tp_f, tp_b, gemm)] == [4.0, 6.0, 4.0]
     # the forward hides under its GEMMs but one of tp chunks; the backward and a recompute do not
@@ -96,3 +96,10 @@ def test_the_framework_catalog_shows_which_profiles_overlap_tp_asynchronously():
     console.print(frameworks_table(framework_catalog()))
     rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 3}
     assert "n (async)" in rows["torchtitan"] and "(async)" not in rows["nemo-megatron"]
+
+
+def test_async_tp_without_torch_compile_is_refused_by_name():
+    with pytest.raises(InputError, match="only under torch.compile.*torchtitan\\+compile\\+tp-overlap"):
+        get_framework("torchtitan+tp-overlap")
+    # Transformer Engine's overlap needs no compiler
+    assert get_framework("megatron+tp-overlap").tp_overlap == "userbuffers"

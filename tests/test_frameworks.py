@@ -56,6 +56,7 @@ TT_PLANS = [
     ("llama3-8b", "tp1-pp1-dp64-z3-none", 64, 256, 8192, "torchtitan", "bf16"),
     ("llama3-70b", "tp8-pp4-dp2-vpp2-z2-full", 64, 64, 8192, "torchtitan", "bf16"),
     ("llama3-405b", "tp8-pp8-dp4-z2-full", 256, 256, 8192, "torchtitan+compile", "fp8"),
+    ("llama3-70b", "tp8-pp1-dp32-z3-full", 256, 512, 8192, "torchtitan+compile+tp-overlap", "bf16"),
     ("qwen3-30b-a3b", "tp1-pp1-dp16-ep8-z2-full", 16, 64, 4096, "torchtitan+compile", "bf16"),
     ("deepseek-v3", "tp1-pp8-dp32-ep32-z2-full", 256, 512, 4096, "torchtitan", "bf16"),
     ("gpt-oss-120b", "tp1-pp1-dp64-ep8-z3-full", 64, 256, 8192, "torchtitan", "bf16"),
@@ -113,6 +114,7 @@ def test_torchtitan_parses_each_export_and_it_reads_back_at_the_planned_step(tit
     assert (tr.global_batch_size, tr.seq_len) == (lay.global_batch, lay.seq_len)
     assert type(cfg.activation_checkpoint).__qualname__ == AC_CONFIG[lay.recompute]
     assert cfg.compile.enable == (job.framework.elementwise == "fused")
+    assert cfg.compile.enable_async_tensor_parallel == job.framework.tp_comm_overlap
     if lay.pp > 1:
         assert len(par.module_fqns_per_model_part) == lay.pp * lay.vpp
     assert int(tokens[tokens.index("--nnodes") + 1]) * int(tokens[tokens.index("--nproc-per-node") + 1]) == gpus

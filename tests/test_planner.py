@@ -479,6 +479,10 @@ def test_a_dualpipe_plan_is_not_exported_to_a_launcher_that_runs_1f1b():
             recompute="full")),
     ("torchtitan+compile", "torchtitan", "qwen3-30b-a3b",
      Layout(tp=2, dp=16, ep=4, expert_tp=1, global_batch=256, seq_len=4096, zero_stage=2)),
+    ("torchtitan+compile+tp-overlap", "torchtitan", "llama3-70b",
+     Layout(tp=8, dp=32, global_batch=512, micro_batch=16, seq_len=8192, zero_stage=3, recompute="full")),
+    ("torchtitan+compile+tp-overlap", "torchtitan-toml", "llama3-70b",
+     Layout(tp=8, dp=32, global_batch=512, micro_batch=16, seq_len=8192, zero_stage=3, recompute="full")),
     ("deepspeed", "deepspeed", "llama3-70b",
      Layout(tp=2, dp=16, cp=2, global_batch=128, seq_len=8192, zero_stage=3, recompute="full")),
 ])

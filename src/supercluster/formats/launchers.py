@@ -47,6 +47,7 @@ from .torchtitan import (  # noqa: F401 (the TOML writers and readers, re-export
     from_torchtitan_toml,
     to_torchtitan_overrides,
     to_torchtitan_toml,
+    toml_profile,
     torchtitan_compiles,
     torchtitan_layout,
 )
@@ -444,7 +445,7 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
     script = _megatron_script(path)
     kind = detect_format(path) if path.is_file() else "megatron"
     if kind == "torchtitan":
-        preset, _, compiles = torchtitan.from_launch(read_input(path, "config"), num_gpus)
+        preset, _, titan = torchtitan.from_launch(read_input(path, "config"), num_gpus)
         model = model or preset or "llama3-405b"
     if model is None:
         model = str(config) if script is not None and megatron_args.has_model(script) else "llama3-405b"
@@ -455,9 +456,9 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
         fw = megatron_flags.framework_from_args(script, name=f"megatron-lm ({path.name})")
     else:
         if kind == "torchtitan":
-            fw = "torchtitan+compile" if compiles else "torchtitan"
+            fw = titan
         elif kind == "torchtitan-toml":
-            fw = "torchtitan+compile" if torchtitan_compiles(read_input(path, "config")) else "torchtitan"
+            fw = toml_profile(read_input(path, "config"))
         else:
             fw = deepspeed_framework(read_input(path, "config")) if kind == "deepspeed" else DEFAULT_FRAMEWORK
     from .load import load_model

@@ -15,7 +15,9 @@ What a plan sets: the parallel degrees (``data_parallel_replicate_degree``,
 pipeline parallelism ``pipeline_parallel_degree``, its schedule, micro-batch size and
 ``module_fqns_per_model_part`` (the modules of every virtual stage, as the cost model splits them);
 ``training.local_batch_size`` / ``global_batch_size`` / ``seq_len``; ``compile.enable`` for a
-compiled profile; ``training.disable_cuda_graphs`` unless the profile prices CUDA graphs (torchtitan
+compiled profile; ``compile.enable_async_tensor_parallel`` on where the profile prices async TP
+(``torchtitan+compile+tp-overlap``) and off otherwise (torchtitan's llama3_405b config function turns
+it on); ``training.disable_cuda_graphs`` unless the profile prices CUDA graphs (torchtitan
 0.3 captures them by default, and refuses them with pipeline parallelism). Read back, the same keys
 give the same layout. The line is read as written: no shell variable is expanded.
 
@@ -42,7 +44,7 @@ from ..errors import InputError, config_int, require, subtable
 from ..files import parse_toml, shell_words
 from ..models.spec import ModelSpec
 from ..parallelism import pplayout
-from ..parallelism.framework import Framework
+from ..parallelism.framework import COMPILE_SUFFIX, TP_OVERLAP_SUFFIX, Framework
 from ..parallelism.layout import Layout
 from .megatron_args import world_size
 
@@ -143,6 +145,9 @@ def overrides(layout: Layout, model: ModelSpec, framework: Framework | None = No
         args += ["--compile.enable", "--compile.components", "model,loss"]
     else:
         args.append("--compile.no-enable")
+    # (stated either way: some config functions turn async TP on, llama3_405b's among them)
+    args.append("--compile.enable_async_tensor_parallel" if _async_tp(layout, framework)
+                else "--compile.no-enable-async-tensor-parallel")
     if framework is None or not framework.cuda_graphs or layout.pp > 1:
         args.append("--training.disable_cuda_graphs")
     args.append(f"activation-checkpoint:{AC_MODES[layout.recompute]}")
@@ -215,7 +220,20 @@ def from_launch(text: str, num_gpus: int | None = None) -> tuple[str | None, Lay
                                pp_layout=_parts_layout(parts))
     compiles = bool(sections.get("compile", {}).get("enable", False)) and not args.get("compile.no_enable")
     precision = CONFIG_PRECISION.get((str(args.get("module", "")), str(args.get("config", ""))), "bf16")
-    return preset, dataclasses.replace(layout, precision=precision), compiles
+    async_tp = compiles and bool(sections.get("compile", {}).get("enable_async_tensor_parallel", False))
+    return preset, dataclasses.replace(layout, precision=precision), _profile(compiles, async_tp)
+
+
+def _profile(compiles: bool, async_tp: bool) -> str:
+    """The torchtitan profile a config runs: compiled or not, async TP or not."""
+    return "torchtitan" + (COMPILE_SUFFIX if compiles else "") + (TP_OVERLAP_SUFFIX if async_tp else "")
+
+
+def _async_tp(layout: Layout, framework: Framework | None) -> bool:
+    """Whether the priced run overlaps its TP collectives by PyTorch's async TP (a TP layout of a
+    profile that prices it)."""
+    return framework is not None and framework.tp_comm_overlap and framework.tp_overlap == "async-tp" \
+        and layout.tp > 1
 
 
 def _parts_layout(parts: Any) -> str | None:
@@ -273,6 +291,8 @@ def _tt_sections(layout: Layout, model: ModelSpec | None = None,
             par["pipeline_parallel_split_points"] = [f"layers.{sum(stages[:k])}" for k in range(1, len(stages))]
     if framework is not None and framework.family == "torchtitan" and framework.elementwise == "fused":
         training["compile"] = True
+        if _async_tp(layout, framework):
+            par["enable_async_tensor_parallel"] = True
     sections: dict[str, dict[str, Any]] = {
         "parallelism": par, "training": training,
         # "op": per-op selective checkpointing, what the cost model prices for torchtitan's selective
@@ -391,6 +411,19 @@ def torchtitan_compiles(text: str) -> bool:
     except InputError:
         return False
     return bool(subtable(cfg, "training").get("compile", False)) or bool(subtable(cfg, "compile").get("enable", False))
+
+
+def toml_profile(text: str) -> str:
+    """The torchtitan profile a job config runs: compiled where it says so, with async TP where its
+    ``[parallelism]`` (or later ``[compile]``) table turns ``enable_async_tensor_parallel`` on."""
+    compiles = torchtitan_compiles(text)
+    try:
+        cfg = parse_toml(text, "config")
+    except InputError:
+        return _profile(compiles, False)
+    said = subtable(cfg, "parallelism").get("enable_async_tensor_parallel", False) \
+        or subtable(cfg, "compile").get("enable_async_tensor_parallel", False)
+    return _profile(compiles, compiles and bool(said))
 
 
 def _tt_layout(points: Any, num_layers: int | None) -> str:

@@ -471,6 +471,9 @@ def with_suffixes(fw: Framework, mods: list[str]) -> Framework:
     if COMPILE_SUFFIX in mods:
         fw = replace(fw, key=fw.key + COMPILE_SUFFIX, elementwise="fused",
                      loss_bytes_per_logit=fw.compiled_loss_bytes_per_logit or fw.loss_bytes_per_logit)
+    require(TP_OVERLAP_SUFFIX not in mods or fw.tp_overlap != "async-tp" or fw.elementwise == "fused", "framework",
+            f"{fw.key}'s TP overlap is PyTorch's async TP, an Inductor pass that runs only under torch.compile: "
+            f"name {fw.key}{COMPILE_SUFFIX}{TP_OVERLAP_SUFFIX}")
     require(CP_A2A_SUFFIX not in mods or fw.cp_rotate == "p2p", "framework",
             f"{CP_A2A_SUFFIX} is Transformer Engine's all-to-all context parallelism; {fw.key} rings K/V with "
             f"PyTorch's ring attention ({fw.cp_rotate}), which has no all-to-all form")
