@@ -103,3 +103,19 @@ def test_async_tp_without_torch_compile_is_refused_by_name():
         get_framework("torchtitan+tp-overlap")
     # Transformer Engine's overlap needs no compiler
     assert get_framework("megatron+tp-overlap").tp_overlap == "userbuffers"
+
+
+@pytest.mark.parametrize("flags, profile", [
+    ("", "torchtitan+compile+tp-overlap"),  # llama3_405b's config function compiles and runs async TP
+    ("--compile.no-enable-async-tensor-parallel", "torchtitan+compile"),
+    ("--compile.enable_async_tensor_parallel=false", "torchtitan+compile"),
+    ("--compile.no-enable", "torchtitan"),  # (async TP needs the compiler)
+])
+def test_a_torchtitan_launch_line_reads_as_its_config_functions_defaults_unless_it_says_otherwise(flags, profile):
+    from supercluster.formats import torchtitan as tt
+
+    line = ("torchrun --nnodes 32 --nproc-per-node 8 -m torchtitan.train --module llama3 --config llama3_405b "
+            f"--parallelism.tensor_parallel_degree 8 --parallelism.pipeline_parallel_degree 8 {flags}")
+    preset, layout, read = tt.from_launch(line)
+    assert (preset, layout.tp, layout.pp, read) == ("llama3-405b", 8, 8, profile)
+    assert get_framework(read).key == profile

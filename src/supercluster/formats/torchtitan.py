@@ -62,6 +62,10 @@ CONFIGS: dict[str, tuple[str, str]] = {
 #: the GEMM precision a config function's model converters set (Float8LinearConverter in llama3_405b);
 #: bf16 for the others: the command line cannot change it
 CONFIG_PRECISION = {("llama3", "llama3_405b"): "fp8"}
+#: what a config function turns on that the command line may leave unsaid, (torch.compile, async TP):
+#: torchtitan 0.3 models/llama3/config_registry.py llama3_405b, CompileConfig(enable=True,
+#: enable_async_tensor_parallel=True); every other config compiles nothing
+CONFIG_COMPILE = {("llama3", "llama3_405b"): (True, True)}
 #: the model a (module, config) names, read back (the first preset of each)
 PRESET_OF: dict[tuple[str, str], str] = {}
 for _key, _cfg in CONFIGS.items():
@@ -202,8 +206,9 @@ def is_launch(text: str) -> bool:
     return "torchtitan.train" in text and "--module" in text
 
 
-def from_launch(text: str, num_gpus: int | None = None) -> tuple[str | None, Layout, bool]:
-    """The preset, layout and whether it compiles, of a torchtitan 0.3 launch line (the GPUs from
+def from_launch(text: str, num_gpus: int | None = None) -> tuple[str | None, Layout, str]:
+    """The preset, layout and torchtitan profile (compiled, async TP: as the line says, else as its
+    config function sets them, :data:`CONFIG_COMPILE`) of a torchtitan 0.3 launch line (the GPUs from
     its torchrun line unless ``num_gpus``)."""
     args, gpus = parse_launch(text)
     preset = PRESET_OF.get((str(args.get("module", "")), str(args.get("config", ""))))
@@ -218,10 +223,23 @@ def from_launch(text: str, num_gpus: int | None = None) -> tuple[str | None, Lay
            "activation_checkpoint": {"mode": mode}}
     layout = torchtitan_layout(cfg, num_gpus if num_gpus is not None else gpus, None,
                                pp_layout=_parts_layout(parts))
-    compiles = bool(sections.get("compile", {}).get("enable", False)) and not args.get("compile.no_enable")
-    precision = CONFIG_PRECISION.get((str(args.get("module", "")), str(args.get("config", ""))), "bf16")
-    async_tp = compiles and bool(sections.get("compile", {}).get("enable_async_tensor_parallel", False))
+    config = (str(args.get("module", "")), str(args.get("config", "")))
+    compiles, async_tp = CONFIG_COMPILE.get(config, (False, False))
+    compiles = _said(args, "compile.enable", compiles)
+    async_tp = compiles and _said(args, "compile.enable_async_tensor_parallel", async_tp)
+    precision = CONFIG_PRECISION.get(config, "bf16")
     return preset, dataclasses.replace(layout, precision=precision), _profile(compiles, async_tp)
+
+
+def _said(args: dict[str, Any], flag: str, default: bool) -> bool:
+    """A boolean flag as the line sets it (``--a.b``, ``--a.b=false``, ``--a.no-b``), else ``default``."""
+    section, _, name = flag.rpartition(".")
+    if f"{section}.no_{name}" in args:
+        return False
+    if flag not in args:
+        return default
+    value = args[flag]
+    return value is True or str(value).lower() in ("true", "1", "yes")
 
 
 def _profile(compiles: bool, async_tp: bool) -> str:
