@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import supercluster as sc
 from supercluster.cli import app
 from supercluster.errors import InputError
 from supercluster.formats import launchers
@@ -712,3 +713,26 @@ def test_recompute_modules_are_searched_and_accepted_only_where_the_framework_ha
                          seq_len=4096, framework="deepspeed", recompute_modules=("layernorm", "moe_act"))
     with pytest.raises(InputError, match="^recompute_modules: are Megatron-Core's .*deepspeed has no per-module"):
         check_job(job)
+
+
+@pytest.mark.parametrize("layout, field", [
+    (Layout(pp=2, vpp=1, dp=8, ep=8, global_batch=64, seq_len=4096), "vpp"),
+    (Layout(pp=1, dp=16, ep=1, global_batch=64, seq_len=4096), "ep"),
+    (Layout(pp=2, vpp=2, dp=8, ep=8, global_batch=64, seq_len=4096, zero_stage=3), "zero"),
+])
+def test_megatron_ep_overlap_runs_only_where_combined_1f1b_does(layout, field):
+    """Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) needs EP > 1 and, under pipeline
+    parallelism, interleaving, and runs Megatron-FSDP only without pipeline parallelism (Megatron-LM
+    docs/user-guide/features/moe_a2a_overlap.md): refused by name, and never planned."""
+    with pytest.raises(InputError, match=f"^{field}: .*combined 1F1B"):
+        sc.estimate("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, layout=layout, framework="megatron+ep-overlap")
+    # the same layouts run without the overlap, and pp 1 with Megatron-FSDP runs with it
+    plain = sc.estimate("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, layout=layout, framework="megatron")
+    assert plain.step_time_s > 0
+    fsdp = Layout(pp=1, dp=16, ep=8, global_batch=64, seq_len=4096, zero_stage=3)
+    assert sc.estimate("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, layout=fsdp,
+                    framework="megatron+ep-overlap").step_time_s > 0
+    best = sc.plan("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, global_batch=64, seq_len=4096,
+                framework="megatron+ep-overlap", top=200)
+    rows = [c.layout for c in best.top]
+    assert rows and all(r.ep > 1 and (r.pp == 1 or (r.vpp > 1 and r.zero_stage <= 1)) for r in rows)

@@ -316,7 +316,8 @@ def test_faster_tensor_cores_never_slow_an_overlapped_moe_step():
     from supercluster.parallelism.layout import Layout
 
     model, gpu = load_model("deepseek-v3+mtp"), get_gpu("h200")
-    lay = Layout(tp=8, pp=16, dp=64, cp=2, ep=2, vpp=1, micro_batch=1, global_batch=2048, seq_len=2048,
+    # (ZeRO-3 is Megatron-FSDP, which runs combined 1F1B only at pp 1: the same 16,384 GPUs as dp 1,024)
+    lay = Layout(tp=8, pp=1, dp=1024, cp=2, ep=2, vpp=1, micro_batch=1, global_batch=2048, seq_len=2048,
                  zero_stage=3, recompute="none")
     fw = get_framework("nemo-megatron+ep-overlap")
     steps = [estimate(model, gpu=dataclasses.replace(gpu, peak_flops_per_s={k: v * f for k, v in

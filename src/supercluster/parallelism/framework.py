@@ -263,6 +263,30 @@ class Framework:
                 f"data-parallel rank, at least 2 x pp = {2 * pp}; got {microbatches} (global batch / (dp x "
                 "micro-batch))")
 
+    def ep_overlap_ok(self, moe: bool, pp: np.ndarray, vpp: np.ndarray, ep: np.ndarray, zero: np.ndarray
+                      ) -> np.ndarray:
+        """Which rows Megatron-Core's combined 1F1B runs where the profile overlaps the MoE all-to-all by
+        it (the vectorised :meth:`check_ep_overlap`, for the planner); every row elsewhere."""
+        if not (self.ep_overlap and self.ep_overlap_bounded and moe):
+            return np.ones(np.shape(pp), dtype=bool)
+        return (ep > 1) & ((pp <= 1) | ((vpp > 1) & (zero <= 1)))
+
+    def check_ep_overlap(self, moe: bool, pp: int, vpp: int, ep: int, zero: int) -> None:
+        """Refuse a layout Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``, this
+        profile's EP overlap) does not run, naming the field: its hard requirements (Megatron-LM
+        docs/user-guide/features/moe_a2a_overlap.md) are expert parallelism (``ep > 1``) and, under
+        pipeline parallelism, the interleaved schedule (``vpp > 1``); Megatron-FSDP (ZeRO 2 / 3 here) runs
+        it only without pipeline parallelism."""
+        if bool(self.ep_overlap_ok(moe, np.int64(pp), np.int64(vpp), np.int64(ep), np.int64(zero))):
+            return
+        doc = "(Megatron-LM's combined 1F1B, docs/user-guide/features/moe_a2a_overlap.md)"
+        require(ep > 1, "ep", f"framework {self.key} overlaps the MoE all-to-all, which needs expert parallelism: "
+                              f"ep > 1, got {ep} {doc}")
+        require(vpp > 1, "vpp", f"framework {self.key}'s EP overlap runs under pipeline parallelism only with the "
+                                f"interleaved schedule: vpp > 1 with pp = {pp} {doc}")
+        raise InputError("zero", f"framework {self.key}'s EP overlap runs Megatron-FSDP (ZeRO {zero}) only without "
+                                 f"pipeline parallelism: pp 1, or ZeRO 1 {doc}")
+
     def zero_ok(self, zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
         """Which rows' ZeRO stage the framework runs, with their pipeline degree (the vectorised
         :meth:`check_zero`, for the planner)."""
@@ -288,6 +312,7 @@ class Framework:
                 f"KV heads per TP rank of {model.name} (tp = {layout.tp}; Transformer Engine asserts it)")
         self.check_zero(layout.zero_stage, layout.pp)
         self.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
+        self.check_ep_overlap(moe, layout.pp, layout.vpp, layout.ep, layout.zero_stage)
         sp = self.sequence_parallel_for(moe, layout.tp, layout.sequence_parallel)
         return replace(layout, sequence_parallel=sp) if layout.sequence_parallel is None and \
             sp != self.sequence_parallel else layout
