@@ -119,3 +119,4 @@ def test_a_torchtitan_launch_line_reads_as_its_config_functions_defaults_unless_
     preset, layout, read = tt.from_launch(line)
     assert (preset, layout.tp, layout.pp, read) == ("llama3-405b", 8, 8, profile)
     assert get_framework(read).key == profile
+

@@ -736,3 +736,13 @@ def test_megatron_ep_overlap_runs_only_where_combined_1f1b_does(layout, field):
                 framework="megatron+ep-overlap", top=200)
     rows = [c.layout for c in best.top]
     assert rows and all(r.ep > 1 and (r.pp == 1 or (r.vpp > 1 and r.zero_stage <= 1)) for r in rows)
+
+
+def test_a_megatron_launch_with_the_ep_overlap_gives_its_streams_32_connections():
+    m = load_model("qwen3-30b-a3b")
+    lay = sc.Layout(tp=2, pp=2, vpp=2, dp=8, ep=8, global_batch=64, seq_len=4096)
+    with_overlap = launchers.export(lay, "megatron-launch", m, sc.get_framework("megatron+ep-overlap"))
+    plain = launchers.export(lay, "megatron-launch", m, sc.get_framework("megatron"))
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=32" in with_overlap
+    assert "--overlap-moe-expert-parallel-comm" in with_overlap
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in plain and "overlap-moe" not in plain

@@ -153,9 +153,11 @@ def to_megatron_launch(layout: Layout, model: ModelSpec | None = None, framework
     ep_overlap = framework is not None and bool(framework.ep_overlap) and layout.ep > 1
     # (Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for TP or CP before Blackwell, so
     # that the TP / CP collectives are issued in order, unless Megatron-FSDP or the EP overlap wants more
-    # connections: then it only warns; Blackwell has no such requirement and the setting is harmless there)
-    connections = ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if (layout.tp > 1 or layout.cp > 1) \
-        and layout.zero_stage < 2 and not ep_overlap else []
+    # connections: then it only warns; Blackwell has no such requirement and the setting is harmless there.
+    # The EP overlap's compute and communication streams progress together only with more than one: "official
+    # EP-overlap recipes commonly use 32", Megatron-LM docs/user-guide/features/moe_a2a_overlap.md)
+    connections = ["export CUDA_DEVICE_MAX_CONNECTIONS=32"] if ep_overlap else \
+        ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if (layout.tp > 1 or layout.cp > 1) and layout.zero_stage < 2 else []
     return "\n".join([
         "#!/bin/bash",
         f"# Megatron-LM: {name}, {layout.label()} on {world} GPUs ({world // per} x {per}); planned by supercluster.",
