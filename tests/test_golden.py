@@ -49,7 +49,7 @@ CASES: dict[str, list[str]] = {
                                     "--seq-len", "4096"],
     "estimate-dsv3-fp8": ["estimate", "--model", "deepseek-v3+mtp", "--gpus", "1024", "--layout",
                           "tp2-pp8-dp64-ep64-vpp4-full", "--precision", "fp8", "--global-batch", "8192",
-                          "--seq-len", "4096", "--framework", "nemo-megatron+ep-overlap"],
+                          "--seq-len", "4096", "--framework", "nemo-megatron+ep-overlap+fp8-current"],
     "estimate-gpt-oss": ["estimate", "--model", "gpt-oss-120b", "--gpus", "64", "--layout", "tp1-pp1-dp64-ep8",
                          "--global-batch", "512", "--seq-len", "4096"],
     "estimate-nemotronh-hybrid": ["estimate", "--model", "nemotronh-8b", "--gpus", "64", "--layout",

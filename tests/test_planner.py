@@ -746,3 +746,18 @@ def test_a_megatron_launch_with_the_ep_overlap_gives_its_streams_32_connections(
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=32" in with_overlap
     assert "--overlap-moe-expert-parallel-comm" in with_overlap
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in plain and "overlap-moe" not in plain
+
+
+def test_megatron_ep_overlap_refuses_two_mtp_layers_a_recomputed_moe_and_a_delayed_fp8_replay():
+    lay = Layout(tp=2, pp=8, vpp=4, dp=64, ep=64, global_batch=8192, seq_len=4096, precision="fp8")
+    with pytest.raises(InputError, match="^model: .*at most one multi-token-prediction layer"):
+        sc.estimate("deepseek-v3+mtp2", gpu="h100-sxm", num_gpus=1024, layout=lay, framework="megatron+ep-overlap")
+    moe = dataclasses.replace(lay, recompute="selective", recompute_modules=("moe",))
+    with pytest.raises(InputError, match="^recompute: .*'moe' cannot be a recomputed module"):
+        sc.estimate("deepseek-v3", gpu="h100-sxm", num_gpus=1024, layout=moe, framework="megatron+ep-overlap")
+    full = dataclasses.replace(lay, recompute="full")
+    with pytest.raises(InputError, match="^recompute: .*delayed-scaling fp8"):
+        sc.estimate("deepseek-v3", gpu="h100-sxm", num_gpus=1024, layout=full, framework="megatron+ep-overlap")
+    # current scaling re-derives its scales on the replay; one MTP layer is scheduled
+    assert sc.estimate("deepseek-v3+mtp", gpu="h100-sxm", num_gpus=1024, layout=full,
+                       framework="megatron+ep-overlap+fp8-current").step_time_s > 0

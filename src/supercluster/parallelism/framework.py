@@ -263,29 +263,42 @@ class Framework:
                 f"data-parallel rank, at least 2 x pp = {2 * pp}; got {microbatches} (global batch / (dp x "
                 "micro-batch))")
 
-    def ep_overlap_ok(self, moe: bool, pp: np.ndarray, vpp: np.ndarray, ep: np.ndarray, zero: np.ndarray
-                      ) -> np.ndarray:
+    def ep_overlap_ok(self, moe: bool, pp: np.ndarray, vpp: np.ndarray, ep: np.ndarray, zero: np.ndarray,
+                      recompute: np.ndarray | int = 0, lowp: np.ndarray | int = 0, mtp: int = 0) -> np.ndarray:
         """Which rows Megatron-Core's combined 1F1B runs where the profile overlaps the MoE all-to-all by
         it (the vectorised :meth:`check_ep_overlap`, for the planner); every row elsewhere."""
         if not (self.ep_overlap and self.ep_overlap_bounded and moe):
             return np.ones(np.shape(pp), dtype=bool)
-        return (ep > 1) & ((pp <= 1) | ((vpp > 1) & (zero <= 1)))
+        delayed_replay = (self.fp8_recipe == "delayed") & (np.asarray(lowp) == 1) & (np.asarray(recompute) == 2)
+        return (ep > 1) & ((pp <= 1) | ((vpp > 1) & (zero <= 1))) & ~delayed_replay & (mtp <= 1)
 
-    def check_ep_overlap(self, moe: bool, pp: int, vpp: int, ep: int, zero: int) -> None:
+    def check_ep_overlap(self, model: ModelSpec, layout: Layout) -> None:
         """Refuse a layout Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``, this
         profile's EP overlap) does not run, naming the field: its hard requirements (Megatron-LM
-        docs/user-guide/features/moe_a2a_overlap.md) are expert parallelism (``ep > 1``) and, under
-        pipeline parallelism, the interleaved schedule (``vpp > 1``); Megatron-FSDP (ZeRO 2 / 3 here) runs
-        it only without pipeline parallelism."""
-        if bool(self.ep_overlap_ok(moe, np.int64(pp), np.int64(vpp), np.int64(ep), np.int64(zero))):
+        docs/user-guide/features/moe_a2a_overlap.md) are expert parallelism (``ep > 1``), under pipeline
+        parallelism the interleaved schedule (``vpp > 1``), no more than one MTP layer, and no ``moe``
+        among the recomputed modules (the schedule decomposes the MoE layer itself); Megatron-FSDP (ZeRO
+        2 / 3 here) runs it only without pipeline parallelism, and its full recompute replays the layers,
+        which delayed-scaling fp8 cannot (the replay would update the amax history twice)."""
+        if not (self.ep_overlap and self.ep_overlap_bounded and model.is_moe):
             return
         doc = "(Megatron-LM's combined 1F1B, docs/user-guide/features/moe_a2a_overlap.md)"
+        pp, vpp, ep, zero = layout.pp, layout.vpp, layout.ep, layout.zero_stage
         require(ep > 1, "ep", f"framework {self.key} overlaps the MoE all-to-all, which needs expert parallelism: "
                               f"ep > 1, got {ep} {doc}")
-        require(vpp > 1, "vpp", f"framework {self.key}'s EP overlap runs under pipeline parallelism only with the "
-                                f"interleaved schedule: vpp > 1 with pp = {pp} {doc}")
-        raise InputError("zero", f"framework {self.key}'s EP overlap runs Megatron-FSDP (ZeRO {zero}) only without "
-                                 f"pipeline parallelism: pp 1, or ZeRO 1 {doc}")
+        require(pp <= 1 or vpp > 1, "vpp", f"framework {self.key}'s EP overlap runs under pipeline parallelism only "
+                                           f"with the interleaved schedule: vpp > 1 with pp = {pp} {doc}")
+        require(pp <= 1 or zero <= 1, "zero", f"framework {self.key}'s EP overlap runs Megatron-FSDP (ZeRO {zero}) "
+                                              f"only without pipeline parallelism: pp 1, or ZeRO 1 {doc}")
+        require(model.mtp_layers <= 1, "model", f"framework {self.key}'s EP overlap schedules at most one "
+                f"multi-token-prediction layer; {model.name} has {model.mtp_layers} {doc}")
+        require("moe" not in layout.recompute_modules, "recompute",
+                f"framework {self.key}'s EP overlap decomposes the MoE layer itself: 'moe' cannot be a recomputed "
+                f"module {doc}")
+        require(not (self.fp8_recipe == "delayed" and layout.precision == "fp8" and layout.recompute == "full"),
+                "recompute", f"framework {self.key}'s EP overlap replays a fully recomputed layer, which "
+                             f"delayed-scaling fp8 cannot (it would update the amax history twice): use a current "
+                             f"scaling recipe (+fp8-current, +fp8-mxfp8, +fp8-blockwise) or selective recompute {doc}")
 
     def zero_ok(self, zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
         """Which rows' ZeRO stage the framework runs, with their pipeline degree (the vectorised
@@ -312,7 +325,7 @@ class Framework:
                 f"KV heads per TP rank of {model.name} (tp = {layout.tp}; Transformer Engine asserts it)")
         self.check_zero(layout.zero_stage, layout.pp)
         self.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
-        self.check_ep_overlap(moe, layout.pp, layout.vpp, layout.ep, layout.zero_stage)
+        self.check_ep_overlap(model, layout)
         sp = self.sequence_parallel_for(moe, layout.tp, layout.sequence_parallel)
         return replace(layout, sequence_parallel=sp) if layout.sequence_parallel is None and \
             sp != self.sequence_parallel else layout

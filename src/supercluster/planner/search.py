@@ -306,7 +306,8 @@ def _search_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_bat
     cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"]), cols["vpp"]))
     cols = _keep(cols, framework.sequence_parallel_ok(model.is_moe, cols["tp"], cols["sp"]))
     cols = _keep(cols, framework.zero_ok(cols["zero"], cols["pp"]))
-    cols = _keep(cols, framework.ep_overlap_ok(model.is_moe, cols["pp"], cols["vpp"], cols["ep"], cols["zero"]))
+    cols = _keep(cols, framework.ep_overlap_ok(model.is_moe, cols["pp"], cols["vpp"], cols["ep"], cols["zero"],
+                                               cols["recompute"], cols["lowp"], model.mtp_layers))
     cols = _keep(cols, framework.cp_heads_ok(model, cols["tp"], cols["cp"]))
     require(len(cols["tp"]) > 0, "global_batch", f"no layout gives {framework.key}'s {framework.pipeline_schedule} "
             "schedule the micro-batches it needs (DualPipe: an even number, at least 2 x pp)")
