@@ -120,3 +120,17 @@ def test_a_torchtitan_launch_line_reads_as_its_config_functions_defaults_unless_
     assert (preset, layout.tp, layout.pp, read) == ("llama3-405b", 8, 8, profile)
     assert get_framework(read).key == profile
 
+
+
+def test_a_rowwise_float8_row_is_priced_as_blockwise_and_says_so():
+    """torchao's rowwise recipe (torchtitan's Float8 converter) is read from a row's precision text or its
+    fp8_recipe column and priced as the blockwise recipe: slower than tensorwise, faster than nothing."""
+    from supercluster.validation.validate import predict_row
+
+    row = dict(next(r for r in load_rows("heldout") if r["id"] == "TT-H100-L31-405B-4D-CP1-32K"))
+    tensorwise = predict_row(dict(row, precision="fp8 linears (Float8, tensorwise) + compile + AsyncTP"))
+    rowwise = predict_row(dict(row, precision="fp8 linears (Float8, rowwise) + compile + AsyncTP"))
+    column = predict_row(dict(row, fp8_recipe="rowwise"))
+    assert rowwise.predicted_step_time_s == column.predicted_step_time_s > tensorwise.predicted_step_time_s
+    assert "rowwise (torchao) priced as the blockwise recipe" in rowwise.reason
+    assert "+fp8-blockwise" in row_setup(dict(row, fp8_recipe="rowwise"))[2].key

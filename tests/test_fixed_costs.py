@@ -155,7 +155,10 @@ def test_the_fp8_recipe_a_run_names_prices_its_own_quantisation():
     assert fp8_recipe({"precision": "fp8"}) is None and fp8_recipe({"precision": "bf16"}) is None
     assert fp8_recipe({"precision": "fp8", "fp8_recipe": "tensorwise"}) == "current"
     with pytest.raises(InputError, match="fp8_recipe"):
-        fp8_recipe({"precision": "fp8", "fp8_recipe": "rowwise"})
+        fp8_recipe({"precision": "fp8", "fp8_recipe": "columnwise"})
+    # torchao's rowwise recipe, as a run names it, is priced as blockwise (runs.ROWWISE)
+    assert fp8_recipe({"precision": "fp8", "fp8_recipe": "rowwise"}) == "blockwise"
+    assert fp8_recipe({"precision": "float8 rowwise + torch.compile"}) == "blockwise"
     # Megatron-LM: --fp8-recipe tensorwise is current scaling, written back the same way
     fw = framework_from_args(parse_args("--fp8-format hybrid --fp8-recipe tensorwise"), name="m")
     assert fw.fp8_recipe == "current"

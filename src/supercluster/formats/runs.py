@@ -228,6 +228,9 @@ def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
             notes.append(f"{col} {text!r} not known: {defaults[col]} assumed")
     if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower():
         notes.append("HSDP priced as fully sharded over the whole data-parallel group")
+    said = f"{row.get('fp8_recipe') or ''} {precision}".lower()
+    if any(w in said for w in ROWWISE):
+        notes.append("fp8 rowwise (torchao) priced as the blockwise recipe")
     return notes
 
 
@@ -246,20 +249,31 @@ RUN_OPTION_COLUMNS = {"cuda_graphs": (CUDA_GRAPHS_SUFFIX, ""),
                       "dp_overlap": (DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX)}
 
 
+#: torchao's float8 "rowwise" recipe (torchtitan's Float8 converter, Float8LinearConfig.from_recipe_name) as
+#: a run names it, priced as the blockwise recipe: both scale each row of an operand (blockwise in 1 x 128
+#: pieces), so neither quantised tensor serves its transpose and every GEMM orientation is cast again, and
+#: both run scaled-epilogue CUTLASS kernels on Hopper (an assumption). Checked against two published
+#: torchtitan measurements, not fitted: Llama 3 8B on 8 H100 (torchao float8 README), rowwise 1.10x bf16
+#: and 0.88x tensorwise, priced 0.99-1.05x and 0.89-0.91x (500 W / 700 W); Llama 3 70B, FSDP 32 x TP 8 on
+#: 256 H100 (torchtitan PR #1299), rowwise 1.00x bf16, priced 0.99-1.04x
+ROWWISE = {"rowwise": "blockwise", "row-wise": "blockwise"}
+
+
 def fp8_recipe(row: dict[str, str]) -> str | None:
     """The fp8 recipe a row states: its fp8_recipe column, else what its precision text names (the
     Megatron-Bridge tables' "current scaling, FP8-CS" and "MXFP8 block scaling", DeepSeek's
-    "fine-grained tile/block scaling"); None where it says none (the framework's default)."""
+    "fine-grained tile/block scaling", torchao's "rowwise" (:data:`ROWWISE`)); None where it says none
+    (the framework's default)."""
     said = (row.get("fp8_recipe") or "").strip().lower()
+    names = {**FP8_RECIPE_NAMES, **ROWWISE}
     if said:
-        require(said in FP8_RECIPE_NAMES, "fp8_recipe",
-                f"{said!r}: allowed {', '.join(FP8_RECIPE_NAMES)} or blank (the framework's default)")
-        return FP8_RECIPE_NAMES[said]
+        require(said in names, "fp8_recipe", f"{said!r}: allowed {', '.join(names)} or blank (the framework's default)")
+        return names[said]
     t = (row.get("precision") or "").lower()
-    if "fp8" not in t:
+    if "fp8" not in t and "float8" not in t:
         return None
     for words, recipe in ((("mxfp8",), "mxfp8"), (("current scaling", "fp8-cs", "tensorwise"), "current"),
-                          (("block",), "blockwise"), (("delayed",), "delayed")):
+                          (tuple(ROWWISE), "blockwise"), (("block",), "blockwise"), (("delayed",), "delayed")):
         if any(w in t for w in words):
             return recipe
     return None
