@@ -96,6 +96,8 @@ def test_the_framework_catalog_shows_which_profiles_overlap_tp_asynchronously():
     console.print(frameworks_table(framework_catalog()))
     rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 3}
     assert "n (async)" in rows["torchtitan"] and "(async)" not in rows["nemo-megatron"]
+    # NeMo AutoModel's tensor parallelism is PyTorch's too
+    assert "n (async)" in rows["automodel"] and "(async)" not in rows["megatron"]
 
 
 def test_async_tp_without_torch_compile_is_refused_by_name():
