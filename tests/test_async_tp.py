@@ -64,8 +64,9 @@ def test_a_runs_row_names_async_tp_in_its_precision_and_is_priced_with_it():
     bare = row_setup(dict(row, precision="fp8 linears (Float8)"))[2]
     assert not bare.tp_comm_overlap and bare.elementwise == "eager"
     # an option the named profile cannot take is left out: torchtitan's CP gathers K/V, it has no Ulysses
-    ulysses = row_setup(dict(row, precision="fp8 linears (Float8) + compile + AsyncTP + Ulysses"))[2]
+    _, _, ulysses, note = row_setup(dict(row, precision="fp8 linears (Float8) + compile + AsyncTP + Ulysses"))
     assert ulysses.cp_rotate == "allgather" and ulysses.tp_comm_overlap
+    assert note is not None and "precision names cp-a2a, which torchtitan-2024+compile+tp-overlap" in note
 
 
 def test_the_catalog_refuses_an_unknown_tp_overlap(monkeypatch):

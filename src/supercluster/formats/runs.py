@@ -419,14 +419,20 @@ def _layout_ints(row: dict[str, str]) -> dict[str, int]:
     return g
 
 
-def _precision_options(name: str, precision: str) -> str:
+def _precision_options(name: str, precision: str) -> tuple[str, list[str]]:
     """The framework name with the run options its precision text states in words ("fp8 linears
-    (Float8) + compile + AsyncTP": torch.compile and async TP) appended; one a catalog profile cannot
-    take is left out (a name no profile answers to keeps them all: its reading drops what it cannot take)."""
+    (Float8) + compile + AsyncTP": torch.compile and async TP) appended, and the options left out: one a
+    catalog profile cannot take (a name no profile answers to keeps them all: its reading drops what it
+    cannot take)."""
+    dropped = []
     for suffix in named_option_suffixes(precision):
-        if suffix not in name and (_takes(name + suffix) or not _takes(name)):
+        if suffix in name:
+            continue
+        if _takes(name + suffix) or not _takes(name):
             name += suffix
-    return name
+        else:
+            dropped.append(suffix)
+    return name, dropped
 
 
 def _takes(name: str) -> bool:
@@ -440,7 +446,8 @@ def _takes(name: str) -> bool:
 
 def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
     """Model, layout and framework a scored row describes (InputError if it cannot be read)."""
-    name = _precision_options(row.get("framework") or "", row.get("precision") or "") + run_option_suffixes(row)
+    name, dropped = _precision_options(row.get("framework") or "", row.get("precision") or "")
+    name += run_option_suffixes(row)
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
     model = row_model(row)
     g = _layout_ints(row)
@@ -488,8 +495,9 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     layout = fw.runnable(layout, model)
     folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
               if layout.expert_tp == 1 and not g["expert_tp"] else [])
-    note = "; ".join(x for x in [note, dp_note, split_note, *_unread_columns(row, fw), *folded, *layer_note]
-                     if x) or None
+    left = [f"precision names {', '.join(x.lstrip('+') for x in dropped)}, which {fw.key} cannot run: left out"]
+    note = "; ".join(x for x in [note, dp_note, split_note, *_unread_columns(row, fw), *folded, *layer_note,
+                                 *(left if dropped else [])] if x) or None
     return model, layout, fw, note
 
 
