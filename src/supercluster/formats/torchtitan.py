@@ -424,23 +424,21 @@ def torchtitan_layout(cfg: dict[str, Any], num_gpus: int | None, num_layers: int
 def torchtitan_compiles(text: str) -> bool:
     """Whether a torchtitan job config turns torch.compile on (``[training] compile``, or a
     ``[compile]`` table's ``enable`` in later versions)."""
-    try:
-        cfg = parse_toml(text, "config")
-    except InputError:
-        return False
-    return bool(subtable(cfg, "training").get("compile", False)) or bool(subtable(cfg, "compile").get("enable", False))
+    return toml_profile(text).startswith("torchtitan" + COMPILE_SUFFIX)
 
 
 def toml_profile(text: str) -> str:
-    """The torchtitan profile a job config runs: compiled where it says so, with async TP where its
-    ``[parallelism]`` (or later ``[compile]``) table turns ``enable_async_tensor_parallel`` on."""
-    compiles = torchtitan_compiles(text)
+    """The torchtitan profile a job config runs: compiled where it says so (``[training] compile``, or a
+    ``[compile]`` table's ``enable``), with async TP where its ``[parallelism]`` (or later ``[compile]``)
+    table turns ``enable_async_tensor_parallel`` on."""
     try:
         cfg = parse_toml(text, "config")
     except InputError:
-        return _profile(compiles, False)
+        return _profile(False, False)
+    compile_table = subtable(cfg, "compile")
+    compiles = bool(subtable(cfg, "training").get("compile", False) or compile_table.get("enable", False))
     said = subtable(cfg, "parallelism").get("enable_async_tensor_parallel", False) \
-        or subtable(cfg, "compile").get("enable_async_tensor_parallel", False)
+        or compile_table.get("enable_async_tensor_parallel", False)
     return _profile(compiles, compiles and bool(said))
 
 
