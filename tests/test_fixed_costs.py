@@ -168,3 +168,31 @@ def test_the_fp8_recipe_a_run_names_prices_its_own_quantisation():
     assert "--fp8-recipe tensorwise" in launchers.to_megatron_args(lay, framework=fw)
     with pytest.raises(InputError, match="fp8-recipe"):
         framework_from_args(parse_args("--fp8-recipe rowwise"), name="m")
+
+
+def test_the_low_precision_casts_are_shown_as_the_part_of_the_gemm_line_they_are():
+    """``gemm_cast_s`` is the share of ``gemm_inefficiency`` the fp8 casts take: the line less the
+    same job's with casts of next to no bytes; twice the bytes an element, twice the seconds; none in
+    bf16; the estimate prints it."""
+    from dataclasses import replace as dc_replace
+
+    from supercluster.hardware.kernels import quantize_bytes_per_element
+    from supercluster.job import estimate
+    from supercluster.parallelism.layout import Layout
+
+    lay = Layout(tp=4, pp=2, dp=1, micro_batch=1, global_batch=8, seq_len=8192, precision="fp8")
+    fw = get_framework("nemo-megatron+fp8-current")
+    q = quantize_bytes_per_element("hopper", "fp8", "current")
+
+    def step(bytes_per_element: float, layout: Layout = lay) -> sc.StepBreakdown:
+        return estimate("llama3-70b", gpu="h100-sxm", num_gpus=8, layout=layout,
+                        framework=dc_replace(fw, fp8_quantize_bytes_per_element=bytes_per_element))
+
+    full, none, double = step(q), step(1e-9), step(2.0 * q)
+    assert full.gemm_cast_s > 0.02 * full.step_time_s
+    assert full.gemm_cast_s == pytest.approx(full.ledger["gemm_inefficiency"] - none.ledger["gemm_inefficiency"],
+                                             rel=1e-6)
+    assert double.gemm_cast_s == pytest.approx(2.0 * full.gemm_cast_s, rel=1e-6)
+    assert step(q, dc_replace(lay, precision="bf16")).gemm_cast_s == 0.0
+    from supercluster.reports.tables import cast_line
+    assert f"{full.gemm_cast_s:.3f} s of gemm_inefficiency" in cast_line(full)

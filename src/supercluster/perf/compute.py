@@ -217,6 +217,9 @@ class LayerWork:
     #: of ``t_gemm_f``, the seconds the layer's GEMM shapes lose to the SMs' tile waves beyond the
     #: reference layer's (:class:`~supercluster.hardware.kernels.GemmGrid`; 0 without a grid)
     t_tiling_f: np.ndarray
+    #: of ``t_gemm_f``, the seconds of the fp8 / fp4 casts of the layer's GEMM inputs (forward) and
+    #: output gradients (backward: twice this), once a micro-batch (0 in 16 bits)
+    t_cast_f: np.ndarray
 
 
 def check_kernels(model: ModelSpec, fw: Framework, gpu: GpuSpec) -> None:
@@ -262,9 +265,10 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
                   if cost.grid is not None else np.zeros_like(tp))  # (None in situ: Rates.grid)
     # The weights are cast once per step (Transformer Engine caches them after the first micro-batch):
     # the layer's weight casts, forward and backward, per step, not per micro-batch (0 in 16 bits)
-    t_wcast = np.zeros_like(tp)
+    t_wcast, t_cast_f = np.zeros_like(tp), np.zeros_like(tp)
     if np.any(r.q_el > 0):
         t_wcast = 3.0 * (layer_gemm_s(model, T, tp, ep, replace(cost, q_w=r.q_el), etp, load) - t_gemm_f)
+        t_cast_f = t_gemm_f - layer_gemm_s(model, T, tp, ep, replace(cost, q_el=0.0), etp, load)
     drop = 1.0 if fw.dropout else 0.0
     t_attn_f, t_attn_b, t_score_f, t_score_b = _attention_s(model, gpu, fw, rows, r, attn_f, idx_f, idx_b, drop)
     t_rec_f, t_rec_b = _recurrent_s(model, gpu, rows, r)
@@ -299,7 +303,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         # unfused attention keeps the softmax output (and dropout mask and output) per token
         score_tok=(a / tp) * seq * (el * (1.0 + drop) + drop) if unfused else np.zeros_like(tp),
         w_attn=w_attn, w_mlp=w_mlp, w_dense=w_dense, w_moe=w_moe, w_up=w_up, drop=drop,
-        moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f, t_gacc=t_gacc, t_tiling_f=t_tiling_f)
+        moe_load=load * np.ones_like(tp), t_experts_f=t_experts_f, t_gacc=t_gacc, t_tiling_f=t_tiling_f,
+        t_cast_f=t_cast_f)
 
 
 def _attention_s(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rates, attn_f: np.ndarray,

@@ -98,6 +98,8 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         weight_cast_s=weight_cast_s(st.Lc, work) * np.ones_like(rows.tp),
         # of the gemm_inefficiency line, what the GEMM shapes lose to the SMs' tile waves (forward and backward)
         gemm_tiling_delta_s=rows.m * st.Lc * 3.0 * work.t_tiling_f,
+        # ... and what its fp8 / fp4 casts take: each micro-batch's inputs and output gradients, the weights once
+        gemm_cast_s=rows.m * st.Lc * 3.0 * work.t_cast_f + weight_cast_s(st.Lc, work),
         # an MoE layer's routing as priced: the busiest EP rank's tokens over the mean, one dispatch (or
         # combine) call and how many a layer makes, and the share of its bytes that leave the scale-up domain
         moe_load_factor=work.moe_load, ep_call_s=comm.ep_call, ep_calls=comm.ep_calls,
@@ -238,6 +240,9 @@ class StepBreakdown:
     #: of the ``gemm_inefficiency`` line, the seconds the layers' GEMM shapes lose to the SMs' tile waves
     #: beyond the shapes the GPU's GEMM rate was measured at (:class:`~supercluster.hardware.kernels.GemmGrid`)
     gemm_tiling_delta_s: float = 0.0
+    #: of the ``gemm_inefficiency`` line, the seconds of the fp8 / fp4 casts before the layers' GEMMs (each
+    #: micro-batch's inputs and output gradients, the weights once a step; kernels.toml [quantize])
+    gemm_cast_s: float = 0.0
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -303,5 +308,6 @@ def step_breakdowns(model: ModelSpec, *, layouts: list[Layout], gpu: GpuSpec, ne
             mfu=first["mfu"], hfu=first["hfu"], tokens_per_s=first["tokens_per_s"],
             split_counts_head=bool(first["split_counts_head"]), moe=_moe(model, fw, layouts[i], first),
             dp_traffic_s=first["dp_traffic_s"], gemm_tiling_delta_s=first["gemm_tiling_delta_s"],
+            gemm_cast_s=first["gemm_cast_s"],
         ))
     return res

@@ -57,7 +57,7 @@ def breakdown_json(b: StepBreakdown, fit: Fit | None = None, **extra: Any) -> di
         "memory_per_gpu_bytes": b.memory_per_gpu_bytes, "hbm_bytes": b.hbm_bytes, "fits": b.fits,
         "fit_reason": None if b.fits else fit_reason(b, *(fit or ())),
         "memory": b.memory, "ledger": b.ledger, "microbatches": b.microbatches,
-        "gemm_tiling_delta_s": b.gemm_tiling_delta_s,
+        "gemm_tiling_delta_s": b.gemm_tiling_delta_s, "gemm_cast_s": b.gemm_cast_s,
         **({"moe": b.moe} if b.moe else {}),
     }
 
@@ -80,6 +80,8 @@ def print_breakdown(console: Console, b: StepBreakdown, title: str, fit: Fit | N
     )
     if abs(b.gemm_tiling_delta_s) >= 0.005 * b.step_time_s:
         console.print(tiling_line(b), markup=False)
+    if b.gemm_cast_s >= 0.005 * b.step_time_s:
+        console.print(cast_line(b), markup=False)
     m = b.memory
     status = "[green]fits[/green]" if b.fits else "[red]does NOT fit[/red]"
     console.print(
@@ -104,6 +106,13 @@ def tiling_line(b: StepBreakdown) -> str:
                 "more tokens a micro-batch or larger experts fill them better)")
     return (f"GEMM shapes: they fill the SMs' tile waves better than the shapes the GPU's GEMM rate was measured "
             f"at, {-b.gemm_tiling_delta_s:.3f} s ({-share:.1f} % of the step) faster")
+
+
+def cast_line(b: StepBreakdown) -> str:
+    """What the fp8 / fp4 casts before the GEMMs take (part of ``gemm_inefficiency``)."""
+    share = 100 * b.gemm_cast_s / b.step_time_s
+    return (f"low-precision casts: {b.gemm_cast_s:.3f} s of gemm_inefficiency ({share:.1f} % of the step) "
+            "cast each GEMM's input and output gradient once a micro-batch and its weights once a step")
 
 
 def moe_line(b: StepBreakdown) -> str:
