@@ -193,10 +193,10 @@ def _sm_count(key: str, t: dict[str, object]) -> int:
 
 def _tensor_fracs(key: str, num: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:
     """:func:`tensor_frac` for every precision the GPU has tensor cores for (fp16 and tf32 on the
-    bf16 fraction, as GpuSpec.gemm_flops_per_s reads them). fp4 without a measured fraction takes the
-    fp8 tensor-core fraction: the assumption is about the tensor cores, whose sustained share of peak
-    hardly depends on the dtype (gpus.toml header: B300's kernel / MAMF ratio, fp8 0.839 and bf16
-    0.850); its operands' traffic, half of fp8's, is priced apart."""
+    bf16 fraction, as GpuSpec.gemm_flops_per_s reads them). fp4 without a fraction of its own takes
+    the fp8 tensor-core fraction (an assumption where nothing is measured: on B300 the measured NVFP4
+    kernel reaches 0.340 of its peak against FP8's 0.625, gpus.toml header); its operands' traffic,
+    half of fp8's, is priced apart."""
     out: dict[str, float] = {}
     for p in PRECISIONS:
         if p == "fp4" and "gemm_fp4_frac" not in num and "fp8" in out and peaks[p] > 0:
