@@ -8,9 +8,10 @@ T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
   the one that gives back the GPU's measured GEMM rate at transformer training shapes (fprop, dgrad,
   wgrad; data/gpus.toml gemm_*_frac; hardware.tensor_frac), so few tokens per GPU or per expert pay
   for their weights' traffic, and a shape that fills the SMs' tile waves worse than those runs
-  slower (tile and wave quantisation, :mod:`.gemm`); fp8 / fp4 casts are added as HBM traffic;
-  backward is 2x forward. A calibrated profile's rate, measured in situ, keeps the roofline (the
-  slower of the two).
+  slower (tile and wave quantisation, :mod:`.gemm`); fp8 / fp4 casts are added as HBM traffic
+  (each GEMM input and output gradient once a micro-batch, both its copies in one pass, the weights
+  once a step: data/kernels.toml [quantize]); backward is 2x forward. A calibrated profile's rate,
+  measured in situ, keeps the roofline (the slower of the two).
 * Attention with flash kernels does causal work s^2/2; backward does 2.5x the forward matmul
   work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml); on
   Blackwell the forward is the longer of its matmuls and its softmax's exponentials on the
