@@ -1128,7 +1128,7 @@ def test_tensor_core_fractions_reproduce_each_gpus_reference_layer():
     for g in gpu_catalog().values():
         bw = g.hbm_bytes_per_s * 0.85
         for p, el in (("bf16", 2.0), ("fp8", 1.0), ("fp4", 0.5)):
-            if not g.gemm_tensor_frac.get(p) or (p == "fp4" and g.key not in ("b200", "b300", "gb200", "gb300")):
+            if not g.gemm_tensor_frac.get(p) or p not in g.gemm_frac:
                 continue  # (fp4 on a GPU without a fraction of its own: fp8's tensor-core fraction)
             # (the SMs' tile waves are priced relative to this layer: on it they change nothing)
             cost = GemmCost(g.gemm_tensor_flops_per_s(p) * one, el * one, 2.0 * one, bw, grid=gemm_grid(g.sm_count))
