@@ -1079,16 +1079,52 @@ def test_dualpipe_needs_an_even_pipeline_and_enough_micro_batches():
 
 
 def test_fused_attention_runs_slower_on_short_sequences_as_measured():
-    # kernels.toml [attention_length]: FlashAttention-3 on H100 at 512 ... 16K tokens (pytorch/benchmark
-    # PR #2391), relative to 16K; held at both ends, log-linear between
+    # kernels.toml [attention_length]: each kernel's causal forward at 512 ... 16K tokens in the FA3
+    # paper's figure (head dim 128, H100), relative to 16K; held at both ends, log-linear between
     from supercluster.hardware.kernels import attention_length_factor
 
-    f = attention_length_factor(np.array([256.0, 512, 1024, 1448.15, 16384, 65536]))
-    assert f[0] == f[1] == pytest.approx(430.32 / 620.73)
-    assert f[2] == pytest.approx(517.099 / 620.73)
-    assert f[3] == pytest.approx((517.099 + 565.544) / 2 / 620.73, rel=1e-4)  # half-way in log2
+    f = attention_length_factor(np.array([256.0, 512, 1024, 724.08, 16384, 65536]), "flash")
+    assert f[0] == f[1] == pytest.approx(315 / 539)  # cuDNN, Transformer Engine's fused attention
+    assert f[2] == pytest.approx(410 / 539)
+    assert f[3] == pytest.approx((315 + 410) / 2 / 539, rel=1e-4)  # half-way in log2
     assert f[4] == f[5] == 1.0
-    assert np.all(np.diff(attention_length_factor(np.geomspace(64, 1 << 20, 50))) >= 0)
+    assert attention_length_factor(512, "sdpa") == pytest.approx(191 / 335)  # FlashAttention-2
+    for family in ("flash", "sdpa", "triton"):
+        assert np.all(np.diff(attention_length_factor(np.geomspace(64, 1 << 20, 50), family)) >= 0)
+
+
+def test_fused_attention_runs_slower_below_head_dim_128_as_measured():
+    # kernels.toml [attention_head_rate]: the FA3 paper's head dim 64 and 128 figures at 16K tokens;
+    # a kernel with no such figure (the Triton kernel) is not scaled, and nothing above 128
+    from supercluster.hardware.kernels import attention_head_rate
+
+    assert attention_head_rate("flash", 64) == pytest.approx((388 / 539, 433 / 516))
+    assert attention_head_rate("sdpa", 64) == pytest.approx((299 / 335, 291 / 322))
+    assert attention_head_rate("flash", 128) == attention_head_rate("flash", 192) == (1.0, 1.0)
+    assert attention_head_rate("flash", 32) == attention_head_rate("flash", 64)
+    assert attention_head_rate("triton", 64) == (1.0, 1.0)
+    mid = attention_head_rate("flash", 90.51)  # half-way in log2
+    assert mid[0] == pytest.approx((388 / 539 + 1) / 2, rel=1e-4)
+
+
+def test_a_head_dim_64_model_pays_for_its_slower_attention(h100):
+    # the same model with 64 heads of 64 or 32 heads of 128 (the same attention FLOPs): only the
+    # attention line moves, by the kernel's measured rate
+    from dataclasses import replace
+
+    from supercluster.formats.load import load_model
+
+    base = load_model("llama3-8b")
+    narrow = replace(base, num_heads=64, num_kv_heads=16, head_dim=64)
+    lay = Layout(tp=1, dp=8, global_batch=64, seq_len=8192)
+
+    def led(m):
+        return estimate(m, gpu=h100, num_gpus=8, layout=lay, framework="nemo-megatron").ledger
+
+    wide, thin = led(base), led(narrow)
+    assert thin["ideal_compute"] == pytest.approx(wide["ideal_compute"], rel=1e-3)
+    assert thin["attention_inefficiency"] > wide["attention_inefficiency"] + 0.2 * (
+        wide["attention_inefficiency"])
 
 
 def test_context_parallelism_shortens_what_each_rank_attends_over(h100, llama3_70b):

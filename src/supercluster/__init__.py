@@ -8,7 +8,7 @@ and every function here (and every ``supercluster`` command) reads its answer.
 >>> step = sc.estimate("llama3-70b", gpu="h100-sxm", num_gpus=64,
 ...                    layout=sc.Layout(tp=8, dp=8, global_batch=64, seq_len=8192))
 >>> round(step.step_time_s, 3), step.fits
-(7.286, True)
+(7.292, True)
 """
 
 from ._version import __version__

@@ -49,13 +49,31 @@ def attention_efficiency(family: str, arch: str) -> AttentionEfficiency:
                                mma_frac=float(t.get("mma_frac", 0.0)), exp_frac=float(t.get("exp_frac", 0.0)))
 
 
-def attention_length_factor(tokens: np.ndarray | float) -> np.ndarray:
+def attention_length_factor(tokens: np.ndarray | float, family: str = "flash") -> np.ndarray:
     """A fused attention kernel's rate at ``tokens`` of sequence per rank relative to its long-sequence
-    rate (kernels.toml [attention_length]): interpolated in log2 of the length, held at the ends."""
+    rate, with the causal mask (kernels.toml [attention_length], the ``family``'s own curve):
+    interpolated in log2 of the length, held at the ends."""
     t = _kernels()["attention_length"]  # type: ignore[index]
     xs = np.log2(np.asarray(t["tokens"], dtype=float))  # type: ignore[index]
-    ys = np.asarray(t["fa3_tflops"], dtype=float)  # type: ignore[index]
+    ys = np.asarray(t[f"{family}_tflops"], dtype=float)  # type: ignore[index]
     return np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1.0)), xs, ys / ys[-1])
+
+
+def attention_head_rate(family: str, head_dim: float) -> tuple[float, float]:
+    """A fused attention kernel's (forward, backward) rate at QK head dim ``head_dim`` relative to head
+    dim 128 (kernels.toml [attention_head_rate]): interpolated in log2 of the head dim, held at the
+    ends; (1, 1) for a kernel with no figure."""
+    t = _kernels()["attention_head_rate"]  # type: ignore[index]
+    if f"{family}_fwd_tflops" not in t:  # type: ignore[operator]
+        return 1.0, 1.0
+    xs = np.log2(np.asarray(t["head_dims"], dtype=float))  # type: ignore[index]
+    x = math.log2(max(float(head_dim), 1.0))
+
+    def rate(key: str) -> float:  # (relative to the last head dim, 128)
+        ys = np.asarray(t[key], dtype=float)  # type: ignore[index]
+        return float(np.interp(x, xs, ys / ys[-1]))
+
+    return rate(f"{family}_fwd_tflops"), rate(f"{family}_bwd_tflops")
 
 
 def attention_head_padding(family: str, qk_dim: float, v_dim: float) -> float:

@@ -13,9 +13,11 @@ T tokens per GPU per micro-batch (:class:`~.columns.Rows`).
   once a step: data/kernels.toml [quantize]); backward is 2x forward. A calibrated profile's rate,
   measured in situ, keeps the roofline (the slower of the two).
 * Attention with flash kernels does causal work s^2/2; backward does 2.5x the forward matmul
-  work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml); on
-  Blackwell the forward is the longer of its matmuls and its softmax's exponentials on the
-  special-function units (:func:`attention_forward_s`). The
+  work (FA2 paper); each at the kernel's published fraction of peak (data/kernels.toml), slower
+  on the shorter sequence each rank attends over and below head dim 128, as each kernel measured
+  with the causal mask ([attention_length], [attention_head_rate]); on Blackwell the forward is
+  the longer of its matmuls and its softmax's exponentials on the special-function units
+  (:func:`attention_forward_s`). The
   unfused attention of pre-2023 frameworks does the full s^2 in batched GEMMs and moves the
   score matrix through HBM (softmax, dropout): :func:`unfused_attention`.
 * Norms, activations, residual adds, RoPE, MoE permutes are memory-bound: bytes counted per
@@ -48,6 +50,7 @@ from ..hardware.kernels import (
     GemmGrid,
     attention_efficiency,
     attention_head_padding,
+    attention_head_rate,
     attention_length_factor,
     fp8_kernel_frac,
     gemm_grid,
@@ -326,12 +329,15 @@ def _attention_s(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: R
     # ring; a calibrated profile's rate is its own measurement and is not scaled)
     # (all-to-all CP: the whole sequence, for 1 / cp of the heads)
     attended = seq if fw.cp_rotate == "a2a" else seq / rows.cp
-    short = attention_length_factor(attended) if gpu.attention_frac is None else 1.0
-    # (the kernel's tiles run at its own head dim: a head of 112 costs one of 128 in Triton's kernel)
+    catalog = gpu.attention_frac is None
+    short = attention_length_factor(attended, fw.attention) if catalog else 1.0
+    # (the kernel's tiles run at its own head dim: a head of 112 costs one of 128 in Triton's kernel;
+    # below 128 the kernel runs slower, its matmuls at ``head_f`` / ``head_b`` of its rate)
     pad = attention_head_padding(fw.attention, dq, dv)
-    t_attn_f = attention_forward_s(r.att, gpu, pad * attn_f, T * (a / tp) * model.attention_score_keys(
+    head_f, head_b = attention_head_rate(fw.attention, dq * pad) if catalog else (1.0, 1.0)
+    t_attn_f = attention_forward_s(r.att, gpu, pad * attn_f / head_f, T * (a / tp) * model.attention_score_keys(
         seq, causal=True), r.peak16, short) + idx_f / (r.peak16 * gpu.clock_frac * r.att.fwd_frac * short)
-    t_attn_b = (2.5 * pad * attn_f + idx_b) / (r.peak16 * gpu.clock_frac * r.att.bwd_frac * short)
+    t_attn_b = (2.5 * pad * attn_f / head_b + idx_b) / (r.peak16 * gpu.clock_frac * r.att.bwd_frac * short)
     zero = np.zeros_like(tp)
     return t_attn_f, t_attn_b, zero, zero
 
