@@ -1081,6 +1081,7 @@ def test_dualpipe_needs_an_even_pipeline_and_enough_micro_batches():
 def test_fused_attention_runs_slower_on_short_sequences_as_measured():
     # kernels.toml [attention_length]: each kernel's causal forward at 512 ... 16K tokens in the FA3
     # paper's figure (head dim 128, H100), relative to 16K; held at both ends, log-linear between
+    from supercluster.errors import InputError
     from supercluster.hardware.kernels import attention_length_factor
 
     f = attention_length_factor(np.array([256.0, 512, 1024, 724.08, 16384, 65536]), "flash")
@@ -1091,6 +1092,8 @@ def test_fused_attention_runs_slower_on_short_sequences_as_measured():
     assert attention_length_factor(512, "sdpa") == pytest.approx(191 / 335)  # FlashAttention-2
     for family in ("flash", "sdpa", "triton"):
         assert np.all(np.diff(attention_length_factor(np.geomspace(64, 1 << 20, 50), family)) >= 0)
+    with pytest.raises(InputError, match="^attention: no sequence-length curve for kernel 'xformers'"):
+        attention_length_factor(4096, "xformers")
 
 
 def test_fused_attention_runs_slower_below_head_dim_128_as_measured():

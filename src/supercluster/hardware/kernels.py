@@ -54,6 +54,8 @@ def attention_length_factor(tokens: np.ndarray | float, family: str = "flash") -
     rate, with the causal mask (kernels.toml [attention_length], the ``family``'s own curve):
     interpolated in log2 of the length, held at the ends."""
     t = _kernels()["attention_length"]  # type: ignore[index]
+    if f"{family}_tflops" not in t:  # type: ignore[operator]
+        raise InputError("attention", f"no sequence-length curve for kernel {family!r}")
     xs = np.log2(np.asarray(t["tokens"], dtype=float))  # type: ignore[index]
     ys = np.asarray(t[f"{family}_tflops"], dtype=float)  # type: ignore[index]
     return np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1.0)), xs, ys / ys[-1])
