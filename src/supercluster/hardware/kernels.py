@@ -49,6 +49,14 @@ def attention_efficiency(family: str, arch: str) -> AttentionEfficiency:
                                mma_frac=float(t.get("mma_frac", 0.0)), exp_frac=float(t.get("exp_frac", 0.0)))
 
 
+def _log2_curve(at: np.ndarray | float, points: object, values: object) -> np.ndarray:
+    """A measured curve at ``at``, relative to its last point: interpolated in log2 of ``points``,
+    held at the ends."""
+    xs = np.log2(np.asarray(points, dtype=float))
+    ys = np.asarray(values, dtype=float)
+    return np.interp(np.log2(np.maximum(np.asarray(at, dtype=float), 1.0)), xs, ys / ys[-1])
+
+
 def attention_length_factor(tokens: np.ndarray | float, family: str = "flash") -> np.ndarray:
     """A fused attention kernel's rate at ``tokens`` of sequence per rank relative to its long-sequence
     rate, with the causal mask (kernels.toml [attention_length], the ``family``'s own curve):
@@ -56,9 +64,7 @@ def attention_length_factor(tokens: np.ndarray | float, family: str = "flash") -
     t = _kernels()["attention_length"]  # type: ignore[index]
     if f"{family}_tflops" not in t:  # type: ignore[operator]
         raise InputError("attention", f"no sequence-length curve for kernel {family!r}")
-    xs = np.log2(np.asarray(t["tokens"], dtype=float))  # type: ignore[index]
-    ys = np.asarray(t[f"{family}_tflops"], dtype=float)  # type: ignore[index]
-    return np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1.0)), xs, ys / ys[-1])
+    return _log2_curve(tokens, t["tokens"], t[f"{family}_tflops"])  # type: ignore[index]
 
 
 def attention_head_rate(family: str, head_dim: float) -> tuple[float, float]:
@@ -68,14 +74,8 @@ def attention_head_rate(family: str, head_dim: float) -> tuple[float, float]:
     t = _kernels()["attention_head_rate"]  # type: ignore[index]
     if f"{family}_fwd_tflops" not in t:  # type: ignore[operator]
         return 1.0, 1.0
-    xs = np.log2(np.asarray(t["head_dims"], dtype=float))  # type: ignore[index]
-    x = math.log2(max(float(head_dim), 1.0))
-
-    def rate(key: str) -> float:  # (relative to the last head dim, 128)
-        ys = np.asarray(t[key], dtype=float)  # type: ignore[index]
-        return float(np.interp(x, xs, ys / ys[-1]))
-
-    return rate(f"{family}_fwd_tflops"), rate(f"{family}_bwd_tflops")
+    return (float(_log2_curve(head_dim, t["head_dims"], t[f"{family}_fwd_tflops"])),  # type: ignore[index]
+            float(_log2_curve(head_dim, t["head_dims"], t[f"{family}_bwd_tflops"])))  # type: ignore[index]
 
 
 def attention_head_padding(family: str, qk_dim: float, v_dim: float) -> float:
