@@ -169,6 +169,12 @@ def stage_times(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, co
         beyond its block, and its passes of the head (schedule.chunk_durations splits the same sum)."""
         return blocks * t_layer + mtps * t_mtp_one + heads * t_head_pass
 
+    def step_s(blocks: np.ndarray | float, mtps: np.ndarray | float, heads: np.ndarray | float) -> np.ndarray:
+        """A stage's work in a step: its micro-batches' and its blocks' fp8 / fp4 weight casts, once a
+        step. Which stage is heaviest is judged on it, so the ledger's ``stage_imbalance`` (the
+        heaviest stage's lines over the mean stage's) is never negative."""
+        return rows.m * work_s(blocks, mtps, heads) + blocks * work.t_wcast
+
     fwd_share = (work.t_fwd + comm.tp_fx + comm.cp_fx) / np.maximum(
         work.t_fwd + work.t_bwd + work.t_rc + comm.tp_x + comm.cp_x, 1e-30)
     # Heaviest stage: ceil(L / (pp vpp)) layers per virtual chunk, and the last stage also runs the
@@ -189,7 +195,7 @@ def stage_times(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, co
         # of the head each) and head; the slowest rank sets the pace
         n_t, n_m, n_l = (rank_blocks[:, i][:, None] for i in range(3))
         t_rank = work_s(n_t + n_m, n_m, n_l)
-        r = np.argmax(t_rank, axis=0)
+        r = np.argmax(step_s(n_t + n_m, n_m, n_l), axis=0)
         t_stage = t_rank[r, np.arange(t_rank.shape[1])]
         Lh = n_t[r, 0] * np.ones_like(t_layer)
         Lh_first = (n_t[0, 0] + n_m[0, 0]) * np.ones_like(t_layer)
@@ -205,18 +211,19 @@ def stage_times(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, co
         Lh_first = np.where(bal, Lh_bal - 1.0, Lh)  # the first stage holds the embedding in a layer's place
         Lh_last = np.where(bal, Lh_bal - 1.0, Lh + mtp)  # and the last one the loss
         # The ledger charges the heaviest stage's work: a middle stage's Lh layers, or the last
-        # stage's Lh - 1 layer slots and the head, whichever is longer (not Lh layers and the head).
-        middle = bal & (Lh_bal * t_layer >= t_last)
+        # stage's Lh - 1 layer slots and the head, whichever does more in a step (not Lh layers and the head).
+        middle = bal & (step_s(Lh_bal, 0.0, 0.0) >= step_s(Lh_bal - 1.0, mtp, 1.0))
+        t_stage = np.where(bal, np.where(middle, Lh_bal * t_layer, t_last), t_stage)
         # (a middle stage holds no MTP module: those sit on the last stage)
         Lc = np.where(middle, Lh, np.where(bal, Lh_bal - 1.0, Lh + mtp))
         head_on = np.where(middle, 0.0, 1.0)
     elif fw.pp_split == "middle":
         # torchtitan's split: the last stage holds its (fewer) layers and the head; the heaviest stage
-        # is whichever of it and the fullest middle stage takes longer
+        # is whichever of it and the fullest middle stage does more in a step
         first, last, other = _middle_split_stages(L, pp, vpp)
         t_last = work_s(last + mtp, mtp, 1.0)
-        t_stage = np.maximum(other * t_layer, t_last)
-        middle = other * t_layer > t_last
+        middle = step_s(other, 0.0, 0.0) > step_s(last + mtp, mtp, 1.0)
+        t_stage = np.where(middle, other * t_layer, t_last)
         Lh = np.where(middle, other, last)
         Lh_first, Lh_last = first, last + mtp
         Lc, head_on = np.where(middle, other, last + mtp), np.where(middle, 0.0, 1.0)
