@@ -156,13 +156,15 @@ def test_jobs_priced_together_price_as_they_do_one_by_one():
 
 def test_the_framework_a_runs_row_names_is_the_one_the_cli_takes():
     """Megatron-DeepSpeed under either word order (the MT-NLG rows write "deepspeed-megatron") is the
-    DeepSpeed profile on the command line as in a runs row, where the row's year then picks its era."""
+    Megatron-DeepSpeed profile on the command line as in a runs row, where the row's year then picks its
+    era (DeepSpeed's, before 2023)."""
     from supercluster.parallelism.framework import get_framework
     from supercluster.parallelism.published import resolve_framework
 
-    assert get_framework("deepspeed-megatron").key == get_framework("megatron-deepspeed").key == "deepspeed"
+    assert get_framework("deepspeed-megatron").key == get_framework("megatron-deepspeed").key == "megatron-deepspeed"
     fw, note = resolve_framework("deepspeed-megatron", 2022)
     assert (fw.key, note) == ("deepspeed-legacy", None)
+    assert resolve_framework("deepspeed-megatron", 2024) == (get_framework("megatron-deepspeed"), None)
     a, b = (_json(["estimate", *JOB, "--layout", LABEL, "--framework", name])["step_time_s"]
-            for name in ("deepspeed-megatron", "deepspeed"))
+            for name in ("deepspeed-megatron", "megatron-deepspeed"))
     assert a == b

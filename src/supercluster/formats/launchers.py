@@ -40,7 +40,14 @@ from ..errors import InputError, config_int, require, subtable
 from ..files import parse_json, read_input, user_path
 from ..models.spec import ModelSpec
 from ..parallelism import pplayout
-from ..parallelism.framework import DEFAULT_FRAMEWORK, MEGATRON_FP8_RECIPE, Framework, get_framework
+from ..parallelism.framework import (
+    DEFAULT_FRAMEWORK,
+    DP_OVERLAP_SUFFIX,
+    MEGATRON_FP8_RECIPE,
+    NO_DP_OVERLAP_SUFFIX,
+    Framework,
+    get_framework,
+)
 from ..parallelism.layout import Layout
 from . import megatron_args, megatron_flags, torchtitan
 from .torchtitan import (  # noqa: F401 (the TOML writers and readers, re-exported for the launchers' callers)
@@ -201,7 +208,9 @@ def to_deepspeed_json(layout: Layout, framework: Framework | None = None) -> str
         **({"sequence_parallel_size": layout.cp, "data_parallel_size": layout.dp} if layout.cp > 1 else {}),
         "supercluster": {"seq_len": layout.seq_len, "cp": layout.cp, "ep": layout.ep, "vpp": layout.vpp,
                          "recompute": layout.recompute, "precision": layout.precision,
-                         "sequence_parallel": bool(layout.sequence_parallel)},
+                         "sequence_parallel": bool(layout.sequence_parallel),
+                         # (the model code DeepSpeed trains, where it is not DeepSpeed's profile: Megatron-DeepSpeed)
+                         **({"framework": _profile_base(fw)} if _profile_base(fw) != "deepspeed" else {})},
     }
     return json.dumps(cfg, indent=2) + "\n"
 
@@ -383,19 +392,31 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
                   sequence_parallel=bool(extra.get("sequence_parallel", False)))
 
 
+def _profile_base(fw: Framework) -> str:
+    """A DeepSpeed-family profile's name without the data-parallel overlap options (a config states
+    those in ``zero_optimization.overlap_comm``)."""
+    return fw.key.replace(DP_OVERLAP_SUFFIX, "").replace(NO_DP_OVERLAP_SUFFIX, "")
+
+
 def deepspeed_framework(text: str) -> str:
-    """The DeepSpeed profile a config runs: DeepSpeed's own, unless its ``zero_optimization.overlap_comm``
-    states other than DeepSpeed's default for its stage (on at stage 3 only): "+dp-overlap" / "+no-dp-overlap"."""
+    """The DeepSpeed profile a config runs: DeepSpeed's own, or the one its ``supercluster.framework``
+    names (a DeepSpeed-family profile: Megatron-DeepSpeed's), with "+dp-overlap" / "+no-dp-overlap"
+    where its ``zero_optimization.overlap_comm`` states other than that profile's default for its stage
+    (DeepSpeed: on at stage 3 only)."""
     cfg = parse_json(text, "config")
     zero = subtable(cfg, "zero_optimization") if isinstance(cfg, dict) else {}
     overlap = zero.get("overlap_comm")
     require(overlap is None or isinstance(overlap, bool), "zero_optimization.overlap_comm",
             f"must be true or false; got {overlap!r}")
-    fw = get_framework("deepspeed")
+    name = subtable(cfg, "supercluster").get("framework", "deepspeed") if isinstance(cfg, dict) else "deepspeed"
+    require(isinstance(name, str), "supercluster.framework", f"must be a framework name; got {name!r}")
+    fw = get_framework(name)
+    require(fw.family == "deepspeed" and _profile_base(fw) == fw.key, "supercluster.framework",
+            f"{name!r} is not a DeepSpeed-family profile without options (deepspeed, megatron-deepspeed, ...)")
     default = bool(fw.overlaps_dp(config_int("zero_optimization.stage", zero.get("stage", 0))))
     if overlap is None or overlap == default:
-        return "deepspeed"
-    return "deepspeed+dp-overlap" if overlap else "deepspeed+no-dp-overlap"
+        return fw.key
+    return fw.key + (DP_OVERLAP_SUFFIX if overlap else NO_DP_OVERLAP_SUFFIX)
 
 
 def detect_format(path: Path) -> str:

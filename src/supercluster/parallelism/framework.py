@@ -21,7 +21,7 @@ ALIASES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
     "nemo": "nemo-megatron", "nemo2": "nemo-megatron", "nemo-megatron": "nemo-megatron",
     "megatron-bridge": "nemo-megatron",  # NeMo's Megatron-Core training library (same recipes)
-    "deepspeed-zero": "deepspeed", "megatron-deepspeed": "deepspeed", "deepspeed-megatron": "deepspeed",
+    "deepspeed-zero": "deepspeed", "deepspeed-megatron": "megatron-deepspeed",
     "fsdp": "torchtitan", "fsdp2": "torchtitan", "pytorch": "torchtitan",
     "deepseek": "hai-llm", "dualpipe": "hai-llm", "hai": "hai-llm",
     "jax": "maxtext",
@@ -102,6 +102,10 @@ class Framework:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     zero_max_with_pp: int = 3
     era_of: str = ""
+    #: the framework family the profile belongs to where it is neither that family's key nor an era of it
+    #: (frameworks.toml ``family_key``): which launcher config it exports to, which published runs are its
+    #: kind, and whose era profiles describe its runs from earlier years; "" = its era or its own key
+    family_key: str = ""
     #: gradient reduce-scatters per layer and pass under ZeRO-3 / FSDP; 0 = as many as the gathers
     zero3_reduces_per_layer: int = 0
     until_year: int = 0
@@ -228,7 +232,7 @@ class Framework:
     def family(self) -> str:
         """The framework this profile describes, whatever its era or options
         (``torchtitan-2024+compile`` -> ``torchtitan``)."""
-        return self.era_of or _base_name(self.key)
+        return self.family_key or self.era_of or _base_name(self.key)
 
     @property
     def extra_pp_layers(self) -> int:
@@ -382,10 +386,27 @@ _FW_OPTIONAL = {f.name for f in fields(Framework)} - _FW_KEYS - {"key", "moe_cap
                                                                  "moe_pad_to_capacity"}  # +capacity- option)
 
 
+def _inherited(raw: dict[str, dict], key: str) -> dict:
+    """A profile's table with what it takes from the profile it names in ``based_on`` (that profile's
+    keys, less its doc and its era, overridden by its own); one level, so every profile reads whole
+    from at most two tables."""
+    t = dict(raw[key])
+    base = t.pop("based_on", None)
+    if base is None:
+        return t
+    if base not in raw or "based_on" in raw[base]:
+        raise InputError(f"framework {key}.based_on", f"{base!r} is not a profile of its own (one level: "
+                                                      f"{', '.join(k for k in raw if 'based_on' not in raw[k])})")
+    own = {k: v for k, v in raw[base].items() if k not in ("doc", "era_of", "until_year", "family_key")}
+    return {**own, **t}
+
+
 @cache
 def framework_catalog() -> dict[str, Framework]:
     out = {}
-    for key, t in load_package_toml("frameworks.toml").items():
+    raw = load_package_toml("frameworks.toml")
+    for key in raw:
+        t = _inherited(raw, key)
         check_keys(f"framework {key}", t, _FW_KEYS, _FW_OPTIONAL)
         if t.get("selective_recompute", "attention") not in ("attention", "op"):
             raise InputError(f"framework {key}.selective_recompute", "must be 'attention' or 'op'")
@@ -460,12 +481,18 @@ CAPACITY_RANGE = (0.01, 1000.0)
 #: (Megatron-LM --tp-comm-overlap, which needs --sequence-parallel; torchtitan's async TP) or not;
 #: data-parallel traffic overlapped with compute (--overlap-grad-reduce / --overlap-param-gather) or not
 CUDA_GRAPHS_SUFFIX = "+cuda-graphs"
+#: FlashAttention in place of an unfused core attention: Megatron's --use-flash-attn (Megatron-DeepSpeed:
+#: --use-flash-attn-v1 / -v2 / -triton, megatron/arguments.py, each off by default) runs the flash_attn
+#: package's kernels instead of CoreAttention's batched GEMMs and softmax; priced as the "sdpa" kernel family
+#: (FlashAttention-2, which PyTorch SDPA's flash backend runs too). Only a profile whose attention is
+#: unfused takes it.
+FLASH_ATTN_SUFFIX = "+flash-attn"
 TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX = "+tp-overlap", "+no-tp-overlap"
 DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX = "+dp-overlap", "+no-dp-overlap"
 #: the fp8 recipe the run used (:data:`FP8_RECIPES`), as "+fp8-<recipe>"
 FP8_RECIPE_SUFFIXES = {f"+fp8-{r}": r for r in FP8_RECIPES}
-RUN_OPTION_SUFFIXES = (CUDA_GRAPHS_SUFFIX, TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX, DP_OVERLAP_SUFFIX,
-                       NO_DP_OVERLAP_SUFFIX, *FP8_RECIPE_SUFFIXES)
+RUN_OPTION_SUFFIXES = (CUDA_GRAPHS_SUFFIX, FLASH_ATTN_SUFFIX, TP_OVERLAP_SUFFIX, NO_TP_OVERLAP_SUFFIX,
+                       DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX, *FP8_RECIPE_SUFFIXES)
 SUFFIXES = (COMPILE_SUFFIX, EP_OVERLAP_SUFFIX, EMBED_SPLIT_SUFFIX, DEEPEP_SUFFIX, ROUND_ROBIN_SUFFIX,
             PAD_SUFFIX, CP_A2A_SUFFIX, *RUN_OPTION_SUFFIXES)
 
@@ -515,10 +542,13 @@ def with_suffixes(fw: Framework, mods: list[str]) -> Framework:
     require(CP_A2A_SUFFIX not in mods or fw.cp_rotate == "p2p", "framework",
             f"{CP_A2A_SUFFIX} is Transformer Engine's all-to-all context parallelism; {fw.key} rings K/V with "
             f"PyTorch's ring attention ({fw.cp_rotate}), which has no all-to-all form")
+    require(FLASH_ATTN_SUFFIX not in mods or fw.attention == "unfused", "framework",
+            f"{fw.key} already runs fused attention ({fw.attention}); {FLASH_ATTN_SUFFIX} names FlashAttention "
+            f"in place of an unfused core attention (Megatron-DeepSpeed's default, --use-flash-attn-v2)")
     for suffix, change in ((EP_OVERLAP_SUFFIX, {"ep_overlap": True, "ep_overlap_bounded": True}),
                            (DEEPEP_SUFFIX, {"ep_node_dedup": True}),
                            (ROUND_ROBIN_SUFFIX, {"moe_router": "round-robin"}), (CP_A2A_SUFFIX, {"cp_rotate": "a2a"}),
-                           (CUDA_GRAPHS_SUFFIX, {"cuda_graphs": True}),
+                           (CUDA_GRAPHS_SUFFIX, {"cuda_graphs": True}), (FLASH_ATTN_SUFFIX, {"attention": "sdpa"}),
                            (TP_OVERLAP_SUFFIX, {"tp_comm_overlap": True, "sequence_parallel": True}),
                            (NO_TP_OVERLAP_SUFFIX, {"tp_comm_overlap": False}),
                            (DP_OVERLAP_SUFFIX, {"dp_overlap": True, "dp_overlap_from_zero": 0}),

@@ -15,6 +15,7 @@ from .framework import (
     DEFAULT_FRAMEWORK,
     EMBED_SPLIT_SUFFIX,
     EP_OVERLAP_SUFFIX,
+    FLASH_ATTN_SUFFIX,
     ROUND_ROBIN_SUFFIX,
     TP_OVERLAP_SUFFIX,
     Framework,
@@ -30,15 +31,15 @@ FLASH_ATTENTION_YEAR = 2023
 
 
 def framework_of_year(fw: Framework, year: int | None) -> Framework:
-    """The profile of ``fw`` as it was in ``year``: a catalog entry with ``era_of = fw.key`` and
-    ``until_year >= year`` (the earliest such) describes the framework's behaviour back then; a
-    framework without one keeps its profile, but before :data:`FLASH_ATTENTION_YEAR` with the
+    """The profile of ``fw`` as it was in ``year``: a catalog entry with ``era_of`` = ``fw``'s key or
+    family and ``until_year >= year`` (the earliest such) describes the framework's behaviour back then;
+    a framework without one keeps its profile, but before :data:`FLASH_ATTENTION_YEAR` with the
     unfused core attention every framework then ran."""
     if year is None:
         return fw
     base, mods = split_suffixes(fw.key)
     # (an era profile with flash attention does not describe a run from before FlashAttention)
-    eras = sorted((f for f in framework_catalog().values() if f.era_of == base and year <= f.until_year
+    eras = sorted((f for f in framework_catalog().values() if f.era_of in (base, fw.family) and year <= f.until_year
                    and (year >= FLASH_ATTENTION_YEAR or f.attention == "unfused")), key=lambda f: f.until_year)
     if eras:
         return with_suffixes(eras[0], mods)  # the options named on the framework still apply
@@ -88,7 +89,8 @@ def resolve_framework(name: str, year: int | None = None) -> tuple[Framework, st
 #: Words in a published framework name that name a run option, and the option's suffix (an option the
 #: profile cannot take is left out): DeepEP's or HybridEP's node-deduplicated dispatch, the MoE
 #: all-to-all overlapped across micro-batches, a round-robin benchmark gate, the embedding and loss
-#: counted as pipeline layers, torch.compile, CUDA graphs, TP overlap (async TP), Ulysses CP.
+#: counted as pipeline layers, torch.compile, CUDA graphs, TP overlap (async TP), Ulysses CP, FlashAttention
+#: in place of an unfused core attention.
 _OPTION_WORDS = ((("deepep", "hybridep", "hybrid-ep"), DEEPEP_SUFFIX),
                  (("ep overlap", "ep-overlap", "a2a overlap", "a2a-overlap", "overlap-moe-expert-parallel-comm",
                    "1f1b overlap"), EP_OVERLAP_SUFFIX),
@@ -98,7 +100,8 @@ _OPTION_WORDS = ((("deepep", "hybridep", "hybrid-ep"), DEEPEP_SUFFIX),
                  (("cuda graph", "cuda-graph", "cudagraph"), CUDA_GRAPHS_SUFFIX),
                  (("tp overlap", "tp-comm-overlap", "tp comm overlap", "async tp", "async-tp", "asynctp"),
                   TP_OVERLAP_SUFFIX),
-                 (("ulysses", "cp-comm-type a2a"), CP_A2A_SUFFIX))
+                 (("ulysses", "cp-comm-type a2a"), CP_A2A_SUFFIX),
+                 (("flash-attn", "flash_attn", "flash attn", "flashattention", "flash attention"), FLASH_ATTN_SUFFIX))
 
 
 def named_option_suffixes(text: str) -> list[str]:
@@ -122,12 +125,17 @@ def _with_named_options(fw: Framework, low: str, given: list[str]) -> Framework:
 
 
 #: Words in a published framework name and the profile they select, most specific first.
-#: GPT-NeoX runs Megatron's model code on DeepSpeed (its README); MosaicML llm-foundry / Composer
-#: have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP runs read as torchtitan.
+#: Megatron-DeepSpeed (Microsoft's and BigScience's) runs Megatron-LM's model code on DeepSpeed's engine and
+#: has its own profile; GPT-NeoX also runs Megatron's model code on DeepSpeed (its README); MosaicML
+#: llm-foundry / Composer have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP
+#: runs read as torchtitan.
 #: The JAX stacks (MaxText, Pax / Paxml on Praxis, T5X, Levanter, NVIDIA's JAX-Toolbox builds of them)
 #: run one XLA-compiled program, so their kernels are XLA's: they read as the MaxText profile.
 _MENTIONS = ((("automodel",), "automodel"), (("megatron-fsdp", "megatron fsdp"), "megatron"),
-             (("nemo", "bridge"), "nemo-megatron"), (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
+             (("nemo", "bridge"), "nemo-megatron"),
+             (("megatron-deepspeed", "megatron deepspeed", "megatron_deepspeed", "deepspeed-megatron",
+               "deepspeed megatron"), "megatron-deepspeed"),
+             (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
              (("foundry", "composer", "mosaic"), "composer"), (("titan", "fsdp"), "torchtitan"),
              (("hai-llm", "dualpipe"), "hai-llm"), (("maxtext", "pax", "praxis", "jax", "t5x", "levanter"), "maxtext"),
              (("megatron",), "megatron"))
