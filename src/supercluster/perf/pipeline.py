@@ -207,7 +207,7 @@ def stage_times(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, co
         t_last = work_s(Lh_bal - 1.0, mtp, 1.0)
         t_bal = np.maximum(Lh_bal * t_layer, t_last)
         bal = (pp > 1) & ((t_bal < t_stage) | (pp * vpp > L))
-        Lh, t_stage = np.where(bal, Lh_bal, Lh), np.where(bal, t_bal, t_stage)
+        Lh = np.where(bal, Lh_bal, Lh)
         Lh_first = np.where(bal, Lh_bal - 1.0, Lh)  # the first stage holds the embedding in a layer's place
         Lh_last = np.where(bal, Lh_bal - 1.0, Lh + mtp)  # and the last one the loss
         # The ledger charges the heaviest stage's work: a middle stage's Lh layers, or the last
