@@ -1,7 +1,8 @@
 """Megatron-DeepSpeed has its own profile: DeepSpeed's engine (ZeRO, pipeline, Ulysses CP) training
 Megatron-LM's model code, whose core attention is unfused and whose dropout is 0.1 unless the run says
 otherwise (megatron/arguments.py: --use-flash-attn-v1 / -v2 / -triton off by default). A run that used
-FlashAttention says so with ``+flash-attn``; runs from before 2023 keep DeepSpeed's era profile."""
+FlashAttention says so with ``+flash-attn``; runs from before 2023 keep DeepSpeed's era profile. GPT-NeoX,
+Megatron's model code on DeepSpeed with "global" (unfused) attention by default, reads as it too."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ def test_megatron_deepspeed_is_deepspeeds_engine_with_megatrons_unfused_attentio
     ("Megatron-DeepSpeed", 2021, "deepspeed-legacy"),
     ("deepspeed-megatron", 2022, "deepspeed-legacy"),
     ("DeepSpeed", 2024, "deepspeed"),
+    # GPT-NeoX: Megatron's model code on DeepSpeed, its attention "global" (unfused) unless configured "flash"
+    ("GPT-NeoX", 2024, "megatron-deepspeed"),
+    ("GPT-NeoX with flash attention", 2024, "megatron-deepspeed+flash-attn"),
+    ("GPT-NeoX", 2022, "deepspeed-legacy"),
 ])
 def test_a_published_megatron_deepspeed_run_reads_as_its_profile(published, year, key):
     assert resolve_framework(published, year)[0].key == key

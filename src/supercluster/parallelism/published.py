@@ -126,7 +126,9 @@ def _with_named_options(fw: Framework, low: str, given: list[str]) -> Framework:
 
 #: Words in a published framework name and the profile they select, most specific first.
 #: Megatron-DeepSpeed (Microsoft's and BigScience's) runs Megatron-LM's model code on DeepSpeed's engine and
-#: has its own profile; GPT-NeoX also runs Megatron's model code on DeepSpeed (its README); MosaicML
+#: has its own profile; GPT-NeoX also runs Megatron's model code on DeepSpeed (its README), with the same
+#: unfused core attention unless a run asks for flash (neox_arguments.py: attention_config defaults to
+#: [[["global"], n_layers]]; "flash" is opt-in), so it reads as Megatron-DeepSpeed; MosaicML
 #: llm-foundry / Composer have their own profile (PyTorch FSDP1 as its docs set it up); other PyTorch FSDP
 #: runs read as torchtitan.
 #: The JAX stacks (MaxText, Pax / Paxml on Praxis, T5X, Levanter, NVIDIA's JAX-Toolbox builds of them)
@@ -134,8 +136,8 @@ def _with_named_options(fw: Framework, low: str, given: list[str]) -> Framework:
 _MENTIONS = ((("automodel",), "automodel"), (("megatron-fsdp", "megatron fsdp"), "megatron"),
              (("nemo", "bridge"), "nemo-megatron"),
              (("megatron-deepspeed", "megatron deepspeed", "megatron_deepspeed", "deepspeed-megatron",
-               "deepspeed megatron"), "megatron-deepspeed"),
-             (("deepspeed", "zero-3", "zero3", "neox"), "deepspeed"),
+               "deepspeed megatron", "neox"), "megatron-deepspeed"),
+             (("deepspeed", "zero-3", "zero3"), "deepspeed"),
              (("foundry", "composer", "mosaic"), "composer"), (("titan", "fsdp"), "torchtitan"),
              (("hai-llm", "dualpipe"), "hai-llm"), (("maxtext", "pax", "praxis", "jax", "t5x", "levanter"), "maxtext"),
              (("megatron",), "megatron"))
