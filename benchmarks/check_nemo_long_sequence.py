@@ -12,7 +12,8 @@ publishes two tables of TFLOP/s per GPU, FP8, micro-batch 1, no pipeline:
   sets only the gradient accumulation, which hides the data-parallel traffic either way).
 
 Their TFLOP/s are NeMo's model FLOPs (nemo/utils/flops_formulas.py llama2 / llama3: attention counted
-in full, 12 s^2 h per layer, not causal); a step time is those FLOPs over the TFLOP/s of the GPUs.
+in full, 12 s^2 h per layer, not causal: ModelSpec.model_flops_per_token(causal=False)); a step time
+is those FLOPs over the TFLOP/s of the GPUs.
 Neither table says whether activations were recomputed, so the step is priced both ways.
 
 What it shows (read the columns, not one row): the error's drift from the shortest to the longest
@@ -32,15 +33,12 @@ B200 = ((8, 2, 512, 1, 1, 2, 1671), (16, 4, 256, 1, 1, 4, 1717), (32, 8, 128, 1,
 H100 = ((4, 1, 1, 4, 1, 768), (8, 1, 2, 4, 1, 730), (16, 2, 1, 8, 1, 660), (32, 2, 1, 8, 2, 610),
         (64, 4, 1, 8, 2, 574), (128, 4, 1, 8, 4, 555), (256, 4, 1, 8, 8, 549), (512, 8, 1, 4, 16, 549),
         (1024, 8, 1, 4, 32, 536))
-#: (layers, hidden, FFN, heads, KV heads, vocabulary) as NeMo's formula reads them
-SHAPES = {"llama3-8b": (32, 4096, 14336, 32, 8, 128256), "llama2-7b": (32, 4096, 11008, 32, 32, 32000)}
 
 
 def nemo_flops(model: str, seq: int, batch: int) -> float:
-    """NeMo's model FLOPs of one step (flops_formulas.py llama2 / llama3)."""
-    layers, h, ffn, heads, groups, vocab = SHAPES[model]
-    return batch * seq * layers * h * h * (12 + 12 * groups / heads + 18 * ffn / h + 12 * seq / h
-                                           + 6 * vocab / (layers * h))
+    """NeMo's model FLOPs of one step: the model's own count with full (not causal) attention, the
+    PaLM / Megatron / NeMo convention that flops_formulas.py llama2 / llama3 write out."""
+    return sc.load_model(model).model_flops_per_token(seq, causal=False) * seq * batch
 
 
 def priced(model: str, gpu: str, label: str, batch: int, seq: int) -> tuple[float, float]:
