@@ -377,7 +377,7 @@ def test_the_plan_priced_from_bounds_is_the_plan_priced_exactly(llama3_70b, h100
     c = res.columns
     assert 0 < c["schedule_bound"].sum() < len(c["tp"])  # uneven rows left at their bound
     base = {k: c[k] for k in ("gpus", "tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mb", "gbs", "seq", "zero",
-                              "recompute", "sp", "lowp") if k in c}
+                              "recompute", "sp", "lowp", "rep") if k in c}
     exact = _price_in_chunks(llama3_70b, h100, default_network(h100, num_gpus=256), tt, base, None)
     t = exact["step_time_s"]
     assert set(PLAN_COLUMNS) <= set(exact)

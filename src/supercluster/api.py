@@ -8,7 +8,7 @@
 (5.63, 0.483, True)
 >>> best = sc.plan("llama3-8b", gpu="h100-sxm", num_gpus=64, global_batch=256, seq_len=8192).best
 >>> best.layout.label()
-'tp1-pp1-dp64-mb2-z3-none'
+'tp1-pp1-dp64-rep2-mb2-z3-none'
 """
 
 from __future__ import annotations

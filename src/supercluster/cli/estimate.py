@@ -73,6 +73,10 @@ def estimate(
                                                    "recompute, comma-separated: core_attn, layernorm, moe_act, "
                                                    "mlp, moe, mla_up_proj (empty = core_attn)")] = "",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")] = 1,
+    dp_replicate: Annotated[int, typer.Option(help="hybrid sharding: replicas of the ZeRO / FSDP shard group, "
+                                              "each over dp x cp / N ranks, that all-reduce their gradient "
+                                              "shards (HSDP; Megatron --num-distributed-optimizer-instances); "
+                                              "1 = shard over all of dp x cp")] = 1,
     pp_layout: Annotated[str | None, typer.Option(help="explicit pipeline layout, Megatron-Core notation: E "
                                                   "embedding, t layer, m MTP module, L loss, '|' between virtual "
                                                   "stages, x*n / (...)*n repeat, e.g. 'Et*4|(t*4|)*14,tmL' "
@@ -99,7 +103,8 @@ def estimate(
     layout: Annotated[str | None, typer.Option(help="the layout as one string, e.g. tp8-pp16-dp128-vpp4, or a "
                                                "plan's label (tp8-pp16-dp128-vpp4-mb1-z1-none-sp): in place of "
                                                "--tp, --pp, --dp, --cp, --ep, --vpp, --micro-batch, --zero, "
-                                               "--recompute, --grad-accum; dp may be left out")] = None,
+                                               "--recompute, --grad-accum, --dp-replicate (rep16); dp may be left "
+                                               "out")] = None,
     config: Annotated[str | None, typer.Option(help="read the layout from a Megatron args file or launch script "
                                                "(its model and framework flags too), TorchTitan .toml or "
                                                "DeepSpeed .json (layout options then ignored)")] = None,
@@ -151,7 +156,8 @@ def estimate(
     get_gpu(gpu)
     given = _given_options(ctx)
     for field, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("micro_batch", micro_batch),
-                         ("global_batch", global_batch), ("seq_len", seq_len), ("grad_accum", grad_accum)):
+                         ("global_batch", global_batch), ("seq_len", seq_len), ("grad_accum", grad_accum),
+                         ("dp_replicate", dp_replicate)):
         if value <= 0:
             raise InputError(field, f"must be a positive integer, got {value}")
     mods = tuple(x.strip() for x in recompute_modules.split(",") if x.strip())
@@ -169,7 +175,7 @@ def estimate(
     opts = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, global_batch=global_batch,
                 seq_len=seq_len, precision=precision, recompute=recompute, zero_stage=zero,
                 sequence_parallel=sequence_parallel, recompute_layers=recompute_layers, expert_tp=expert_tp or None,
-                recompute_modules=mods, pp_layout=pp_layout, grad_accum=grad_accum)
+                recompute_modules=mods, pp_layout=pp_layout, grad_accum=grad_accum, dp_replicate=dp_replicate)
     lay, planned = _layout_from_options(model, gpu, gpus, framework, opts, given, fab)
     _estimate_and_print(model, gpu, gpus, lay, framework, planned=planned, **show)
 
@@ -224,10 +230,10 @@ def _layout_from_options(model: str, gpu: str, gpus: int, framework: str, opts: 
 
 #: estimate's options that set the parallel layout; when none is given and the defaults (the
 #: 16,384-GPU Llama 3 405B layout) do not suit the job, the planner picks the layout
-LAYOUT_OPTIONS = frozenset({"tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "pp_layout"})
+LAYOUT_OPTIONS = frozenset({"tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "pp_layout", "dp_replicate"})
 #: what ``--layout`` sets: none of these may be given with it
 LAYOUT_STRING_OPTIONS = frozenset({"tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "micro_batch", "zero",
-                                   "recompute", "grad_accum"})
+                                   "recompute", "grad_accum", "dp_replicate"})
 
 
 

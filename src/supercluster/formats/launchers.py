@@ -132,6 +132,10 @@ def to_megatron_args(layout: Layout, model: ModelSpec | None = None, framework: 
         a.append("--sequence-parallel")
     if layout.zero_stage >= 1:
         a.append("--use-distributed-optimizer")
+    if layout.dp_replicate > 1:
+        # (Megatron-Core: the distributed optimizer, or Megatron-FSDP, sharded within each of this many
+        # data-parallel instances, whose gradients are all-reduced across them: hybrid sharding)
+        a.append(f"--num-distributed-optimizer-instances {layout.dp_replicate}")
     if layout.zero_stage >= 2:
         strategy = "optim_grads" if layout.zero_stage == 2 else "optim_grads_params"
         # (Megatron-FSDP's required flags, its user guide docs/discussions/megatron-fsdp-user-guide: the
@@ -257,6 +261,10 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
     require(fmt.startswith("torchtitan") or layout.pp == 1 or layout.grad_accum == 1, "grad_accum",
             f"{fmt} runs every micro-batch of a step in one pipeline schedule; {layout.grad_accum} schedules a step "
             "is torchtitan's gradient accumulation under PP (export to torchtitan, or use grad_accum 1)")
+    require(fmt != "deepspeed" or layout.dp_replicate == 1, "dp_replicate",
+            f"{layout.dp_replicate} replicas of a shard group (hybrid sharding) have no setting in this DeepSpeed "
+            "config; export to megatron (--num-distributed-optimizer-instances) or torchtitan "
+            "(data_parallel_replicate_degree), or plan dp_replicate 1")
     require(fmt != "deepspeed" or layout.vpp == 1, "vpp",
             f"DeepSpeed's pipeline engine runs 1F1B over contiguous stages, with no interleaved schedule; "
             f"got vpp {layout.vpp} (use vpp 1, or export to megatron or torchtitan)")
@@ -317,6 +325,8 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
     strategy = args.get("data-parallel-sharding-strategy")
     if strategy in ("optim_grads", "optim_grads_params"):
         zero = 2 if strategy == "optim_grads" else 3
+    instances = config_int("num-distributed-optimizer-instances", args.get("num-distributed-optimizer-instances", 1))
+    require(instances >= 1, "num-distributed-optimizer-instances", f"must be a positive integer, got {instances}")
     return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=config_int("expert-model-parallel-size",
                                                           args.get("expert-model-parallel-size", 1)),
                   vpp=vpp, micro_batch=config_int("micro-batch-size", args.get("micro-batch-size", 1)),
@@ -327,7 +337,8 @@ def from_megatron_args(text: str, num_gpus: int | None = None) -> Layout:
                   recompute_modules=tuple(args.get("recompute-modules", ())) if rc == "selective" else (),
                   expert_tp=(config_int("expert-tensor-parallel-size", args["expert-tensor-parallel-size"])
                              if "expert-tensor-parallel-size" in args else None),
-                  pp_layout=None if pp_layout is None else str(pp_layout))
+                  pp_layout=None if pp_layout is None else str(pp_layout),
+                  dp_replicate=instances if zero >= 1 else 1)
 
 
 def _uneven_layout(args: dict[str, Any], pp: int) -> str:

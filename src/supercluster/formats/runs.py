@@ -226,12 +226,24 @@ def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
         text = (row.get(col) or "").strip()
         if text and reader(text) is None:
             notes.append(f"{col} {text!r} not known: {defaults[col]} assumed")
-    if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower():
-        notes.append("HSDP priced as fully sharded over the whole data-parallel group")
+    if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower() and row_replicas(row) == 1:
+        notes.append("HSDP without its replica count priced as fully sharded over the whole data-parallel group")
     said = f"{row.get('fp8_recipe') or ''} {precision}".lower()
     if any(w in said for w in ROWWISE):
         notes.append("fp8 rowwise (torchao) priced as the blockwise recipe")
     return notes
+
+
+def row_replicas(row: dict[str, str]) -> int:
+    """Replicas of the ZeRO / FSDP shard group a row states (hybrid sharding): the optional
+    ``dp_replicate`` column, else its ZeRO / FSDP text ("HSDP, 16 replicas", "replicate 16",
+    "num_distributed_optimizer_instances=16"); 1 where it says none."""
+    if n := _int(row, "dp_replicate", 0):
+        return n
+    t = (row.get("zero_stage_or_fsdp") or "").lower()
+    m = (re.search(r"(\d+)\s+replicas\b", t) or re.search(r"replicat\w*[\s_-]*(?:degree)?\s*[=:]?\s*(\d+)", t)
+         or re.search(r"optimizer[\s_-]*instances\s*[=:]?\s*(\d+)", t))
+    return max(1, int(m.group(1))) if m else 1
 
 
 def _yes_no(row: dict[str, str], name: str) -> bool | None:
@@ -490,6 +502,9 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         # (grad_accum: an optional column, gradient-accumulation steps each run as its own pipeline
         # schedule, as torchtitan and NeMo AutoModel do; blank: one schedule a step)
         grad_accum=g["grad_accum"],
+        # (dp_replicate: an optional column, the replicas of the ZeRO / FSDP shard group (HSDP); blank: the
+        # ZeRO / FSDP text's, else one shard group over all of dp x cp)
+        dp_replicate=row_replicas(row),
     )
     layout.check_gpus(g["num_gpus"])
     layout = fw.runnable(layout, model)

@@ -123,7 +123,7 @@ def overrides(layout: Layout, model: ModelSpec, framework: Framework | None = No
     """The command-line arguments after ``-m torchtitan.train`` for ``layout`` of ``model``."""
     _refusals(layout, model)
     module, config = CONFIGS[model.key]
-    shard = layout.dp if layout.zero_stage >= 1 else 1
+    shard = layout.dp // layout.dp_replicate if layout.zero_stage >= 1 else 1
     args: list[str] = ["--module", module, "--config", config]
 
     def put(key: str, value: object) -> None:
@@ -280,7 +280,7 @@ def _tt_sections(layout: Layout, model: ModelSpec | None = None,
     ``global_batch_size``. Interleaved chunks are placed by split points: the explicit layout's, or
     torchtitan's own split of the model's layers (generate_split_points, what the torchtitan
     profile prices); tensor parallelism shards the norms (sequence parallelism) in torchtitan's plan."""
-    shard = layout.dp if layout.zero_stage >= 1 else 1
+    shard = layout.dp // layout.dp_replicate if layout.zero_stage >= 1 else 1
     par: dict[str, Any] = {
         "data_parallel_replicate_degree": layout.dp // shard, "data_parallel_shard_degree": shard,
         "fsdp_reshard_after_forward": "always" if layout.zero_stage >= 3 else "never",
@@ -418,7 +418,9 @@ def torchtitan_layout(cfg: dict[str, Any], num_gpus: int | None, num_layers: int
     return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro, global_batch=gbs,
                   seq_len=config_int("seq_len", tr.get("seq_len", 2048)), precision="fp8" if fp8 else "bf16",
                   recompute=str(mode), zero_stage=zero, sequence_parallel=tp > 1, pp_layout=pp_layout,
-                  expert_tp=etp if etp != tp else None, grad_accum=ga)
+                  expert_tp=etp if etp != tp else None, grad_accum=ga,
+                  # (replicas of an FSDP shard group: HSDP; with no sharding, plain DDP replicas)
+                  dp_replicate=rep if zero >= 1 else 1)
 
 
 def torchtitan_compiles(text: str) -> bool:

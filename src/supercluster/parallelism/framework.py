@@ -101,6 +101,8 @@ class Framework:
     #: the ZeRO stages the framework has, and the highest it runs with pipeline parallelism (frameworks.toml)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     zero_max_with_pp: int = 3
+    #: the framework can replicate its ZeRO / FSDP shard group (a layout's dp_replicate; frameworks.toml)
+    hybrid_shard: bool = False
     era_of: str = ""
     #: the framework family the profile belongs to where it is neither that family's key nor an era of it
     #: (frameworks.toml ``family_key``): which launcher config it exports to, which published runs are its
@@ -328,6 +330,8 @@ class Framework:
                 f"rank: cp must divide the {model.num_heads // layout.tp} query and {model.num_kv_heads // layout.tp} "
                 f"KV heads per TP rank of {model.name} (tp = {layout.tp}; Transformer Engine asserts it)")
         self.check_zero(layout.zero_stage, layout.pp)
+        require(layout.dp_replicate == 1 or self.hybrid_shard, "dp_replicate", f"framework {self.key} shards over all "
+                "of dp x cp: use 1, or " + ", ".join(k for k, f in framework_catalog().items() if f.hybrid_shard))
         self.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
         self.check_ep_overlap(model, layout)
         sp = self.sequence_parallel_for(moe, layout.tp, layout.sequence_parallel)

@@ -62,10 +62,17 @@ class Layout:
     #: schedule.step over local batch / micro-batch micro-batches); 1 = every micro-batch of the step
     #: in one schedule (Megatron-LM, DeepSpeed's PipelineEngine)
     grad_accum: int = 1
+    #: data-parallel replicas of the ZeRO / FSDP shard group (hybrid sharding: PyTorch FSDP2's HSDP,
+    #: torchtitan data_parallel_replicate_degree, MaxText / Paxml's DCN data parallelism, Megatron-Core
+    #: --num-distributed-optimizer-instances): the dp x cp ranks split into this many groups, each holding a
+    #: whole sharded copy of the weights' states, that all-reduce their gradient shards; 1 = one shard
+    #: group over all of dp x cp
+    dp_replicate: int = 1
 
     def __post_init__(self) -> None:
         # (each check raises its own message; no message is built for a layout that passes them all)
-        for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len", "grad_accum"):
+        for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len", "grad_accum",
+                  "dp_replicate"):
             v = getattr(self, f)
             if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COUNT):
                 raise InputError(f, f"must be a positive integer up to {MAX_COUNT:,}, got {v!r}")
@@ -103,6 +110,7 @@ class Layout:
                              f"per data-parallel rank (global_batch / (dp x micro_batch) = {self.global_batch} / "
                              f"({self.dp} x {self.micro_batch}))")
         self._check_experts()
+        self._check_replicas()
         if self.vpp > 1 and self.pp == 1:
             raise InputError("vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
         if self.pp_layout is not None:
@@ -122,6 +130,23 @@ class Layout:
         elif (grid := self.tp * self.cp * self.dp // etp) % self.ep:
             raise InputError("ep", f"{self.ep} must divide tp x cp x dp / expert_tp = {self.tp} x {self.cp} x "
                              f"{self.dp} / {etp} = {grid}")
+
+    def _check_replicas(self) -> None:
+        rep = self.dp_replicate
+        if rep == 1:
+            return
+        require(self.dp % rep == 0, "dp_replicate", f"{rep} replicas must divide dp = {self.dp}")
+        require(self.zero_stage >= 1, "dp_replicate", f"{rep} replicas of a shard group need ZeRO 1-3 (zero "
+                                                      f"{self.zero_stage} shards nothing: every rank holds a replica)")
+        edp = self.tp * self.cp * self.dp // (self.ep * self.etp)
+        require(edp % rep == 0, "dp_replicate", f"{rep} replicas must divide the experts' data-parallel group, tp x "
+                                                f"cp x dp / (ep x expert_tp) = {self.tp} x {self.cp} x {self.dp} / "
+                                                f"({self.ep} x {self.etp}) = {edp}")
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks one ZeRO / FSDP shard group of the dense weights spans: dp x cp / dp_replicate."""
+        return self.dp * self.cp // self.dp_replicate
 
     @property
     def etp(self) -> int:
@@ -158,7 +183,7 @@ class Layout:
     @classmethod
     def from_string(cls, text: str, **kwargs: object) -> Layout:
         """``Layout.from_string("tp8-pp16-dp128", global_batch=2048)``; also reads what :meth:`label`
-        writes: ``mbN``, ``zN`` (ZeRO stage), ``none`` / ``full`` / ``selective`` or
+        writes: ``mbN``, ``zN`` (ZeRO stage), ``repN`` (shard-group replicas), ``none`` / ``full`` / ``selective`` or
         ``selective(mod,...)`` (recompute and its modules), ``sp`` / ``nosp``."""
         fields: dict[str, object] = dict(kwargs)
         low = text.lower()
@@ -176,11 +201,12 @@ class Layout:
             if part in ("sp", "nosp"):
                 fields["sequence_parallel"] = part == "sp"
                 continue
-            m = re.fullmatch(r"(tp|pp|dp|cp|ep|etp|vpp|mb|ga|z)(\d+)", part)
+            m = re.fullmatch(r"(tp|pp|dp|cp|ep|etp|vpp|mb|ga|z|rep)(\d+)", part)
             if not m:
                 raise InputError("layout", f"cannot read {part!r} in {text!r}; use e.g. tp8-pp16-dp128-cp1-ep1-vpp1 "
-                                           "(also etp, mb, ga; a plan's label: -mb1-z1-full-sp)")
-            name = {"mb": "micro_batch", "etp": "expert_tp", "ga": "grad_accum", "z": "zero_stage"}.get(
+                                           "(also etp, mb, ga, rep; a plan's label: -mb1-z1-full-sp)")
+            name = {"mb": "micro_batch", "etp": "expert_tp", "ga": "grad_accum", "z": "zero_stage",
+                    "rep": "dp_replicate"}.get(
                 m.group(1), m.group(1))
             fields[name] = int(m.group(2))
         return cls(**fields)  # type: ignore[arg-type]
@@ -198,6 +224,8 @@ class Layout:
 
     def short(self) -> str:
         s = f"tp{self.tp}-pp{self.pp}-dp{self.dp}"
+        if self.dp_replicate > 1:
+            s += f"-rep{self.dp_replicate}"
         for name in ("cp", "ep", "vpp"):
             if getattr(self, name) > 1:
                 s += f"-{name}{getattr(self, name)}"

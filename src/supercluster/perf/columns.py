@@ -23,7 +23,7 @@ RECOMPUTE_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
 RECOMPUTE_MODULE_BIT = {"core_attn": 1, "layernorm": 2, "moe_act": 4, "mlp": 8, "moe": 16, "mla_up_proj": 32}
 #: ``lowp`` column: the GEMM operand precision below 16 bits (0 = bf16/fp16, or fp32 on a CPU profile).
 LOWP_CODE = {"fp8": 1, "fp4": 2}
-#: the integer columns every layout row has; ``etp``, ``rcl``, ``ga``, ``fp32`` and ``rcm`` are optional
+#: the integer columns every layout row has; ``etp``, ``rcl``, ``ga``, ``fp32``, ``rcm`` and ``rep`` are optional
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gbs", "seq", "zero", "recompute", "sp", "lowp")
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 
@@ -46,7 +46,7 @@ def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
                 recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), lowp=LOWP_CODE.get(layout.precision, 0),
                 rcl=layout.recompute_layers, etp=layout.etp, ga=layout.grad_accum,
                 fp32=int(layout.precision == "fp32"),
-                rcm=module_bits(layout.recompute_modules))
+                rcm=module_bits(layout.recompute_modules), rep=layout.dp_replicate)
     return {k: np.array([v]) for k, v in vals.items()}
 
 
@@ -64,7 +64,8 @@ def row_layout(cols: dict[str, np.ndarray], i: int, precisions: tuple[str, ...] 
                   seq_len=int(cols["seq"][i]), precision=precision, recompute=RECOMPUTE_NAME[int(cols["recompute"][i])],
                   zero_stage=int(cols["zero"][i]), sequence_parallel=bool(cols["sp"][i]),
                   recompute_layers=get("rcl", 0), expert_tp=None if etp == tp else etp,
-                  recompute_modules=module_names(get("rcm", 0)), grad_accum=get("ga", 1))
+                  recompute_modules=module_names(get("rcm", 0)), grad_accum=get("ga", 1),
+                  dp_replicate=get("rep", 1))
 
 
 def rank_strides(order: str, tp: np.ndarray, cp: np.ndarray, dp: np.ndarray,
@@ -140,6 +141,8 @@ class Rows:
     el: np.ndarray
     low_el: np.ndarray
     groups: dict[str, tuple[np.ndarray, np.ndarray]]
+    #: replicas of the ZeRO / FSDP shard group (hybrid sharding; 1: one group over all of dp x cp)
+    rep: np.ndarray
 
 
 def _col(cols: dict[str, np.ndarray], name: str) -> np.ndarray:
@@ -176,4 +179,18 @@ def read_rows(model: ModelSpec, cols: dict[str, np.ndarray], rank_order: str = D
         m=m, ga=ga, ms=m / ga, T=T, tok_sp=np.where(sp, T / tp, T),
         kv_local=np.maximum(float(model.num_kv_heads) / tp, 1.0), el=el,
         low_el=np.where(fp4, 0.5, np.where(fp8, 1.0, el)),
-        groups=group_shapes(rank_order, tp, cp, dp, pp, ep, etp))
+        groups=group_shapes(rank_order, tp, cp, dp, pp, ep, etp),
+        rep=_col(cols, "rep") if "rep" in cols else np.ones_like(tp))
+
+
+def zero_groups(rows: Rows) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The ZeRO / FSDP groups of hybrid sharding, as (members, rank stride): ``dps`` / ``edps``, the
+    dense weights' and the experts' shard groups (the innermost dp x cp / rep and edp / rep ranks of
+    their data-parallel groups: the whole group where ``rep`` is 1), and ``dpr`` / ``edpr``, the
+    ``rep`` replicas of each shard, one rank of every shard group apart (PyTorch FSDP2's HSDP mesh
+    (replicate, shard); MaxText's DCN data parallelism outside its FSDP axis)."""
+    dpg, s_dp = rows.dp * rows.cp, rows.groups["dp"][1]
+    edpg, s_edp = rows.groups["edp"]
+    rep = rows.rep
+    return {"dps": (dpg / rep, s_dp), "dpr": (rep, s_dp * dpg / rep),
+            "edps": (edpg / rep, s_edp), "edpr": (rep, s_edp * edpg / rep)}

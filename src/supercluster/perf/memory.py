@@ -1,6 +1,7 @@
 """Stage 6 of the step: bytes per GPU on the most loaded pipeline stage.
 
-Weights, gradients and optimizer states as the framework shards them (ZeRO 1-3, FSDP under PP), and
+Weights, gradients and optimizer states as the framework shards them (ZeRO 1-3, FSDP under PP; over
+the shard group of hybrid sharding, each replica holding a whole sharded copy), and
 the activation census of Korthikanti et al. 2022, generalised to GQA, gated MLPs, MoE, MLA, hybrids
 and flash attention, with what recompute drops; the micro-batches in flight per stage follow the
 pipeline schedule (:func:`in_flight_microbatches`).
@@ -13,7 +14,7 @@ import numpy as np
 from ..models.spec import GATED, ModelSpec
 from ..parallelism.framework import Framework
 from ..units import GiB
-from .columns import Rows
+from .columns import Rows, zero_groups
 from .compute import mean_mlp_width, mlp_widths
 
 FRAMEWORK_RESERVE_BYTES = 3 * GiB  # CUDA context, NCCL buffers, cuBLAS workspace (assumed)
@@ -113,9 +114,11 @@ def memory_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.n
 def state_bytes(model: ModelSpec, fw: Framework, rows: Rows, dense_params: np.ndarray,
                 expert_params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, gradients, optimizer states) in bytes per GPU, as the framework shards them over the
-    dense weights' data-parallel group and the experts' (ZeRO 1-3; FSDP kept gathered under PP)."""
+    dense weights' data-parallel group and the experts' (ZeRO 1-3; FSDP kept gathered under PP), or
+    over the shard groups of hybrid sharding (each replica holds a whole sharded copy)."""
     zero, pp, fp32 = rows.zero, rows.pp, rows.fp32
-    dpg, edpg = rows.dp * rows.cp, rows.groups["edp"][0]
+    zg = zero_groups(rows)
+    dpg, edpg = zg["dps"][0], zg["edps"][0]
     local = dense_params + expert_params
     shard = dense_params / dpg + expert_params / edpg
     # ZeRO-3 / FSDP keeps its shard plus the two layers being gathered (never more than unsharded); a

@@ -14,6 +14,9 @@
   Prefetched gathers hide under compute, and reduce-scatters under the backward; where the framework
   synchronises the device before every gather (DeepSpeed before v0.4), neither hides, the synchronise
   waiting for the reduce-scatters on their side stream too.
+* Hybrid sharding (a layout's ``dp_replicate`` N): every ZeRO / FSDP collective above runs within a
+  shard group of dp x cp / N ranks, and each reduce-scatter's gradient shard is then all-reduced over
+  the N replicas (FSDP2's HSDP, Megatron-Core's distributed-optimizer instances), hidden like it.
 * Optimizer: Adam with fp32 master weights is memory-bound, 30 B per local parameter shard; before
   it, the gradient norm reads the shard's gradients and all-reduces one number over the job.
 """
@@ -28,7 +31,7 @@ from ..hardware.kernels import host_op_launch_s, host_view_op_s
 from ..models.spec import ModelSpec
 from ..network.twolevel import Network
 from ..parallelism.framework import Framework
-from .columns import Rows
+from .columns import Rows, zero_groups
 from .comm import CommTimes
 from .compute import LayerWork, layer_params
 from .memory import optimizer_bytes
@@ -77,22 +80,32 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     layers of compute on the heaviest stage hide the traffic; ``host_cpu`` runs the host's part."""
     dense_params, expert_params = local_params(model, fw, rows)
     dpg = rows.dp * rows.cp
-    s_dpcp = rows.groups["dp"][1]
-    edpg, s_edp = rows.groups["edp"]  # expert data-parallel group: ETP x EP x EDP = TP x CP x DP
+    edpg = rows.groups["edp"][0]  # expert data-parallel group: ETP x EP x EDP = TP x CP x DP
+    zg = zero_groups(rows)  # the shard groups the collectives run over, and their replicas
     grb, gb, zero = fw.grad_reduce_bytes, fw.grad_bytes, rows.zero
 
     def dp_time(kind: str, params: np.ndarray, width: float, group: np.ndarray, stride: np.ndarray) -> np.ndarray:
-        # (a group with no parameters, a dense model's experts, makes no call and pays no latency)
-        return np.where(params > 0, net.collective_time_s(kind, params * width, group, stride), 0.0)
+        # (a group with no parameters, a dense model's experts, or of one rank makes no call and pays no latency)
+        return np.where((params > 0) & (group > 1), net.collective_time_s(kind, params * width, group, stride), 0.0)
 
-    rs = dp_time("reduce_scatter", dense_params, grb, dpg, s_dpcp) + dp_time("reduce_scatter", expert_params, grb,
-                                                                          edpg, s_edp)
+    def both(kind: str, width: float, replicas: bool = False) -> np.ndarray:
+        # (the dense weights' and the experts' collectives over their shard groups, or, ``replicas``, of
+        # one shard over the replicas of the group)
+        if not replicas:
+            return (dp_time(kind, dense_params, width, *zg["dps"])
+                    + dp_time(kind, expert_params, width, *zg["edps"]))
+        return (dp_time(kind, dense_params / zg["dps"][0], width, *zg["dpr"])
+                + dp_time(kind, expert_params / zg["edps"][0], width, *zg["edpr"]))
+
+    rs = both("reduce_scatter", grb)
     # parameters are all-gathered in 16 bits, or in fp8 / fp4 where the framework keeps them so
     pg = np.where(fw.fp8_param_gather, rows.low_el, rows.el)
-    ag = dp_time("all_gather", dense_params, pg, dpg, s_dpcp) + dp_time("all_gather", expert_params, pg, edpg,
-                                                                         s_edp)
-    arr = dp_time("all_reduce", dense_params, grb, dpg, s_dpcp) + dp_time("all_reduce", expert_params, grb, edpg,
-                                                                         s_edp)
+    ag = both("all_gather", pg)
+    arr = both("all_reduce", grb)
+    # Hybrid sharding: each shard group reduce-scatters, then the replicas all-reduce their gradient shard
+    # (FSDP2 HSDP's post-backward reduce-scatter then all-reduce; Megatron-Core's distributed optimizer
+    # instances alike), once a reduce-scatter
+    rar = both("all_reduce", grb, replicas=True)
     # Compute already hiding TP or CP traffic is not free to hide DP traffic as well, so the
     # windows exclude it (keeps "faster compute is never slower" true).
     win_f = Lh * (work.t_fwd + comm.tp_fx + comm.cp_fx - comm.hidden_f)
@@ -102,11 +115,15 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     bucket = np.minimum(1.0, per_bucket / (dense_params + expert_params))
     overlapped = fw.overlaps_dp(zero)
     rs_n, ag_n = zero2_calls(fw, rows)
-    dp_bw = np.where(zero == 0, arr, rs_n * rs + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
-    # ... made one call per bucket, each at its own size
+    dp_bw = np.where(zero == 0, arr, rs_n * (rs + rar) + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
+    # ... made one call per bucket, each at its own size (a bucket's gradient shard all-reduced over the replicas)
     made = bucketed_s(fw, net, rows, dense_params, expert_params, per_bucket, overlapped,
-                      {"reduce_scatter": grb, "all_gather": pg, "all_reduce": grb})
-    rs_b, ag_b, arr_b = made["reduce_scatter"], made["all_gather"], made["all_reduce"]
+                      {"reduce_scatter": grb, "all_gather": pg, "all_reduce": grb}, (zg["dps"], zg["edps"]))
+    shards = zg["dps"][0]
+    rar_b = np.where(rows.rep > 1, bucketed_s(fw, net, rows, dense_params / shards, expert_params / zg["edps"][0],
+                                              per_bucket / shards, overlapped, {"all_reduce": grb},
+                                              (zg["dpr"], zg["edpr"]))["all_reduce"], 0.0)
+    rs_b, ag_b, arr_b = made["reduce_scatter"] + rar_b, made["all_gather"], made["all_reduce"]
     dp_all = np.where(zero == 0, arr_b, rs_n * rs_b + ag_n * ag_b)
     # (the gather in the optimizer step runs under no compute)
     ag_x = ag_b if fw.param_gather_in_step else np.maximum(ag_b - win_f, ag_b * bucket)
@@ -114,16 +131,17 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
                       rs_n * np.maximum(rs_b - win_b, rs_b * bucket) + ag_n * ag_x)
     dp_low = np.where(overlapped, dp_low, dp_all)
     # (ZeRO-3 / FSDP: its own per-layer calls, each priced at its own size, from the whole-stage bytes)
-    dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, pg, win_f, win_b, Lh, mem_bw, host_cpu)
+    dp_z3 = _fsdp_s(fw, net, rows, dense_params + expert_params, ag, rs, rar, pg, win_f, win_b, Lh, mem_bw,
+                    host_cpu)
     dp_x = np.where(dpg > 1, np.where(zero >= 3, dp_z3, dp_low), 0.0)
     # what of the traffic ran under compute holds SMs from it (ZeRO-3: its calls per micro-batch)
-    total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs), dp_all)
+    total = np.where(zero >= 3, rows.m * (ag * (1.0 + float(fw.zero3_reshard_after_forward)) + rs + rar), dp_all)
     dp_cont = np.where((dpg > 1) & overlapped, sm_frac * np.maximum(total - dp_x, 0.0), 0.0)
     # (a tied embedding's gradient sync between the pipeline's ends, after the schedule: exposed)
     dp_x = dp_x + tied_embedding_sync_s(model, fw, net, rows)
 
     local = dense_params + expert_params
-    shard = np.where(zero >= 1, dense_params / dpg + expert_params / edpg, local)
+    shard = np.where(zero >= 1, dense_params / zg["dps"][0] + expert_params / zg["edps"][0], local)
     # Adam reads and writes its states (the framework's optimizer bytes: fp32 master, m and v = 12, as
     # ADAM_BYTES_PER_PARAM counts them), reads a 4-byte gradient and writes the 2-byte copy: 2 S + 6
     adam = np.where(rows.fp32, ADAM_BYTES_PER_PARAM, 2.0 * optimizer_bytes(fw, rows) + 6.0)
@@ -134,7 +152,7 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     world = rows.tp * rows.pp * rows.dp * rows.cp
     t_opt = t_opt + 4.0 * shard / mem_bw + np.asarray(net.collective_time_s("all_reduce", 4.0, world, 1))
     return SyncTimes(dense_params=dense_params, expert_params=expert_params, dpg=dpg, edpg=edpg, dp_x=dp_x,
-                     t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs, dp_bw))
+                     t_opt=t_opt, dp_cont=dp_cont, dp_traffic=dp_traffic_s(fw, rows, ag, rs + rar, dp_bw))
 
 
 def tied_embedding_sync_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows) -> np.ndarray:
@@ -162,8 +180,9 @@ def calls_s(net: Network, kind: str, size: np.ndarray, calls: np.ndarray | float
 
 
 def bucketed_s(fw: Framework, net: Network, rows: Rows, dense_params: np.ndarray, expert_params: np.ndarray,
-               per_bucket: np.ndarray | float, overlapped: np.ndarray | bool,
-               widths: dict[str, np.ndarray | float]) -> dict[str, np.ndarray]:
+               per_bucket: np.ndarray | float, overlapped: np.ndarray | bool, widths: dict[str, np.ndarray | float],
+               groups: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+               ) -> dict[str, np.ndarray]:
     """Seconds of the step's ZeRO 0-2 data-parallel collective of each kind as the framework makes it:
     the dense and the expert gradients are each reduced (and the parameters gathered) one bucket of
     ``per_bucket`` parameters at a time, one call a bucket, each call priced at its own size
@@ -172,21 +191,25 @@ def bucketed_s(fw: Framework, net: Network, rows: Rows, dense_params: np.ndarray
     infinity if overlap_grad_reduce is False", one call a buffer), and only the first of an interleaved
     stage's model chunks ("Turn off bucketing for model_chunk 2 onwards": one call each); a framework
     with a bucket size of its own (:attr:`Framework.dp_bucket_params`: DeepSpeed's reduce_bucket_size)
-    buckets whatever the overlap. A group with no parameters (a dense model's experts) makes no call."""
+    buckets whatever the overlap. ``groups``: the dense weights' and the experts' (members, stride), their
+    shard groups where not given. A group with no parameters (a dense model's experts) or of one rank makes
+    no call."""
+    if groups is None:
+        zg = zero_groups(rows)
+        groups = (zg["dps"], zg["edps"])
     bucketed = np.asarray(overlapped) | (fw.dp_bucket_params > 0)
     chunks = np.where(bucketed, rows.vpp if not fw.dp_bucket_params else 1.0, 1.0) * np.ones_like(dense_params)
     out = {}
     for kind, width in widths.items():
         total = np.zeros_like(dense_params)
-        for params, (group, stride) in ((dense_params, (rows.dp * rows.cp, rows.groups["dp"][1])),
-                                        (expert_params, rows.groups["edp"])):
+        for params, (group, stride) in zip((dense_params, expert_params), groups, strict=True):
             size = params * width / chunks
             # the first chunk's buckets (one call unbucketed), then one call for each other chunk
             first = np.where(bucketed, np.maximum(np.ceil(params / chunks / per_bucket), 1.0), 1.0)
             t = calls_s(net, kind, size, first, group, stride)
             if np.any(chunks > 1.0):
                 t = t + (chunks - 1.0) * calls_s(net, kind, size, 1.0, group, stride)
-            total = total + np.where(params > 0, t, 0.0)
+            total = total + np.where((params > 0) & (group > 1), t, 0.0)
         out[kind] = total
     return out
 
@@ -220,11 +243,13 @@ def dp_traffic_s(fw: Framework, rows: Rows, ag: np.ndarray, rs: np.ndarray, dp_a
 
 
 def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.ndarray, rs: np.ndarray,
-            pg: np.ndarray, win_f: np.ndarray, win_b: np.ndarray, Lh: np.ndarray, mem_bw: float,
+            rar: np.ndarray, pg: np.ndarray, win_f: np.ndarray, win_b: np.ndarray, Lh: np.ndarray, mem_bw: float,
             host_cpu: str) -> np.ndarray:
-    """Exposed seconds of ZeRO-3 / FSDP's per-layer gathers and reduce-scatters per step (the host's
-    part run by ``host_cpu``)."""
-    dpg, s_dpcp, m, ga, pp = rows.dp * rows.cp, rows.groups["dp"][1], rows.m, rows.ga, rows.pp
+    """Exposed seconds of ZeRO-3 / FSDP's per-layer gathers and reduce-scatters per step, over the shard
+    group, and under hybrid sharding the replicas' all-reduce of each reduce-scatter's shard (``rar``,
+    whole-stage) (the host's part run by ``host_cpu``)."""
+    zg = zero_groups(rows)
+    (dpg, s_dpcp), (rep, s_rep), m, ga, pp = zg["dps"], zg["dpr"], rows.m, rows.ga, rows.pp
     # ZeRO-3 / FSDP: per micro-batch, gathers in forward and backward (and again for a
     # recomputed forward where the framework releases parameters), one reduce-scatter, split into
     # Lh x gathers_per_layer (reduces_per_layer) collectives.
@@ -242,6 +267,10 @@ def _fsdp_s(fw: Framework, net: Network, rows: Rows, params: np.ndarray, ag: np.
     # tensors than it gathers, one call for each of its small ones, biases and norms: a latency each)
     small = np.maximum(n_rs - n_coll, 0.0) * calls_s(net, "reduce_scatter", 0.0, 1.0, dpg, s_dpcp)
     rs3 = rs + split_s("reduce_scatter", params * fw.grad_reduce_bytes) + small
+    # (each layer's gradient shard then all-reduced over the replicas, as many calls again)
+    shard = params / dpg * fw.grad_reduce_bytes
+    rs3 = rs3 + np.where(rep > 1, rar + calls_s(net, "all_reduce", shard, n_rs, rep, s_rep)
+                         - calls_s(net, "all_reduce", shard, 1.0, rep, s_rep), 0.0)
     # Through list-form collectives each call also launches one copy per rank on the host: a gather's
     # copies follow its NCCL kernel, launched while it runs (the gather takes the longer of the two); a
     # reduce-scatter's copies come before its kernel, and no compute hides them (the host launches that

@@ -44,7 +44,12 @@ ZERO = (0, 1, 2, 3)
 MAX_CP = 32
 #: settings a search can be told to keep (``plan(fixed=...)``): column -> the field users know
 FIXABLE = {"mb": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "rcm": "recompute_modules",
-           "sp": "sequence_parallel"}
+           "sp": "sequence_parallel", "rep": "dp_replicate"}
+#: Hybrid sharding searched: shard groups of this many scale-up domains (the domain's largest power of two
+#: GPUs: 8 on an HGX node, 64 of an NVL72), their replicas all-reducing the gradient shards; each only where
+#: the framework replicates shard groups and the group is smaller than dp x cp
+SHARD_DOMAINS = (1, 4, 16, 64)
+
 #: Selective recompute modules searched for MoE models where the framework has them: the default
 #: (core_attn) and the cheap pair the Megatron-Bridge MoE recipes use (layernorm, moe_act).
 MOE_MODULE_SETS = ((), ("layernorm", "moe_act"))
@@ -182,10 +187,12 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
                       precisions: tuple[str, ...] = ("bf16",), gpu_counts: tuple[int, ...] | None = None,
                       max_tp: int | None = None, max_cp: int = MAX_CP, max_pp: int | None = None,
                       max_vpp: int | None = None, extra_pp_layers: int = 0,
-                      module_sets: tuple[tuple[str, ...], ...] = ((),)) -> dict[str, np.ndarray]:
+                      module_sets: tuple[tuple[str, ...], ...] = ((),),
+                      hybrid_shard: bool = False) -> dict[str, np.ndarray]:
     """Every legal layout as integer columns (the :data:`~supercluster.perf.columns.COLUMNS` plus ``gpus``);
     ``extra_pp_layers``: pipeline slots the framework fills with the embedding and the loss;
-    ``module_sets``: the selective recompute module sets to try (``()`` = the framework's policy)."""
+    ``module_sets``: the selective recompute module sets to try (``()`` = the framework's policy);
+    ``hybrid_shard``: also the replicated shard groups of :data:`SHARD_DOMAINS` (column ``rep``)."""
     counts = gpu_counts or (num_gpus,)
     tp_cap = max_tp or max(gpu.scaleup_domain, 8)
     rows: list[tuple[int, int, int, int]] = []
@@ -221,6 +228,8 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     require(len(cols["tp"]) > 0, "global_batch",
             f"{global_batch} is not a multiple of dp x micro_batch for any layout on {counts} GPUs")
     cols = _cross(cols, "zero", list(ZERO))
+    if hybrid_shard:
+        cols = _replicas(cols, gpu.scaleup_domain)
     cols = _cross(cols, "recompute", [0, 1, 2])
     if len(module_sets) > 1:
         cols = _cross(cols, "rcm", sorted({module_bits(m) for m in module_sets}))
@@ -232,6 +241,21 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     cols["gbs"] = np.full(n, global_batch, dtype=np.int64)
     cols["seq"] = np.full(n, seq_len, dtype=np.int64)
     return cols
+
+
+def _replicas(cols: dict[str, np.ndarray], domain: int) -> dict[str, np.ndarray]:
+    """``cols`` with a ``rep`` column: 1 (one shard group over dp x cp) and, on ZeRO 1-3 rows, each
+    replication whose shard group spans :data:`SHARD_DOMAINS` scale-up domains' worth of ranks, where that
+    is fewer than dp x cp and divides the dense and the experts' data-parallel groups."""
+    unit = 1 << (max(int(domain), 1).bit_length() - 1)  # the domain's largest power of two
+    cols = _cross(cols, "shard", [0, *(unit * k for k in SHARD_DOMAINS)])
+    shard, dpcp = cols.pop("shard"), cols["dp"] * cols["cp"]
+    rep = np.where(shard > 0, np.maximum(dpcp // np.maximum(shard, 1), 1), 1)
+    edp = cols["tp"] * dpcp // (cols["ep"] * cols["etp"])
+    ok = (shard == 0) | ((cols["zero"] >= 1) & (shard < dpcp) & (dpcp % np.maximum(shard, 1) == 0)
+                         & (rep > 1) & (cols["dp"] % rep == 0) & (edp % rep == 0))
+    cols["rep"] = rep
+    return _keep(cols, ok)
 
 
 def _undominated(by: np.ndarray, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -302,7 +326,7 @@ def _search_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_bat
                              max_vpp=None if framework.interleaved_pipeline else 1,
                              extra_pp_layers=framework.extra_pp_layers,
                              module_sets=MOE_MODULE_SETS if model.is_moe and framework.recompute_modules
-                             else ((),))
+                             else ((),), hybrid_shard=framework.hybrid_shard)
     cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"]), cols["vpp"]))
     cols = _keep(cols, framework.sequence_parallel_ok(model.is_moe, cols["tp"], cols["sp"]))
     cols = _keep(cols, framework.zero_ok(cols["zero"], cols["pp"]))
@@ -315,6 +339,8 @@ def _search_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_bat
         require(name in FIXABLE, "fixed", f"unknown setting {name!r}; allowed: {', '.join(FIXABLE)}")
         if name == "rcm" and name not in cols:  # (searched for MoE only: the modules given, on selective rows)
             cols["rcm"] = np.where(cols["recompute"] == RECOMPUTE_CODE["selective"], value, 0)
+        if name == "rep" and name not in cols:  # (searched only where the framework replicates shard groups)
+            cols["rep"] = np.ones_like(cols["tp"])
         hit = cols[name] == value
         cols = _keep(cols, hit | (cols["tp"] == 1) if name == "sp" else hit)
         require(len(cols["tp"]) > 0, FIXABLE[name], f"no legal layout of {model.name} on {num_gpus} GPUs keeps "
