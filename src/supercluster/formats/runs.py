@@ -40,6 +40,19 @@ from ..parallelism.framework import (
 )
 from ..parallelism.layout import UNPRICED_MODULES, Layout
 from ..parallelism.published import named_option_suffixes, resolve_framework
+from .phrases import (  # noqa: F401 (the phrase readers, re-exported for the runs reader's callers)
+    REMAT_POLICIES,
+    parse_layer_ac,
+    parse_precision,
+    parse_recompute,
+    parse_recompute_layers,
+    parse_recompute_modules,
+    parse_zero,
+    publication_year,
+    recompute_word,
+    remat_policy,
+    zero_word,
+)
 
 REQUIRED_COLUMNS = ("id", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "gpu",
                     "num_gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "precision", "framework",
@@ -113,100 +126,6 @@ def _row_model(values: tuple[str, ...]) -> ModelSpec:
                      d_model=hidden, ffn_dim=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads", heads),
                      head_dim=head_dim, vocab_size=_int(row, "vocab", 51200), mlp=mlp, tied_embeddings=tied,
                      seq_len=_int(row, "seq_len"), mtp_layers=mtp, **moe)
-
-
-@functools.lru_cache(maxsize=1024)
-def parse_precision(text: str) -> str:
-    t = text.lower()
-    if "fp8" in t or "float8" in t:
-        return "fp8"
-    if "fp4" in t:
-        return "fp4"
-    return "bf16"  # bf16, fp16 and "16-bit mixed" run on the same tensor cores
-
-
-@functools.lru_cache(maxsize=1024)
-def recompute_word(text: str) -> str | None:
-    """The recompute a published phrase names, or None where it names none: "full" / "selective" (or
-    "SAC") as such; a negation ("none", "no", "off", "false", "disabled", "without") none; activation
-    checkpointing named without a kind ("activation checkpointing", "block", "uniform", "yes", "on")
-    full, as Megatron-LM's --checkpoint-activations and torchtitan's full AC checkpoint whole blocks."""
-    t = text.lower()
-    if "full" in t:
-        return "full"
-    if "selective" in t or re.search(r"\bsac\b", t):
-        return "selective"
-    if re.search(r"\b(none|no|off|false|disabled|without)\b", t) or t.strip() == "0":
-        return "none"
-    if re.search(r"checkpoint|\bblock\b|\buniform\b|\b(yes|true|on)\b", t) or t.strip() == "1":
-        return "full"
-    return None
-
-
-def parse_recompute(text: str, fw: Framework) -> str:
-    return recompute_word(text) or fw.default_recompute
-
-
-@functools.lru_cache(maxsize=1024)
-def parse_recompute_layers(text: str) -> int:
-    """Partial full recompute, e.g. "full (5 layers)" or "recompute_num_layers=5": layers per chunk; else 0."""
-    t = text.lower()
-    m = re.search(r"recompute_num_layers\s*=\s*(\d+)", t) or re.search(r"\b(\d+)\s+layers?\b", t)
-    return int(m.group(1)) if m and "full" in t else 0
-
-
-@functools.lru_cache(maxsize=1024)
-def parse_recompute_modules(text: str) -> tuple[str, ...]:
-    """Megatron-Core selective modules, e.g. "selective (recompute_modules=layernorm,moe_act)"; else ()."""
-    m = re.search(r"recompute_modules\s*=\s*\[?([a-z_,\s'\"]+)", text.lower())
-    return tuple(x.strip(" '\"") for x in m.group(1).split(",") if x.strip(" '\"")) if m else ()
-
-
-@functools.lru_cache(maxsize=1024)
-def parse_layer_ac(text: str) -> int | None:
-    """torchtitan's selective *layer* AC ("selective (layer)"): every N-th transformer block fully
-    recomputed, N = selective_ac_option, 2 by default (torchtitan config: "2 = checkpoint every other
-    layer"); None for any other policy."""
-    t = text.lower()
-    if "selective" not in t or "layer" not in t or "recompute_modules" in t:
-        return None
-    m = re.search(r"every\s+(\d+)", t) or re.search(r"selective_ac_option\s*=\s*(\d+)", t)
-    return max(1, int(m.group(1))) if m else 2
-
-
-@functools.lru_cache(maxsize=1024)
-def zero_word(text: str) -> int | None:
-    """The ZeRO stage a published phrase names, or None where it names none: a stage by number ("ZeRO-2",
-    "zero stage 3", "ZeRO 1", a bare 0-3); fully sharded data parallelism (FSDP, FULL_SHARD, HSDP, hybrid
-    shard, Megatron-FSDP's optim_grads_params) 3; PyTorch FSDP's SHARD_GRAD_OP 2; a distributed optimizer
-    1; NO_SHARD, DDP or none 0. A stated number wins over the words around it ("FSDP ... (ZeRO-2)")."""
-    t = text.lower()
-    if m := re.search(r"zero[\s_-]*(?:stage[\s_-]*)?([0-3])\b", t) or re.fullmatch(r"\s*(?:stage\s*)?([0-3])\s*", t):
-        return int(m.group(1))
-    if "shard_grad_op" in t or "shard grad op" in t:
-        return 2
-    if "no_shard" in t:
-        return 0
-    if re.search(r"fsdp|fully sharded|full_shard|hsdp|hybrid shard|optim_grads_params", t):
-        return 3
-    if "distributed optimizer" in t or "distributed_optimizer" in t:
-        return 1
-    if re.search(r"\b(none|ddp|no)\b", t):
-        return 0
-    return None
-
-
-def parse_zero(text: str, fw: Framework) -> int:
-    z = zero_word(text)
-    return fw.default_zero_stage if z is None else z
-
-
-@functools.lru_cache(maxsize=1024)
-def publication_year(source: str) -> int | None:
-    """The first year (1990-2099) a row's source names, e.g. "Narayanan et al. 2021 (SC21)"; it picks
-    the framework profile of that era (:func:`~supercluster.parallelism.published.framework_of_year`)."""
-    m = re.search(r"\b(19[9]\d|20\d\d)\b", source)
-    return int(m.group(1)) if m else None
 
 
 #: how each free-text column is read, for the note of a value none of them reads
@@ -474,6 +393,8 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
     recompute, rc_layers, layer_note = parse_recompute(row.get("recompute", ""), fw), \
         parse_recompute_layers(row.get("recompute", "")), []
     modules = parse_recompute_modules(row.get("recompute", "")) if recompute == "selective" else ()
+    if recompute == "selective" and (policy := remat_policy(row.get("recompute", ""))) and policy[1]:
+        layer_note = [policy[1]]
     if unpriced := [x for x in modules if x in UNPRICED_MODULES]:
         modules = tuple(x for x in modules if x not in UNPRICED_MODULES)
         recompute = recompute if modules else "none"

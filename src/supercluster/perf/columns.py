@@ -143,6 +143,9 @@ class Rows:
     groups: dict[str, tuple[np.ndarray, np.ndarray]]
     #: replicas of the ZeRO / FSDP shard group (hybrid sharding; 1: one group over all of dp x cp)
     rep: np.ndarray
+    #: selective rows that name their recompute modules (where a framework's own selective policy, such as
+    #: per-op SAC, would otherwise apply)
+    named: np.ndarray
 
 
 def _col(cols: dict[str, np.ndarray], name: str) -> np.ndarray:
@@ -180,7 +183,7 @@ def read_rows(model: ModelSpec, cols: dict[str, np.ndarray], rank_order: str = D
         kv_local=np.maximum(float(model.num_kv_heads) / tp, 1.0), el=el,
         low_el=np.where(fp4, 0.5, np.where(fp8, 1.0, el)),
         groups=group_shapes(rank_order, tp, cp, dp, pp, ep, etp),
-        rep=_col(cols, "rep") if "rep" in cols else np.ones_like(tp))
+        rep=_col(cols, "rep") if "rep" in cols else np.ones_like(tp), named=(rc == 1) & (rcm > 0))
 
 
 def zero_groups(rows: Rows) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -398,10 +398,10 @@ def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f
                            t_score_f: np.ndarray, t_mem_f: np.ndarray, act_passes: float, mem_bw: float,
                            w_layer: float, w_dense: float, w_moe: float, w_up: float) -> np.ndarray:
     """Seconds of a layer's selective recompute per micro-batch."""
-    if fw.selective_recompute == "op":
-        # torchtitan per-op SAC: the outputs of every other matmul and of SDPA are saved; the other
-        # matmuls and every non-matmul op (norms, activation, RoPE, adds) run again.
-        return op_sac_recompute_frac(model) * t_gemm_f + t_mem_f
+    # torchtitan per-op SAC: the outputs of every other matmul and of SDPA are saved; the other
+    # matmuls and every non-matmul op (norms, activation, RoPE, adds) run again (rows naming their
+    # modules recompute those instead: MaxText's remat policies, below)
+    op = op_sac_recompute_frac(model) * t_gemm_f + t_mem_f if fw.selective_recompute == "op" else None
     # Each recomputed module's forward runs again in the backward: core attention; the MoE
     # layers' pre-MLP norm (Transformer Engine fuses the others into their linears, where
     # Megatron-Core does not recompute them); the experts' activation; a dense MLP or a whole MoE
@@ -411,7 +411,7 @@ def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f
     f_moe = model.num_moe_layers / model.num_layers
     f_dense, f_moew, f_routed = mlp_widths(model)
     act_t = el * T * act_passes / rows.tp / mem_bw
-    return (np.where(has["core_attn"], t_attn_f + t_score_f, 0.0)
+    modules = (np.where(has["core_attn"], t_attn_f + t_score_f, 0.0)
             + np.where(has["layernorm"], f_moe * 2.0 * el * h * tok_sp / mem_bw, 0.0)
             + np.where(has["moe_act"] & ~has["moe"], act_t * f_routed, 0.0)
             + np.where(has["mlp"], t_gemm_f * w_dense / w_layer + act_t * f_dense
@@ -419,6 +419,7 @@ def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f
             + np.where(has["moe"], t_gemm_f * w_moe / w_layer + act_t * f_moew
                        + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp / mem_bw, 0.0)
             + np.where(has["mla_up_proj"], t_gemm_f * w_up / w_layer, 0.0))
+    return modules if op is None else np.where(rows.named, modules, op)
 
 
 def mlp_widths(model: ModelSpec) -> tuple[float, float, float]:

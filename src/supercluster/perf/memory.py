@@ -207,7 +207,7 @@ def layer_bytes_per_token(model: ModelSpec, fw: Framework, rows: Rows, score_tok
         # attention output; SP shards the h-wide ones.
         h_sh = np.where(sp, h / tp, h)
         op_tok = 2.0 * (2.0 * h_sh + (a / tp) * (dq + dv) + kv_local * dv + f_act / tp)
-        per_tok = np.where(rows.rc == 1, op_tok, per_tok)
+        per_tok = np.where((rows.rc == 1) & ~rows.named, op_tok, per_tok)
     # full recompute keeps only each recomputed layer's input; the other layers keep everything
     frc = rows.frc
     return np.where(rows.rc == 2, frc * np.where(sp, 2.0 * h / tp, 2.0 * h) + (1.0 - frc) * none_tok, per_tok)

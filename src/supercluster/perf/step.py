@@ -194,8 +194,8 @@ def flop_columns(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork, s
     sel_flops = tokens * (np.where(has["core_attn"], model.attention_flops_per_token(seq, causal=False), 0.0)
                           + 2.0 * L * (np.where(has["mlp"], work.w_dense, 0.0) + np.where(has["moe"], work.w_moe, 0.0)
                                        + np.where(has["mla_up_proj"], work.w_up, 0.0)))
-    if fw.selective_recompute == "op":
-        sel_flops = tokens * model.attention_flops_per_token(seq, causal=False)
+    if fw.selective_recompute == "op":  # (per-op SAC, where a row names no modules)
+        sel_flops = np.where(rows.named, sel_flops, tokens * model.attention_flops_per_token(seq, causal=False))
     rc_flops = np.where(rc == 2, rows.frc * fwd_layers_flops, np.where(rc == 1, sel_flops, 0.0))
     machine_peak = step * num_gpus * peak
     return dict(step_time_s=step, num_gpus=num_gpus, tokens_per_step=tokens, model_flops=model_flops,
