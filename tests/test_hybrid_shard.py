@@ -97,6 +97,12 @@ def test_a_runs_row_states_its_replicas_in_a_column_or_in_words():
     assert row_replicas({"zero_stage_or_fsdp": "FSDP (replicate degree 4)"}) == 4
     assert row_replicas({"zero_stage_or_fsdp": "num_distributed_optimizer_instances=8"}) == 8
     assert row_replicas({"zero_stage_or_fsdp": "FSDP2 (fully sharded)"}) == 1
+    # a shard group's size divides the data-parallel ranks into replicas; a version number is no size
+    assert row_replicas({"zero_stage_or_fsdp": "FSDP=128 + data parallel"}, 2048) == 16
+    assert row_replicas({"zero_stage_or_fsdp": "FSDP 128 x DP 16"}, 2048) == 16
+    assert row_replicas({"zero_stage_or_fsdp": "dcn_data_parallelism=4"}, 2048) == 4
+    assert row_replicas({"zero_stage_or_fsdp": "FSDP2, FSDP1 before"}, 2048) == 1
+    assert row_replicas({"zero_stage_or_fsdp": "FSDP=128"}, 128) == 1  # (the whole group: no replicas)
 
 
 def test_the_command_line_takes_the_replicas_as_an_option_or_in_the_label():

@@ -128,3 +128,23 @@ def publication_year(source: str) -> int | None:
     the framework profile of that era (:func:`~supercluster.parallelism.published.framework_of_year`)."""
     m = re.search(r"\b(19[9]\d|20\d\d)\b", source)
     return int(m.group(1)) if m else None
+
+
+@functools.lru_cache(maxsize=1024)
+def replicas_phrase(text: str, dpcp: int) -> int | None:
+    """The replicas of the ZeRO / FSDP shard group (hybrid sharding) a published phrase states for a
+    data-parallel group of ``dpcp`` ranks, or None where it states none: a count ("HSDP, 16 replicas",
+    "replicate 16", "data_parallel_replicate_degree=16", "dcn_data_parallelism=16",
+    "num_distributed_optimizer_instances=16"), or the shard group's size ("FSDP=128", "FSDP 128 x DP 16",
+    "data_parallel_shard_degree=128") that divides the group into that many replicas. A bare name with a
+    version ("FSDP2") states no size."""
+    t = text.lower()
+    if m := (re.search(r"(\d+)\s+replicas\b", t) or re.search(r"replicat\w*[\s_-]*(?:degree)?\s*[=:]?\s*(\d+)", t)
+             or re.search(r"optimizer[\s_-]*instances\s*[=:]?\s*(\d+)", t)
+             or re.search(r"dcn[\s_-]*data[\s_-]*parallelism\s*[=:]?\s*(\d+)", t)):
+        return max(1, int(m.group(1)))
+    if m := (re.search(r"\bfsdp\s*(?:[=:]\s*|\s)(\d+)\b", t) or re.search(r"shard[\s_-]*degree\s*[=:]?\s*(\d+)", t)):
+        shard = int(m.group(1))
+        return dpcp // shard if 0 < shard < dpcp and dpcp % shard == 0 else None
+    return None
+

@@ -51,6 +51,7 @@ from .phrases import (  # noqa: F401 (the phrase readers, re-exported for the ru
     publication_year,
     recompute_word,
     remat_policy,
+    replicas_phrase,
     zero_word,
 )
 
@@ -145,7 +146,7 @@ def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
         text = (row.get(col) or "").strip()
         if text and reader(text) is None:
             notes.append(f"{col} {text!r} not known: {defaults[col]} assumed")
-    if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower() and row_replicas(row) == 1:
+    if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower() and row_replicas(row, 0) == 1:
         notes.append("HSDP without its replica count priced as fully sharded over the whole data-parallel group")
     said = f"{row.get('fp8_recipe') or ''} {precision}".lower()
     if any(w in said for w in ROWWISE):
@@ -153,16 +154,13 @@ def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
     return notes
 
 
-def row_replicas(row: dict[str, str]) -> int:
-    """Replicas of the ZeRO / FSDP shard group a row states (hybrid sharding): the optional
-    ``dp_replicate`` column, else its ZeRO / FSDP text ("HSDP, 16 replicas", "replicate 16",
-    "num_distributed_optimizer_instances=16"); 1 where it says none."""
+def row_replicas(row: dict[str, str], dpcp: int = 0) -> int:
+    """Replicas of the ZeRO / FSDP shard group a row states (hybrid sharding) over its ``dpcp`` data-parallel
+    ranks: the optional ``dp_replicate`` column, else its ZeRO / FSDP text (:func:`replicas_phrase`:
+    "HSDP, 16 replicas", "FSDP=128"); 1 where it says none."""
     if n := _int(row, "dp_replicate", 0):
         return n
-    t = (row.get("zero_stage_or_fsdp") or "").lower()
-    m = (re.search(r"(\d+)\s+replicas\b", t) or re.search(r"replicat\w*[\s_-]*(?:degree)?\s*[=:]?\s*(\d+)", t)
-         or re.search(r"optimizer[\s_-]*instances\s*[=:]?\s*(\d+)", t))
-    return max(1, int(m.group(1))) if m else 1
+    return replicas_phrase(row.get("zero_stage_or_fsdp") or "", dpcp) or 1
 
 
 def _yes_no(row: dict[str, str], name: str) -> bool | None:
@@ -425,7 +423,7 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         grad_accum=g["grad_accum"],
         # (dp_replicate: an optional column, the replicas of the ZeRO / FSDP shard group (HSDP); blank: the
         # ZeRO / FSDP text's, else one shard group over all of dp x cp)
-        dp_replicate=row_replicas(row),
+        dp_replicate=row_replicas(row, dp * g["cp"]) if parse_zero(row.get("zero_stage_or_fsdp", ""), fw) else 1,
     )
     layout.check_gpus(g["num_gpus"])
     layout = fw.runnable(layout, model)
