@@ -201,6 +201,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
                                        "--export", "torchtitan"),
     "export-deepspeed": lambda: shown("plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "256",
                                       "--export", "deepspeed"),
+    "export-maxtext": lambda: shown("plan", "--model", "llama2-70b", "--gpus", "2048", "--global-batch", "4096",
+                                    "--seq-len", "4096", "--export", "maxtext"),
     "compare": lambda: shown("compare", "--gpus", "1024", "--gpu-types", "h100-sxm,h200,b200,gb200"),
     "simulate": lambda: shown(*TIMELINE),
     "fabric-1m": lambda: shown("fabric", "--gpus", "1048576", "--gpu", "gb200"),

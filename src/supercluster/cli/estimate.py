@@ -106,8 +106,9 @@ def estimate(
                                                "--recompute, --grad-accum, --dp-replicate (rep16); dp may be left "
                                                "out")] = None,
     config: Annotated[str | None, typer.Option(help="read the layout from a Megatron args file or launch script "
-                                               "(its model and framework flags too), TorchTitan .toml or "
-                                               "DeepSpeed .json (layout options then ignored)")] = None,
+                                               "(its model and framework flags too), a torchtitan or MaxText "
+                                               "launch line, TorchTitan .toml or DeepSpeed .json (layout options "
+                                               "then ignored)")] = None,
     profile: Annotated[str | None, typer.Option(help="device profile (supercluster calibrate) in place of the "
                                                 "catalog's rates for --gpu")] = None,
     switch: Annotated[str | None, typer.Option(help="fabric: scale-out switch (see supercluster fabric)")] = None,

@@ -58,7 +58,7 @@ def plan(
     objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
     framework: Annotated[str | None, typer.Option(help="as estimate --framework",
                                                   show_default=f"{CLI_FRAMEWORK}; with --export, the framework "
-                                                  "that runs it: torchtitan, deepspeed, or "
+                                                  "that runs it: torchtitan, deepspeed, maxtext, or "
                                                   f"{CLI_FRAMEWORK} for megatron")] = None,
     headroom: Annotated[float, _num(help="fraction of HBM kept free (0-1)")] = 0.0,
     top: Annotated[int, typer.Option(help="rows in the table")] = 10,
@@ -70,7 +70,8 @@ def plan(
     gpus_per_node: NodeOpt = None,
     export: Annotated[str | None, typer.Option(help="print the winner as megatron (its arguments) | megatron-launch (a "
                                                     "torchrun script) | torchtitan (a torchtitan 0.3 launch line) | "
-                                                    "torchtitan-toml | deepspeed")] = None,
+                                                    "torchtitan-toml | deepspeed | maxtext (a MaxText launch "
+                                                    "line)")] = None,
     tokens: Annotated[float | None, _num(help="token budget: also days, dollars and MWh to train it "
                                                  "(failure-free; supercluster train adds failures)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,

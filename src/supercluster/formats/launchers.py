@@ -24,6 +24,8 @@ Formats (flag and key names from each project's documentation):
   ``zero_optimization.overlap_comm`` (the DP overlap priced; absent: DeepSpeed's default), ``bf16.enabled``,
   ``activation_checkpointing``, ``tensor_parallel.autotp_size``,
   ``pipeline.stages``, plus the sequence length under a ``supercluster`` block (DeepSpeed has no key).
+* MaxText's launch line (``--export maxtext``; :mod:`supercluster.formats.maxtext`): ``key=value``
+  overrides of its base.yml, the ICI / DCN mesh axes, ``per_device_batch_size``, ``remat_policy``.
 
 Import reads what the export writes and the common hand-written variants; anything missing takes
 the :class:`~supercluster.parallelism.layout.Layout` default; anything unreadable is an :class:`InputError`.
@@ -49,7 +51,7 @@ from ..parallelism.framework import (
     get_framework,
 )
 from ..parallelism.layout import Layout
-from . import megatron_args, megatron_flags, torchtitan
+from . import maxtext, megatron_args, megatron_flags, torchtitan
 from .torchtitan import (  # noqa: F401 (the TOML writers and readers, re-exported for the launchers' callers)
     from_torchtitan_toml,
     to_torchtitan_overrides,
@@ -61,7 +63,7 @@ from .torchtitan import (  # noqa: F401 (the TOML writers and readers, re-export
 
 #: "torchtitan": torchtitan 0.3's launch line (:mod:`supercluster.formats.torchtitan`); "torchtitan-toml": the job
 #: TOML of torchtitan up to early 2026, still read
-FORMATS = ("megatron", "megatron-launch", "torchtitan", "torchtitan-toml", "deepspeed")
+FORMATS = ("megatron", "megatron-launch", "torchtitan", "torchtitan-toml", "deepspeed", "maxtext")
 
 
 # ---- export ---------------------------------------------------------------------------------
@@ -224,10 +226,10 @@ def to_deepspeed_json(layout: Layout, framework: Framework | None = None) -> str
 #: flags describe the same behaviour). A profile named for the plan must be of the format's family.
 EXPORT_FRAMEWORK = {"megatron": DEFAULT_FRAMEWORK, "megatron-launch": DEFAULT_FRAMEWORK, "torchtitan": "torchtitan",
                     "torchtitan-toml": "torchtitan",
-                    "deepspeed": "deepspeed"}
+                    "deepspeed": "deepspeed", "maxtext": "maxtext"}
 EXPORT_FAMILIES = {"megatron": ("megatron", "nemo-megatron"), "megatron-launch": ("megatron", "nemo-megatron"),
                    "torchtitan": ("torchtitan",),
-                   "torchtitan-toml": ("torchtitan",), "deepspeed": ("deepspeed",)}
+                   "torchtitan-toml": ("torchtitan",), "deepspeed": ("deepspeed",), "maxtext": ("maxtext",)}
 
 
 def export_framework(fmt: str, framework: str | None) -> str:
@@ -249,7 +251,7 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
     and the loss counted in the pipeline split (:attr:`~supercluster.perf.step.StepBreakdown.split_counts_head`);
     ``gpus_per_node``: the node size a launch line starts (megatron-launch)."""
     require(fmt in FORMATS, "format", f"unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
-    require(fmt.startswith("megatron") or not layout.recompute_modules, "recompute_modules",
+    require(fmt.startswith("megatron") or fmt == "maxtext" or not layout.recompute_modules, "recompute_modules",
             f"{', '.join(layout.recompute_modules)} are Megatron-Core recompute modules; {fmt} has no such setting "
             "(export to megatron, or leave them out)")
     require(fmt != "torchtitan-toml" or layout.precision != "fp4", "precision",
@@ -258,7 +260,7 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
     require(fmt != "deepspeed" or layout.pp_layout is None, "pp_layout",
             "DeepSpeed's config has no explicit pipeline layout (its PipelineModule partitions in code); "
             "export to megatron or torchtitan")
-    require(fmt.startswith("torchtitan") or layout.pp == 1 or layout.grad_accum == 1, "grad_accum",
+    require(fmt.startswith("torchtitan") or fmt == "maxtext" or layout.pp == 1 or layout.grad_accum == 1, "grad_accum",
             f"{fmt} runs every micro-batch of a step in one pipeline schedule; {layout.grad_accum} schedules a step "
             "is torchtitan's gradient accumulation under PP (export to torchtitan, or use grad_accum 1)")
     require(fmt != "deepspeed" or layout.dp_replicate == 1, "dp_replicate",
@@ -280,6 +282,8 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
         return torchtitan.to_launch(layout, model, framework)
     if fmt == "torchtitan-toml":
         return to_torchtitan_toml(layout, model, framework)
+    if fmt == "maxtext":
+        return maxtext.to_launch(layout, model, gpus_per_node)
     return to_deepspeed_json(layout, framework)
 
 
@@ -437,9 +441,10 @@ def detect_format(path: Path) -> str:
     if suffix in (".json", ".toml"):
         return {".json": "deepspeed", ".toml": "torchtitan-toml"}[suffix]
     try:
-        return "torchtitan" if path.is_file() and torchtitan.is_launch(read_input(path, "config")) else "megatron"
+        text = read_input(path, "config") if path.is_file() else ""
     except InputError:
         return "megatron"  # (load_layout names what is wrong with the file)
+    return "torchtitan" if torchtitan.is_launch(text) else "maxtext" if maxtext.is_launch(text) else "megatron"
 
 
 def load_layout(path: str | Path, num_gpus: int | None = None, fmt: str | None = None,
@@ -455,6 +460,8 @@ def load_layout(path: str | Path, num_gpus: int | None = None, fmt: str | None =
         return torchtitan.from_launch(text, num_gpus)[1]
     if kind == "torchtitan-toml":
         return from_torchtitan_toml(text, num_gpus, num_layers)
+    if kind == "maxtext":
+        return maxtext.from_launch(text, num_gpus)[1]
     return {"megatron": from_megatron_args, "deepspeed": from_deepspeed_json}[kind](text, num_gpus)
 
 
@@ -481,6 +488,10 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
     if kind == "torchtitan":
         preset, _, titan = torchtitan.from_launch(read_input(path, "config"), num_gpus)
         model = model or preset or "llama3-405b"
+    if kind == "maxtext":
+        named = maxtext.from_launch(read_input(path, "config"), num_gpus)[0]
+        require(model is not None or named is not None, "model", "the MaxText line names no model_name: give --model")
+        model = model or named
     if model is None:
         model = str(config) if script is not None and megatron_args.has_model(script) else "llama3-405b"
     fw: str | Framework
@@ -491,6 +502,8 @@ def read_config(config: str | Path, *, model: str | None = None, framework: str 
     else:
         if kind == "torchtitan":
             fw = titan
+        elif kind == "maxtext":
+            fw = "maxtext"
         elif kind == "torchtitan-toml":
             fw = toml_profile(read_input(path, "config"))
         else:

@@ -70,10 +70,11 @@ class Framework:
     dropout: bool = False
     pp_scatter_gather: bool = False
     selective_recompute: str = "attention"
-    #: the framework recomputes chosen modules of a layer (Megatron-Core --recompute-modules: core_attn,
-    #: layernorm, moe_act, mlp, moe, mla_up_proj); elsewhere a layout naming them is refused and the
-    #: planner does not search them
+    #: the framework recomputes chosen modules of a layer (Megatron-Core --recompute-modules); elsewhere a
+    #: layout naming them is refused. The planner searches ``module_sets`` of them (selective rows; () = the
+    #: framework's own policy), where given, else Megatron-Core's MoE pairs for an MoE model
     recompute_modules: bool = False
+    module_sets: tuple[tuple[str, ...], ...] = ()
     elementwise: str = "fused"
     #: the layers' kernels are captured in CUDA graphs and replayed by one launch (Megatron-Core
     #: --enable-cuda-graph / --external-cuda-graph, NeMo's enable_cuda_graph): no host launch cost per
@@ -90,10 +91,9 @@ class Framework:
     #: Interleaved1F1B); DeepSpeed's PipelineEngine runs plain 1F1B over contiguous stages
     interleaved_pipeline: bool = True
     #: how many micro-batches an interleaved schedule (vpp > 1) takes: "pp_multiple" = a multiple of pp
-    #: (Megatron-Core forward_backward_pipelining_with_interleaving: microbatch_group_size_per_vp_stage
-    #: defaults to pp and must lie in [pp, M], and a last group smaller than pp is refused; Megatron-LM before
-    #: it raised "number of microbatches is not divisible by pipeline-model-parallel-size"); "rounds" =
-    #: torch.distributed.pipelining's Interleaved1F1B: a multiple of its rounds, max(1, M // pp)
+    #: (Megatron-Core's microbatch_group_size_per_vp_stage defaults to pp, in [pp, M], no smaller last group;
+    #: older Megatron-LM: "number of microbatches is not divisible by pipeline-model-parallel-size"); "rounds"
+    #: = torch.distributed.pipelining's Interleaved1F1B: a multiple of its rounds, max(1, M // pp)
     interleave_microbatches: str = "pp_multiple"
     #: an MoE model with tp > 1 needs sequence parallelism (Megatron-LM arguments.py: "When using MoE and
     #: tensor parallelism, sequence parallelism must be used"): a layout gets it; turning it off is refused
@@ -450,7 +450,8 @@ def framework_catalog() -> dict[str, Framework]:
         for field in ("zero_max_with_pp", "dp_overlap_from_zero"):
             if t.get(field, 0) not in (0, 1, 2, 3):
                 raise InputError(f"framework {key}.{field}", "must be a ZeRO stage: 0, 1, 2 or 3")
-        out[key] = Framework(key=key, **{**t, "zero_stages": tuple(stages)})
+        out[key] = Framework(key=key, **{**t, "zero_stages": tuple(stages),
+                                         "module_sets": tuple(tuple(x) for x in t.get("module_sets", ()))})
     return out
 
 

@@ -231,9 +231,12 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     if hybrid_shard:
         cols = _replicas(cols, gpu.scaleup_domain)
     cols = _cross(cols, "recompute", [0, 1, 2])
-    if len(module_sets) > 1:
-        cols = _cross(cols, "rcm", sorted({module_bits(m) for m in module_sets}))
-        cols = _keep(cols, (cols["rcm"] == 0) | (cols["recompute"] == RECOMPUTE_CODE["selective"]))
+    if module_sets != ((),):
+        # (selective rows take each set, () being the framework's own policy; the other rows none)
+        bits = sorted({module_bits(m) for m in module_sets})
+        cols = _cross(cols, "rcm", bits if 0 in bits else [0, *bits])
+        selective = cols["recompute"] == RECOMPUTE_CODE["selective"]
+        cols = _keep(cols, np.where(selective, np.isin(cols["rcm"], bits), cols["rcm"] == 0))
     cols = _cross(cols, "sp", [0, 1])
     cols = _keep(cols, (cols["sp"] == 0) | (cols["tp"] > 1))
     cols = _cross(cols, "lowp", sorted({LOWP_CODE.get(p, 0) for p in precisions}))
@@ -325,8 +328,9 @@ def _search_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_bat
                              max_pp=None if framework.pipeline_parallel else 1,
                              max_vpp=None if framework.interleaved_pipeline else 1,
                              extra_pp_layers=framework.extra_pp_layers,
-                             module_sets=MOE_MODULE_SETS if model.is_moe and framework.recompute_modules
-                             else ((),), hybrid_shard=framework.hybrid_shard)
+                             module_sets=framework.module_sets or (
+                                 MOE_MODULE_SETS if model.is_moe and framework.recompute_modules else ((),)),
+                             hybrid_shard=framework.hybrid_shard)
     cols = _keep(cols, framework.schedule_ok(cols["pp"], cols["gbs"] // (cols["dp"] * cols["mb"]), cols["vpp"]))
     cols = _keep(cols, framework.sequence_parallel_ok(model.is_moe, cols["tp"], cols["sp"]))
     cols = _keep(cols, framework.zero_ok(cols["zero"], cols["pp"]))
