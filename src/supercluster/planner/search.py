@@ -45,9 +45,10 @@ MAX_CP = 32
 #: settings a search can be told to keep (``plan(fixed=...)``): column -> the field users know
 FIXABLE = {"mb": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "rcm": "recompute_modules",
            "sp": "sequence_parallel", "rep": "dp_replicate"}
-#: Hybrid sharding searched: shard groups of this many scale-up domains (the domain's largest power of two
-#: GPUs: 8 on an HGX node, 64 of an NVL72), their replicas all-reducing the gradient shards; each only where
-#: the framework replicates shard groups and the group is smaller than dp x cp
+#: Hybrid sharding searched: FSDP (ZeRO-3) shard groups of this many scale-up domains (the domain's largest
+#: power of two GPUs: 8 on an HGX node, 64 of an NVL72), their replicas all-reducing the gradient shards;
+#: each only where the framework replicates shard groups and the group is smaller than dp x cp. (ZeRO 1-2,
+#: which gather and reduce once a step, gain a fraction of a percent from it: priced when a layout asks.)
 SHARD_DOMAINS = (1, 4, 16, 64)
 
 #: Selective recompute modules searched for MoE models where the framework has them: the default
@@ -247,7 +248,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
 
 
 def _replicas(cols: dict[str, np.ndarray], domain: int) -> dict[str, np.ndarray]:
-    """``cols`` with a ``rep`` column: 1 (one shard group over dp x cp) and, on ZeRO 1-3 rows, each
+    """``cols`` with a ``rep`` column: 1 (one shard group over dp x cp) and, on ZeRO-3 rows, each
     replication whose shard group spans :data:`SHARD_DOMAINS` scale-up domains' worth of ranks, where that
     is fewer than dp x cp and divides the dense and the experts' data-parallel groups."""
     unit = 1 << (max(int(domain), 1).bit_length() - 1)  # the domain's largest power of two
@@ -255,7 +256,7 @@ def _replicas(cols: dict[str, np.ndarray], domain: int) -> dict[str, np.ndarray]
     shard, dpcp = cols.pop("shard"), cols["dp"] * cols["cp"]
     rep = np.where(shard > 0, np.maximum(dpcp // np.maximum(shard, 1), 1), 1)
     edp = cols["tp"] * dpcp // (cols["ep"] * cols["etp"])
-    ok = (shard == 0) | ((cols["zero"] >= 1) & (shard < dpcp) & (dpcp % np.maximum(shard, 1) == 0)
+    ok = (shard == 0) | ((cols["zero"] == 3) & (shard < dpcp) & (dpcp % np.maximum(shard, 1) == 0)
                          & (rep > 1) & (cols["dp"] % rep == 0) & (edp % rep == 0))
     cols["rep"] = rep
     return _keep(cols, ok)
