@@ -60,6 +60,7 @@ TT_PLANS = [
     ("qwen3-30b-a3b", "tp1-pp1-dp16-ep8-z2-full", 16, 64, 4096, "torchtitan+compile", "bf16"),
     ("deepseek-v3", "tp1-pp8-dp32-ep32-z2-full", 256, 512, 4096, "torchtitan", "bf16"),
     ("gpt-oss-120b", "tp1-pp1-dp64-ep8-z3-full", 64, 256, 8192, "torchtitan", "bf16"),
+    ("llama3-70b", "tp1-pp1-dp64-rep4-z3-full", 64, 128, 8192, "torchtitan", "bf16"),  # (HSDP)
 ]
 
 
@@ -98,7 +99,7 @@ def test_every_torchtitan_config_named_builds_the_preset(titan):
         assert load_model(key).num_params == pytest.approx(counts[module, config], rel=1e-3), key
 
 
-@pytest.mark.parametrize("plan", TT_PLANS, ids=[p[0] for p in TT_PLANS])
+@pytest.mark.parametrize("plan", TT_PLANS, ids=[f"{p[0]}-{p[1]}" for p in TT_PLANS])
 def test_torchtitan_parses_each_export_and_it_reads_back_at_the_planned_step(titan, tmp_path, plan):
     model, label, gpus, gbs, seq, framework, precision = plan
     job = _job(model, label, gpus, gbs, seq, framework, precision)
@@ -107,7 +108,7 @@ def test_torchtitan_parses_each_export_and_it_reads_back_at_the_planned_step(tit
     tokens = shlex.split(text.replace("\\\n", " "), comments=True)
     cfg = titan(tokens[tokens.index("torchtitan.train") + 1:])
     par, tr = cfg.parallelism, cfg.training
-    shard = lay.dp if lay.zero_stage else 1
+    shard = lay.dp // lay.dp_replicate if lay.zero_stage else 1
     assert (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree,
             par.expert_parallel_degree, par.data_parallel_shard_degree, par.data_parallel_replicate_degree) == \
         (lay.tp, lay.pp, lay.cp, lay.ep, shard, lay.dp // shard)
@@ -249,6 +250,9 @@ ARGPARSE_PLANS = MEGATRON_PLANS + [
     ("llama3-70b", "tp4-pp4-dp4-cp2-vpp5-z2-full", 128, 128, 8192),
     ("llama3-8b", "tp1-pp1-dp8-z3-none", 8, 64, 8192),
     ("nemotronh-8b", "tp2-pp1-dp4", 8, 64, 8192),
+    # hybrid sharding: Megatron-FSDP's replicas, and the distributed optimizer's instances
+    ("llama3-8b", "tp1-pp1-dp16-rep2-z3-none", 16, 64, 8192),
+    ("llama3-70b", "tp4-pp2-dp8-rep2-z1-full", 64, 64, 8192),
 ]
 ARGPARSE_FRAMEWORKS = {"tp4-pp4-dp4-cp2-vpp5-z2-full": "nemo-megatron+fp8-current+cp-a2a"}
 
@@ -302,6 +306,7 @@ def test_megatron_lm_parses_and_validates_each_launch_script(tmp_path, plan):
     assert (a["recompute_granularity"] or "none") == {"none": "none", "full": "full"}.get(lay.recompute,
                                                                                            "selective")
     assert a["use_megatron_fsdp"] == (lay.zero_stage >= 2) and a["use_distributed_optimizer"] == (lay.zero_stage >= 1)
+    assert (a["num_distributed_optimizer_instances"] or 1) == lay.dp_replicate
     if m.is_moe:
         assert (a["num_experts"], a["moe_router_topk"], a["moe_ffn_hidden_size"]) == \
             (m.num_experts, m.top_k, m.moe_ffn_dim)
