@@ -138,8 +138,8 @@ def test_legacy_attention_keeps_the_score_matrix_unless_recomputed():
 
 
 def test_publication_year_selects_the_framework_of_its_era():
+    from supercluster.formats.phrases import publication_year
     from supercluster.parallelism.published import resolve_framework
-    from supercluster.validation.validate import publication_year
 
     assert publication_year("Narayanan et al. 2021 (SC21) Table 1, arXiv:2104.04473") == 2021
     assert publication_year("github.com/NVIDIA/dgxc-benchmarking README") is None

@@ -508,7 +508,8 @@ def test_blank_micro_batch_follows_the_framework_default():
 
 
 def test_torchtitan_selective_layer_ac_is_every_other_block_recomputed():
-    from supercluster.validation.validate import load_rows, parse_layer_ac, row_setup
+    from supercluster.formats.phrases import parse_layer_ac
+    from supercluster.validation.validate import load_rows, row_setup
 
     assert parse_layer_ac("selective (layer)") == 2 and parse_layer_ac("selective (op)") is None
     assert parse_layer_ac("selective layer, every 3 layers") == 3 and parse_layer_ac("full") is None

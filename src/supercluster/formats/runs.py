@@ -40,8 +40,7 @@ from ..parallelism.framework import (
 )
 from ..parallelism.layout import UNPRICED_MODULES, Layout
 from ..parallelism.published import named_option_suffixes, resolve_framework
-from .phrases import (  # noqa: F401 (the phrase readers, re-exported for the runs reader's callers)
-    REMAT_POLICIES,
+from .phrases import (
     parse_layer_ac,
     parse_precision,
     parse_recompute,

@@ -17,22 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, require
-from ..formats.runs import (  # noqa: F401 (the runs-file reader, re-exported for validate's callers)
-    REQUIRED_COLUMNS,
-    SHIPPED_RUNS,
-    _int,
-    iter_rows,
-    load_rows,
-    parse_layer_ac,
-    parse_precision,
-    parse_recompute,
-    parse_recompute_layers,
-    parse_recompute_modules,
-    parse_zero,
-    publication_year,
-    row_model,
-    row_setup,
-)
+from ..formats.runs import iter_rows, load_rows, row_model, row_setup  # noqa: F401 (row_model: for callers)
 from ..job import Job, check_job, price_many
 from ..parallelism.published import framework_named
 from ..perf.step import StepBreakdown
