@@ -412,13 +412,13 @@ def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f
     f_dense, f_moew, f_routed = mlp_widths(model)
     act_t = el * T * act_passes / rows.tp / mem_bw
     modules = (np.where(has["core_attn"], t_attn_f + t_score_f, 0.0)
-            + np.where(has["layernorm"], f_moe * 2.0 * el * h * tok_sp / mem_bw, 0.0)
-            + np.where(has["moe_act"] & ~has["moe"], act_t * f_routed, 0.0)
-            + np.where(has["mlp"], t_gemm_f * w_dense / w_layer + act_t * f_dense
-                       + (1.0 - f_moe) * 2.0 * el * h * tok_sp / mem_bw, 0.0)
-            + np.where(has["moe"], t_gemm_f * w_moe / w_layer + act_t * f_moew
-                       + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp / mem_bw, 0.0)
-            + np.where(has["mla_up_proj"], t_gemm_f * w_up / w_layer, 0.0))
+               + np.where(has["layernorm"], f_moe * 2.0 * el * h * tok_sp / mem_bw, 0.0)
+               + np.where(has["moe_act"] & ~has["moe"], act_t * f_routed, 0.0)
+               + np.where(has["mlp"], t_gemm_f * w_dense / w_layer + act_t * f_dense
+                          + (1.0 - f_moe) * 2.0 * el * h * tok_sp / mem_bw, 0.0)
+               + np.where(has["moe"], t_gemm_f * w_moe / w_layer + act_t * f_moew
+                          + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp / mem_bw, 0.0)
+               + np.where(has["mla_up_proj"], t_gemm_f * w_up / w_layer, 0.0))
     return modules if op is None else np.where(rows.named, modules, op)
 
 

@@ -118,11 +118,11 @@ def sync_times(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: 
     dp_bw = np.where(zero == 0, arr, rs_n * (rs + rar) + ag_n * ag)  # ZeRO 0-2: all of the step's DP traffic
     # ... made one call per bucket, each at its own size (a bucket's gradient shard all-reduced over the replicas)
     made = bucketed_s(fw, net, rows, dense_params, expert_params, per_bucket, overlapped,
-                      {"reduce_scatter": grb, "all_gather": pg, "all_reduce": grb}, (zg["dps"], zg["edps"]))
+                      {"reduce_scatter": grb, "all_gather": pg, "all_reduce": grb})
+    # (one replica group makes no call: rep 1)
     shards = zg["dps"][0]
-    rar_b = np.where(rows.rep > 1, bucketed_s(fw, net, rows, dense_params / shards, expert_params / zg["edps"][0],
-                                              per_bucket / shards, overlapped, {"all_reduce": grb},
-                                              (zg["dpr"], zg["edpr"]))["all_reduce"], 0.0)
+    rar_b = bucketed_s(fw, net, rows, dense_params / shards, expert_params / zg["edps"][0], per_bucket / shards,
+                       overlapped, {"all_reduce": grb}, (zg["dpr"], zg["edpr"]))["all_reduce"]
     rs_b, ag_b, arr_b = made["reduce_scatter"] + rar_b, made["all_gather"], made["all_reduce"]
     dp_all = np.where(zero == 0, arr_b, rs_n * rs_b + ag_n * ag_b)
     # (the gather in the optimizer step runs under no compute)
