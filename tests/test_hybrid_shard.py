@@ -85,6 +85,18 @@ def test_megatron_and_torchtitan_configs_carry_the_replicas():
         launchers.export(lay, "deepspeed")
 
 
+@pytest.mark.parametrize("mics, refused", [(-1, False), (0, False), (64, False), (8, True)])
+def test_a_deepspeed_config_with_mics_shard_groups_is_refused_by_name_not_priced_as_full_zero3(mics, refused):
+    """MiCS (DeepSpeed before 0.19) sharded ZeRO-3 within groups of mics_shard_size ranks; the DeepSpeed
+    profile prices ZeRO-3 over all ranks, so a config asking for smaller groups is refused, naming the key."""
+    cfg = json.dumps({"train_batch_size": 64, "zero_optimization": {"stage": 3, "mics_shard_size": mics}})
+    if refused:
+        with pytest.raises(InputError, match=r"^zero_optimization.mics_shard_size: MiCS shard groups \(8 of 64"):
+            launchers.from_deepspeed_json(cfg, num_gpus=64)
+    else:
+        assert launchers.from_deepspeed_json(cfg, num_gpus=64).dp == 64
+
+
 def test_torchtitan_reads_its_replicate_degree_as_hybrid_sharding(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text(launchers.export(_fsdp(16).layout, "torchtitan-toml", model=sc.load_model("llama3-70b")))

@@ -264,8 +264,9 @@ def export(layout: Layout, fmt: str, model: ModelSpec | None = None, framework: 
             f"{fmt} runs every micro-batch of a step in one pipeline schedule; {layout.grad_accum} schedules a step "
             "is torchtitan's gradient accumulation under PP (export to torchtitan, or use grad_accum 1)")
     require(fmt != "deepspeed" or layout.dp_replicate == 1, "dp_replicate",
-            f"{layout.dp_replicate} replicas of a shard group (hybrid sharding) have no setting in this DeepSpeed "
-            "config; export to megatron (--num-distributed-optimizer-instances) or torchtitan "
+            f"{layout.dp_replicate} replicas of a shard group (hybrid sharding) have no setting in a DeepSpeed "
+            "config (MiCS's mics_shard_size was removed in DeepSpeed 0.19); export to megatron "
+            "(--num-distributed-optimizer-instances) or torchtitan "
             "(data_parallel_replicate_degree), or plan dp_replicate 1")
     require(fmt != "deepspeed" or layout.vpp == 1, "vpp",
             f"DeepSpeed's pipeline engine runs 1F1B over contiguous stages, with no interleaved schedule; "
@@ -392,6 +393,11 @@ def from_deepspeed_json(text: str, num_gpus: int | None = None) -> Layout:
     require("train_batch_size" in cfg or "gradient_accumulation_steps" in cfg, "train_batch_size",
             "give train_batch_size, or micro batch and gradient_accumulation_steps")
     dp = _dp(num_gpus, tp * pp * cp, None)
+    mics = subtable(cfg, "zero_optimization").get("mics_shard_size", -1)
+    require(mics in (-1, 0, dp * cp), "zero_optimization.mics_shard_size",
+            f"MiCS shard groups ({mics!r} of {dp * cp} ranks) are not priced for DeepSpeed (MiCS was removed in "
+            "DeepSpeed 0.19); remove the key to price ZeRO-3 over all ranks, or estimate the replicated shard "
+            "groups with --dp-replicate under a framework with hybrid sharding (megatron, torchtitan)")
     if "train_batch_size" in cfg:
         gbs = config_int("train_batch_size", cfg["train_batch_size"])
     else:
