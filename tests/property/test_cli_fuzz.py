@@ -87,7 +87,8 @@ def invocations(draw: st.DrawFn) -> list[str]:
     return argv
 
 
-#: examples per run: 120 in the suite (about 16 s); SUPERCLUSTER_FUZZ_EXAMPLES=400 SUPERCLUSTER_EXPLORE=1 for a hunt
+#: examples per run: 120 in the suite (about 70 s alone, most of it the default compare, report and simulate
+#: jobs); SUPERCLUSTER_FUZZ_EXAMPLES=400 SUPERCLUSTER_EXPLORE=1 for a hunt
 EXAMPLES = int(os.environ.get("SUPERCLUSTER_FUZZ_EXAMPLES", "120"))
 
 
