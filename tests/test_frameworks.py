@@ -257,33 +257,61 @@ ARGPARSE_PLANS = MEGATRON_PLANS + [
 ARGPARSE_FRAMEWORKS = {"tp4-pp4-dp4-cp2-vpp5-z2-full": "nemo-megatron+fp8-current+cp-a2a"}
 
 
-def _megatron_lm_args(script: str, tmp_path) -> dict:
-    """What Megatron-LM's parse_args and validate_args make of a launch script: the script is run by bash
-    as written, with ``torchrun`` standing in for the fixture that calls them (tests/fixtures/
-    megatron_torchrun.py), so its own variables and environment are what Megatron-LM sees."""
+def _plan_id(plan: tuple) -> str:
+    return f"{plan[0]}-{plan[1]}"
+
+
+@pytest.fixture(scope="module")
+def megatron_lm_args(tmp_path_factory) -> dict[str, dict | str]:
+    """What Megatron-LM's parse_args and validate_args make of each ARGPARSE_PLANS launch script, by plan
+    id (a dict), or the reason it failed (a string). Each script is run by bash as written, with a
+    ``torchrun`` that records the arguments and environment the script hands it; then one Megatron-LM
+    process parses every recorded launch (tests/fixtures/megatron_torchrun.py --batch), so the script's own
+    variables and environment are what Megatron-LM sees, at the cost of one import."""
     import subprocess
+    import sys
     from pathlib import Path
 
     if not MEGATRON_PYTHON:
         pytest.skip("Megatron-LM's argument parser ships in megatron-core >= 0.17, which needs Python >= 3.12: "
                     "SUPERCLUSTER_MEGATRON_PYTHON names such an interpreter (.ci/run builds one)")
-    shim = tmp_path / "bin"
+    root = tmp_path_factory.mktemp("megatron-lm")
+    shim = root / "bin"
     shim.mkdir()
-    fixture = Path(__file__).parent / "fixtures" / "megatron_torchrun.py"
-    (shim / "torchrun").write_text(f'#!/bin/sh\nexec "{MEGATRON_PYTHON}" "{fixture}" "$@"\n')
+    record = "import json, os, sys; json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, " \
+             "open(os.environ['SC_TORCHRUN_RECORD'], 'w'))"
+    (shim / "torchrun").write_text(f'#!/bin/sh\nexec "{sys.executable}" -c "{record}" "$@"\n')
     (shim / "torchrun").chmod(0o755)
-    (tmp_path / "launch.sh").write_text(script)
-    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)  # (only what the script sets)
-    r = subprocess.run(["bash", str(tmp_path / "launch.sh")], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    line = [x for x in r.stdout.splitlines() if x.startswith("megatron-args: ")]
-    assert line, r.stdout[-2000:]
-    return json.loads(line[-1].removeprefix("megatron-args: "))
+    launches, found = root / "launches", {}
+    launches.mkdir()
+    for n, plan in enumerate(ARGPARSE_PLANS):
+        model, label, gpus, gbs, seq = plan
+        job = _job(model, label, gpus, gbs, seq, ARGPARSE_FRAMEWORKS.get(label, "nemo-megatron"),
+                   "fp8" if label in ARGPARSE_FRAMEWORKS else "bf16")
+        script = launchers.export(job.layout, "megatron-launch", job.model, job.framework,
+                                  counts_head=estimate(job).split_counts_head)
+        (root / f"{n:02d}.sh").write_text(script)
+        env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
+               "SC_TORCHRUN_RECORD": str(launches / f"{n:02d}.json")}
+        env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)  # (only what the script sets)
+        r = subprocess.run(["bash", str(root / f"{n:02d}.sh")], capture_output=True, text=True, env=env, timeout=60)
+        found[_plan_id(plan)] = f"the script failed: {r.stderr[-3000:]}" if r.returncode else n
+    fixture = Path(__file__).parent / "fixtures" / "megatron_torchrun.py"
+    subprocess.run([MEGATRON_PYTHON, str(fixture), "--batch", str(launches)], capture_output=True, timeout=600)
+    for key, n in found.items():
+        if isinstance(n, int):
+            base = launches / f"{n:02d}"
+            rc = (base.with_suffix(".rc").read_text() if base.with_suffix(".rc").exists() else "none").strip()
+            out = base.with_suffix(".out").read_text() if base.with_suffix(".out").exists() else ""
+            line = [x for x in out.splitlines() if x.startswith("megatron-args: ")]
+            err = base.with_suffix(".err").read_text()[-3000:] if base.with_suffix(".err").exists() else ""
+            found[key] = json.loads(line[-1].removeprefix("megatron-args: ")) if rc == "0" and line else \
+                f"exit {rc}: {err or out[-2000:]}"
+    return found
 
 
-@pytest.mark.parametrize("plan", ARGPARSE_PLANS, ids=[f"{p[0]}-{p[1]}" for p in ARGPARSE_PLANS])
-def test_megatron_lm_parses_and_validates_each_launch_script(tmp_path, plan):
+@pytest.mark.parametrize("plan", ARGPARSE_PLANS, ids=[_plan_id(p) for p in ARGPARSE_PLANS])
+def test_megatron_lm_parses_and_validates_each_launch_script(megatron_lm_args, plan):
     """Each exported launch script passes Megatron-LM's own parse_args and validate_args (its flag
     spelling, its cross-checks, the world torchrun starts), and the arguments it builds are the plan's:
     layout, batch arithmetic (the data-parallel size it derives), precision, architecture."""
@@ -291,8 +319,8 @@ def test_megatron_lm_parses_and_validates_each_launch_script(tmp_path, plan):
     job = _job(model, label, gpus, gbs, seq, ARGPARSE_FRAMEWORKS.get(label, "nemo-megatron"),
                "fp8" if label in ARGPARSE_FRAMEWORKS else "bf16")
     lay, m = job.layout, job.model
-    a = _megatron_lm_args(launchers.export(lay, "megatron-launch", m, job.framework,
-                                           counts_head=estimate(job).split_counts_head), tmp_path)
+    a = megatron_lm_args[_plan_id(plan)]
+    assert isinstance(a, dict), a
     assert a["entry"] == ("pretrain_mamba.py" if m.recurrent_layers else "pretrain_gpt.py")
     assert (a["tensor_model_parallel_size"], a["pipeline_model_parallel_size"], a["context_parallel_size"],
             a["expert_model_parallel_size"], a["data_parallel_size"]) == (lay.tp, lay.pp, lay.cp, lay.ep, lay.dp)
