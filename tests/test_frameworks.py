@@ -261,6 +261,16 @@ def _plan_id(plan: tuple) -> str:
     return f"{plan[0]}-{plan[1]}"
 
 
+def _argparse_job(plan: tuple) -> Job:
+    model, label, gpus, gbs, seq = plan
+    return _job(model, label, gpus, gbs, seq, ARGPARSE_FRAMEWORKS.get(label, "nemo-megatron"),
+                "fp8" if label in ARGPARSE_FRAMEWORKS else "bf16")
+
+
+def _text(path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 @pytest.fixture(scope="module")
 def megatron_lm_args(tmp_path_factory) -> dict[str, dict | str]:
     """What Megatron-LM's parse_args and validate_args make of each ARGPARSE_PLANS launch script, by plan
@@ -285,9 +295,7 @@ def megatron_lm_args(tmp_path_factory) -> dict[str, dict | str]:
     launches, found = root / "launches", {}
     launches.mkdir()
     for n, plan in enumerate(ARGPARSE_PLANS):
-        model, label, gpus, gbs, seq = plan
-        job = _job(model, label, gpus, gbs, seq, ARGPARSE_FRAMEWORKS.get(label, "nemo-megatron"),
-                   "fp8" if label in ARGPARSE_FRAMEWORKS else "bf16")
+        job = _argparse_job(plan)
         script = launchers.export(job.layout, "megatron-launch", job.model, job.framework,
                                   counts_head=estimate(job).split_counts_head)
         (root / f"{n:02d}.sh").write_text(script)
@@ -301,12 +309,10 @@ def megatron_lm_args(tmp_path_factory) -> dict[str, dict | str]:
     for key, n in found.items():
         if isinstance(n, int):
             base = launches / f"{n:02d}"
-            rc = (base.with_suffix(".rc").read_text() if base.with_suffix(".rc").exists() else "none").strip()
-            out = base.with_suffix(".out").read_text() if base.with_suffix(".out").exists() else ""
+            rc, out = _text(base.with_suffix(".rc")).strip() or "none", _text(base.with_suffix(".out"))
             line = [x for x in out.splitlines() if x.startswith("megatron-args: ")]
-            err = base.with_suffix(".err").read_text()[-3000:] if base.with_suffix(".err").exists() else ""
             found[key] = json.loads(line[-1].removeprefix("megatron-args: ")) if rc == "0" and line else \
-                f"exit {rc}: {err or out[-2000:]}"
+                f"exit {rc}: {_text(base.with_suffix('.err'))[-3000:] or out[-2000:]}"
     return found
 
 
@@ -315,9 +321,8 @@ def test_megatron_lm_parses_and_validates_each_launch_script(megatron_lm_args, p
     """Each exported launch script passes Megatron-LM's own parse_args and validate_args (its flag
     spelling, its cross-checks, the world torchrun starts), and the arguments it builds are the plan's:
     layout, batch arithmetic (the data-parallel size it derives), precision, architecture."""
-    model, label, gpus, gbs, seq = plan
-    job = _job(model, label, gpus, gbs, seq, ARGPARSE_FRAMEWORKS.get(label, "nemo-megatron"),
-               "fp8" if label in ARGPARSE_FRAMEWORKS else "bf16")
+    job = _argparse_job(plan)
+    gbs, seq = plan[3], plan[4]
     lay, m = job.layout, job.model
     a = megatron_lm_args[_plan_id(plan)]
     assert isinstance(a, dict), a
