@@ -599,19 +599,21 @@ def test_a_runs_file_may_give_each_row_its_pipeline_layout(tmp_path):
 def test_optional_expert_tp_and_sequence_parallel_columns_set_the_layout():
     """Beyond the shared format: a run's expert tensor-parallel size and sequence parallelism, where
     the framework default would differ (the Megatron-LM profile runs without SP)."""
-    from supercluster.validation.validate import load_rows, row_setup
+    from supercluster.job import Job
+    from supercluster.validation.validate import load_rows
 
     row = next(r for r in load_rows("heldout") if r["id"] == "MZOO-QWEN3-235B-H100-TP4-EP8-256")
-    _, lay, fw, _ = row_setup(row)
-    assert (lay.tp, lay.ep, lay.etp, lay.sequence_parallel, fw.sequence_parallel) == (4, 8, 1, True, False)
+    job, _ = Job.from_row(row)
+    lay = job.layout
+    assert (lay.tp, lay.ep, lay.etp, lay.sequence_parallel, job.framework.sequence_parallel) == (4, 8, 1, True, False)
     # without the columns: EP 8 fits in dp 8, so expert TP would follow TP; SP is on all the same, as
     # Megatron-LM requires it of an MoE with tp > 1
-    _, bare, _, _ = row_setup({**row, "expert_tp": "", "sequence_parallel": ""})
+    bare = Job.from_row({**row, "expert_tp": "", "sequence_parallel": ""})[0].layout
     assert (bare.etp, bare.sequence_parallel) == (4, True)
     with pytest.raises(InputError, match="^sequence_parallel: framework megatron"):
-        row_setup({**row, "sequence_parallel": "no"})
+        Job.from_row({**row, "sequence_parallel": "no"})
     with pytest.raises(InputError, match="^sequence_parallel: 'maybe'"):
-        row_setup({**row, "sequence_parallel": "maybe"})
+        Job.from_row({**row, "sequence_parallel": "maybe"})
 
 
 def test_the_qwen3_next_preset_is_its_config_json():

@@ -117,8 +117,8 @@ class Job:
 
     @classmethod
     def from_row(cls, row: dict[str, str]) -> tuple[Job, str | None]:
-        """A job from a row of a runs CSV (the shared validation format), and the note of what the
-        row's columns left to defaults (:func:`supercluster.formats.runs.row_setup`)."""
+        """A job from a row of a runs CSV (the shared validation format), checked (:func:`check_job`), and
+        the note of what the row's columns left to defaults (:func:`supercluster.formats.runs.row_setup`)."""
         from .formats.runs import row_gpu, row_network, row_setup
 
         model, layout, fw, note = row_setup(row)
@@ -130,7 +130,7 @@ class Job:
         if not (row.get("micro_batch") or "").strip() and layout.pp == 1:
             job, fitted = fitted_micro_batch(job)
             said = "; ".join(x for x in (said, fitted) if x)
-        return job, "; ".join(x for x in (note, said) if x) or None
+        return check_job(job), "; ".join(x for x in (note, said) if x) or None
 
     @property
     def net(self) -> Network:
@@ -254,11 +254,19 @@ def price_many(jobs: list[Job]) -> list[StepBreakdown]:
     """The steps of jobs :func:`check_job` passed, in order: the same numbers as :func:`price` one by one,
     priced in one vectorised pass per group of jobs that share a model, GPU, GPU count, network, framework,
     rank order and explicit pipeline layout (a layout sweep, a runs file: validate's thousands of rows)."""
-    groups: dict[tuple[object, ...], list[int]] = {}
+    # (jobs are first grouped by the identity of their specs, then those groups by the specs' values:
+    # hashing a model or framework spec for every job of a large file would cost more than pricing it)
+    same: dict[tuple[object, ...], list[int]] = {}
     for i, job in enumerate(jobs):
+        key = (id(job.model), id(job.gpu), job.num_gpus, id(job.network), id(job.framework), job.rank_order,
+               job.layout.pp_layout)
+        same.setdefault(key, []).append(i)
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for idx in same.values():
+        job = jobs[idx[0]]
         key = (job.model, id(job.gpu), job.num_gpus, id(job.network), job.framework, job.rank_order,
                job.layout.pp_layout)
-        groups.setdefault(key, []).append(i)
+        groups.setdefault(key, []).extend(idx)
     out: list[StepBreakdown | None] = [None] * len(jobs)
     for idx in groups.values():
         first = jobs[idx[0]]

@@ -133,24 +133,34 @@ _READERS = {"recompute": recompute_word, "zero_stage_or_fsdp": zero_word}
 _PRECISION_WORDS = ("fp8", "float8", "fp4", "bf16", "bfloat16", "fp16", "float16", "16-bit", "mixed")
 
 
+#: the columns :func:`_unread_columns` reads
+_UNREAD_INPUTS = ("precision", "recompute", "zero_stage_or_fsdp", "dp_replicate", "fp8_recipe")
+
+
 def _unread_columns(row: dict[str, str], fw: Framework) -> list[str]:
     """Notes for column values none of the parsers recognise (they fall back to a default)."""
+    values = tuple(row.get(c) or "" for c in _UNREAD_INPUTS)
+    return list(_unread_notes(values, fw.default_recompute, fw.default_zero_stage))
+
+
+@functools.lru_cache(maxsize=4096)
+def _unread_notes(values: tuple[str, ...], default_recompute: str, default_zero: int) -> tuple[str, ...]:
+    row = dict(zip(_UNREAD_INPUTS, values, strict=True))
     notes = []
-    defaults = {"precision": "bf16", "recompute": fw.default_recompute,
-                "zero_stage_or_fsdp": f"zero {fw.default_zero_stage}"}
-    precision = (row.get("precision") or "").strip()
+    defaults = {"precision": "bf16", "recompute": default_recompute, "zero_stage_or_fsdp": f"zero {default_zero}"}
+    precision = row["precision"].strip()
     if precision and not any(w in precision.lower() for w in _PRECISION_WORDS):
         notes.append(f"precision {precision!r} not known: bf16 assumed")
     for col, reader in _READERS.items():
-        text = (row.get(col) or "").strip()
+        text = row[col].strip()
         if text and reader(text) is None:
             notes.append(f"{col} {text!r} not known: {defaults[col]} assumed")
-    if "hsdp" in (row.get("zero_stage_or_fsdp") or "").lower() and row_replicas(row, 0) == 1:
+    if "hsdp" in row["zero_stage_or_fsdp"].lower() and row_replicas(row, 0) == 1:
         notes.append("HSDP without its replica count priced as fully sharded over the whole data-parallel group")
-    said = f"{row.get('fp8_recipe') or ''} {precision}".lower()
+    said = f"{row['fp8_recipe']} {precision}".lower()
     if any(w in said for w in ROWWISE):
         notes.append("fp8 rowwise (torchao) priced as the blockwise recipe")
-    return notes
+    return tuple(notes)
 
 
 def row_replicas(row: dict[str, str], dpcp: int = 0) -> int:
@@ -347,7 +357,8 @@ def _layout_ints(row: dict[str, str]) -> dict[str, int]:
     return g
 
 
-def _precision_options(name: str, precision: str) -> tuple[str, list[str]]:
+@functools.lru_cache(maxsize=4096)
+def _precision_options(name: str, precision: str) -> tuple[str, tuple[str, ...]]:
     """The framework name with the run options its precision text states in words ("fp8 linears
     (Float8) + compile + AsyncTP": torch.compile and async TP) appended, and the options left out: one a
     catalog profile cannot take (a name no profile answers to keeps them all: its reading drops what it
@@ -360,7 +371,7 @@ def _precision_options(name: str, precision: str) -> tuple[str, list[str]]:
             name += suffix
         else:
             dropped.append(suffix)
-    return name, dropped
+    return name, tuple(dropped)
 
 
 def _takes(name: str) -> bool:
@@ -373,7 +384,8 @@ def _takes(name: str) -> bool:
 
 
 def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | None]:
-    """Model, layout and framework a scored row describes (InputError if it cannot be read)."""
+    """Model, layout and framework a scored row describes (InputError if it cannot be read; the
+    framework's own rules are :func:`supercluster.job.check_job`'s, which :meth:`Job.from_row` applies)."""
     name, dropped = _precision_options(row.get("framework") or "", row.get("precision") or "")
     name += run_option_suffixes(row)
     fw, note = resolve_framework(name, publication_year(row.get("source") or ""))
@@ -425,7 +437,6 @@ def row_setup(row: dict[str, str]) -> tuple[ModelSpec, Layout, Framework, str | 
         dp_replicate=row_replicas(row, dp * g["cp"]) if parse_zero(row.get("zero_stage_or_fsdp", ""), fw) else 1,
     )
     layout.check_gpus(g["num_gpus"])
-    layout = fw.runnable(layout, model)
     folded = (["EP spans TP x DP: expert TP 1 (MoE parallel folding) assumed"]
               if layout.expert_tp == 1 and not g["expert_tp"] else [])
     left = [f"precision names {', '.join(x.lstrip('+') for x in dropped)}, which {fw.key} cannot run: left out"]

@@ -323,9 +323,9 @@ class Framework:
         """``layout`` as this framework runs ``model`` with it, or an error naming the field it cannot run:
         its parallel degrees, the heads all-to-all CP splits, its ZeRO stage, its pipeline schedule's
         micro-batches, and sequence parallelism set where required."""
-        moe = model.is_moe
         self.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
-        require(bool(self.cp_heads_ok(model, np.int64(layout.tp), np.int64(layout.cp))), "cp",
+        heads_ok = self.cp_rotate != "a2a" or bool(self.cp_heads_ok(model, np.int64(layout.tp), np.int64(layout.cp)))
+        require(heads_ok, "cp",
                 f"all-to-all CP (framework {self.key}) gives each of the {layout.cp} CP ranks whole heads of its TP "
                 f"rank: cp must divide the {model.num_heads // layout.tp} query and {model.num_kv_heads // layout.tp} "
                 f"KV heads per TP rank of {model.name} (tp = {layout.tp}; Transformer Engine asserts it)")
@@ -334,7 +334,7 @@ class Framework:
                 "of dp x cp: use 1, or " + ", ".join(k for k, f in framework_catalog().items() if f.hybrid_shard))
         self.check_schedule(layout.pp, layout.schedule_microbatches, layout.vpp)
         self.check_ep_overlap(model, layout)
-        sp = self.sequence_parallel_for(moe, layout.tp, layout.sequence_parallel)
+        sp = self.sequence_parallel_for(model.is_moe, layout.tp, layout.sequence_parallel)
         return replace(layout, sequence_parallel=sp) if layout.sequence_parallel is None and \
             sp != self.sequence_parallel else layout
 

@@ -40,14 +40,25 @@ def module_names(bits: int) -> tuple[str, ...]:
 
 def layout_columns(layout: Layout, fw: Framework) -> dict[str, np.ndarray]:
     """One layout as 1-row columns (sequence parallelism: the framework's where the layout leaves it)."""
+    return layouts_columns([layout], fw)
+
+
+#: the columns :func:`layouts_columns` writes, in the order of :func:`_layout_values`
+LAYOUT_COLUMNS = COLUMNS + ("rcl", "etp", "ga", "fp32", "rcm", "rep")
+
+
+def _layout_values(layout: Layout, fw: Framework) -> tuple[int, ...]:
     sp = fw.sequence_parallel if layout.sequence_parallel is None else layout.sequence_parallel
-    vals = dict(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
-                mb=layout.micro_batch, gbs=layout.global_batch, seq=layout.seq_len, zero=layout.zero_stage,
-                recompute=RECOMPUTE_CODE[layout.recompute], sp=int(bool(sp)), lowp=LOWP_CODE.get(layout.precision, 0),
-                rcl=layout.recompute_layers, etp=layout.etp, ga=layout.grad_accum,
-                fp32=int(layout.precision == "fp32"),
-                rcm=module_bits(layout.recompute_modules), rep=layout.dp_replicate)
-    return {k: np.array([v]) for k, v in vals.items()}
+    return (layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.vpp, layout.micro_batch,
+            layout.global_batch, layout.seq_len, layout.zero_stage, RECOMPUTE_CODE[layout.recompute], int(bool(sp)),
+            LOWP_CODE.get(layout.precision, 0), layout.recompute_layers, layout.etp, layout.grad_accum,
+            int(layout.precision == "fp32"), module_bits(layout.recompute_modules), layout.dp_replicate)
+
+
+def layouts_columns(layouts: list[Layout], fw: Framework) -> dict[str, np.ndarray]:
+    """Layouts as columns, one row each (:func:`layout_columns` of each, stacked; built in one array)."""
+    table = np.array([_layout_values(lay, fw) for lay in layouts], dtype=np.int64).reshape(-1, len(LAYOUT_COLUMNS))
+    return {k: table[:, j].copy() for j, k in enumerate(LAYOUT_COLUMNS)}
 
 
 def row_layout(cols: dict[str, np.ndarray], i: int, precisions: tuple[str, ...] = ("bf16",)) -> Layout:

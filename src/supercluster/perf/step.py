@@ -31,7 +31,7 @@ from ..network.twolevel import Network, domain_split
 from ..parallelism import pplayout
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
-from .columns import DEFAULT_RANK_ORDER, Rows, layout_columns, read_rows
+from .columns import DEFAULT_RANK_ORDER, Rows, layouts_columns, read_rows
 from .comm import CommTimes, layer_comm
 from .compute import LayerWork, Rates, contended, layer_work, rates
 from .host import host_bound, moe_host_ops
@@ -291,15 +291,15 @@ def step_breakdowns(model: ModelSpec, *, layouts: list[Layout], gpu: GpuSpec, ne
     if not layouts:
         return []
     stages = None if layouts[0].pp_layout is None else pplayout.parse(layouts[0].pp_layout)
-    per = [layout_columns(lay, fw) for lay in layouts]
-    cols = {k: np.concatenate([c[k] for c in per]) for k in per[0]}
+    cols = layouts_columns(layouts, fw)
     out = step_columns(model, gpu, net, fw, cols, rank_order, stages=stages)
     n = len(layouts)
-    # (a column of one value is every row's)
-    flat = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)).tolist() for k, v in out.items()}
+    # (a column of one value is every row's; each row's values as one dict, built per row in C)
+    keys = list(out)
+    flat = [np.broadcast_to(np.asarray(out[k], dtype=float), (n,)).tolist() for k in keys]
     res = []
-    for i in range(n):
-        first = {k: v[i] for k, v in flat.items()}
+    for i, values in enumerate(zip(*flat, strict=True)):
+        first = dict(zip(keys, values, strict=True))
         res.append(StepBreakdown(
             step_time_s=first["step_time_s"], ledger={k: first[k] for k in LEDGER}, num_gpus=int(first["num_gpus"]),
             tokens_per_step=first["tokens_per_step"], model_flops=first["model_flops"],

@@ -79,7 +79,7 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
     from ..job import Job, check_job, default_network
     from ..parallelism.framework import get_framework
     from ..parallelism.layout import Layout
-    from ..perf.columns import layout_columns
+    from ..perf.columns import layouts_columns
     from ..perf.step import step_columns
 
     grid = SweepGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(grid_json).items()})
@@ -102,8 +102,7 @@ def evaluate_chunk(grid_json: str, ids: list[int]) -> list[tuple[Any, ...]]:
             rows[i] = (i, *[s[a] for a in AXES], False, str(exc), None, None, None, None, None)
     for (mk, gk), items in groups.items():
         m, g = load_model(mk), get_gpu(gk)
-        cols_list = [layout_columns(lay, fw) for _, _, lay in items]
-        cols = {k: np.concatenate([c[k] for c in cols_list]) for k in cols_list[0]}
+        cols = layouts_columns([lay for _, _, lay in items], fw)
         gpus = cols["tp"] * cols["pp"] * cols["dp"] * cols["cp"]
         out: dict[str, np.ndarray] = {}
         unpriced: dict[int, str] = {}

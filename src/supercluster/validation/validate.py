@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..formats.runs import iter_rows, load_rows, row_model, row_setup  # noqa: F401 (row_model: for callers)
-from ..job import Job, check_job, price_many
+from ..job import Job, price_many
 from ..parallelism.published import framework_named
 from ..perf.step import StepBreakdown
 
@@ -146,7 +146,7 @@ def _read_row(row: dict[str, str]) -> RowResult | tuple[Job, str | None, float |
                          "", gpu=gpu_key, framework=fw_name)
     try:
         job, note = Job.from_row(row)
-        return check_job(job), note, measured
+        return job, note, measured
     except InputError as exc:
         return RowResult(rid, None, measured, None, False, str(exc), "", gpu=gpu_key, framework=fw_name)
 
