@@ -324,8 +324,7 @@ class Framework:
         its parallel degrees, the heads all-to-all CP splits, its ZeRO stage, its pipeline schedule's
         micro-batches, and sequence parallelism set where required."""
         self.check_parallelism(layout.tp, layout.pp, layout.cp, layout.vpp)
-        heads_ok = self.cp_rotate != "a2a" or bool(self.cp_heads_ok(model, np.int64(layout.tp), np.int64(layout.cp)))
-        require(heads_ok, "cp",
+        require(bool(self.cp_heads_ok(model, np.int64(layout.tp), np.int64(layout.cp))), "cp",
                 f"all-to-all CP (framework {self.key}) gives each of the {layout.cp} CP ranks whole heads of its TP "
                 f"rank: cp must divide the {model.num_heads // layout.tp} query and {model.num_kv_heads // layout.tp} "
                 f"KV heads per TP rank of {model.name} (tp = {layout.tp}; Transformer Engine asserts it)")

@@ -56,7 +56,8 @@ def _layout_values(layout: Layout, fw: Framework) -> tuple[int, ...]:
 
 
 def layouts_columns(layouts: list[Layout], fw: Framework) -> dict[str, np.ndarray]:
-    """Layouts as columns, one row each (:func:`layout_columns` of each, stacked; built in one array)."""
+    """Layouts as integer columns, one row each, built as one array (sequence parallelism: the
+    framework's where a layout leaves it)."""
     table = np.array([_layout_values(lay, fw) for lay in layouts], dtype=np.int64).reshape(-1, len(LAYOUT_COLUMNS))
     return {k: table[:, j].copy() for j, k in enumerate(LAYOUT_COLUMNS)}
 
