@@ -218,25 +218,24 @@ def test_a_dualpipe_plan_is_not_exported_to_a_launcher_that_runs_1f1b():
     assert r.exit_code != 0 and "hai-llm does not run a megatron config" in str(r.exception)
 
 
+#: layouts each exported in both of torchtitan's config formats (its TOML and its Python job config)
+PP_70B = Layout(tp=8, pp=4, dp=4, vpp=4, global_batch=128, seq_len=8192, zero_stage=2)
+ASYNC_TP_70B = Layout(tp=8, dp=32, global_batch=512, micro_batch=16, seq_len=8192, zero_stage=3, recompute="full")
+
+
 @pytest.mark.parametrize("framework, fmt, name, layout", [
-    ("torchtitan", "torchtitan-toml", "llama3-70b",
-     Layout(tp=8, pp=4, dp=4, vpp=4, global_batch=128, seq_len=8192, zero_stage=2)),
+    *[("torchtitan", fmt, "llama3-70b", PP_70B) for fmt in ("torchtitan-toml", "torchtitan")],
+    *[("torchtitan+compile+tp-overlap", fmt, "llama3-70b", ASYNC_TP_70B) for fmt in ("torchtitan-toml", "torchtitan")],
     ("torchtitan+compile", "torchtitan-toml", "llama3-70b",
      Layout(tp=4, pp=8, dp=4, vpp=2, micro_batch=2, global_batch=256, seq_len=8192, zero_stage=3, precision="fp8",
             recompute="full")),
     ("torchtitan+compile", "torchtitan-toml", "mixtral-8x7b",
      Layout(tp=2, dp=16, ep=4, expert_tp=1, global_batch=256, seq_len=8192, zero_stage=2)),
-    ("torchtitan", "torchtitan", "llama3-70b",
-     Layout(tp=8, pp=4, dp=4, vpp=4, global_batch=128, seq_len=8192, zero_stage=2)),
     ("torchtitan+compile", "torchtitan", "llama3-405b",
      Layout(tp=8, pp=8, dp=4, vpp=2, micro_batch=2, global_batch=256, seq_len=8192, zero_stage=3, precision="fp8",
             recompute="full")),
     ("torchtitan+compile", "torchtitan", "qwen3-30b-a3b",
      Layout(tp=2, dp=16, ep=4, expert_tp=1, global_batch=256, seq_len=4096, zero_stage=2)),
-    ("torchtitan+compile+tp-overlap", "torchtitan", "llama3-70b",
-     Layout(tp=8, dp=32, global_batch=512, micro_batch=16, seq_len=8192, zero_stage=3, recompute="full")),
-    ("torchtitan+compile+tp-overlap", "torchtitan-toml", "llama3-70b",
-     Layout(tp=8, dp=32, global_batch=512, micro_batch=16, seq_len=8192, zero_stage=3, recompute="full")),
     ("deepspeed", "deepspeed", "llama3-70b",
      Layout(tp=2, dp=16, cp=2, global_batch=128, seq_len=8192, zero_stage=3, recompute="full")),
 ])
