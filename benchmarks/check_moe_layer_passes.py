@@ -27,17 +27,16 @@ import math
 
 from supercluster.formats.runs import load_rows
 from supercluster.job import Job, price_many
+from supercluster.perf.step import StepBreakdown
 
 #: the published rows read (held-out file): one model on one node, several routings and micro-batches
 PREFIXES = ("MB2509-QWEN3-30B", "MB2511-QWEN3-30B", "MB2602-QWEN3-30B", "MB2511-GPTOSS-120B", "MB2602-GPTOSS-120B")
 
 
-def layer_passes(job: Job) -> float:
-    """Layer passes (forward and backward) a GPU runs in a step: its micro-batches times its stage's
-    layers (the heaviest stage's share, layers / pp, rounded up)."""
-    lay = job.layout
-    micro = lay.global_batch / (lay.dp * lay.micro_batch)
-    return micro * math.ceil(job.model.num_layers / lay.pp)
+def layer_passes(job: Job, b: StepBreakdown) -> float:
+    """Layer passes (forward and backward) a GPU runs in a step: the step's micro-batches a pipeline
+    times its stage's layers (the heaviest stage's share, layers / pp, rounded up)."""
+    return b.microbatches * math.ceil(job.model.num_layers / job.layout.pp)
 
 
 def main() -> None:
@@ -46,10 +45,10 @@ def main() -> None:
     out = []
     print(f"{'row':36s} {'layout':36s} {'measured ms':>11s} {'priced ms':>9s} {'host ms':>7s} {'error':>7s}")
     for row, job, b in zip(rows, jobs, price_many(jobs), strict=True):
-        n = layer_passes(job)
+        n = layer_passes(job, b)
         meas, pred = float(row["step_time_s"]) / n, b.step_time_s / n
         host = b.ledger["kernel_launch"] / n
-        routing = "dropless" if not (row.get("moe_capacity_factor") or "").strip() else "token-drop"
+        routing = "dropless" if b.moe and b.moe["dropless"] else "token-drop"  # (as priced)
         print(f"{row['id']:36s} {job.layout.label()[:36]:36s} {1e3 * meas:11.2f} {1e3 * pred:9.2f} "
               f"{1e3 * host:7.2f} {b.step_time_s / float(row['step_time_s']) - 1:+7.1%}  {routing}")
         out.append({"id": row["id"], "routing": routing, "micro_batch": job.layout.micro_batch,

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from supercluster.parallelism.layout import Layout
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "check_moe_layer_passes.py"
 
 
@@ -22,13 +24,12 @@ def passes():
 
 
 def test_a_layer_pass_is_a_micro_batch_through_the_stages_layers(passes):
-    from supercluster.job import Job
-    from supercluster.parallelism.layout import Layout
+    from supercluster.job import Job, check_job, price
 
-    job = Job.of("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16,
-                 layout=Layout(pp=2, dp=8, ep=8, vpp=12, micro_batch=2, global_batch=512, seq_len=4096),
-                 framework="nemo-megatron")
-    assert passes.layer_passes(job) == 512 / (8 * 2) * 24  # 32 micro-batches through 48 / 2 layers
+    job = check_job(Job.of("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16,
+                           layout=Layout(pp=2, dp=8, ep=8, vpp=12, micro_batch=2, global_batch=512, seq_len=4096),
+                           framework="nemo-megatron"))
+    assert passes.layer_passes(job, price(job)) == 512 / (8 * 2) * 24  # 32 micro-batches through 48 / 2 layers
 
 
 def test_dropless_passes_cost_twice_the_token_drop_ones_on_x86_hosts_and_not_on_gb200(passes, capsys):
