@@ -115,6 +115,24 @@ def test_catalog_frameworks_names_the_era_profiles():
     assert runner.invoke(app, ["catalog", "frameworks"]).exit_code == 0
 
 
+
+def test_every_framework_option_is_named_in_the_help_of_every_command():
+    """--framework's help is one text for every command, and it names each catalog profile and each
+    suffix the parser takes (MoE routing included), so a user can find the option without the source."""
+    import click
+    import typer
+
+    from supercluster.cli.app import FRAMEWORK_HELP
+    from supercluster.parallelism.framework import CAPACITY_PREFIX, SUFFIXES, framework_catalog
+
+    for name in [*framework_catalog(), *SUFFIXES, CAPACITY_PREFIX]:
+        assert name in FRAMEWORK_HELP, name
+    cli = typer.main.get_command(app)
+    helps = {p.help for cmd in cli.commands.values()
+             for c in (cmd.commands.values() if isinstance(cmd, click.Group) else [cmd])
+             for p in c.params if p.name == "framework"}
+    assert helps == {FRAMEWORK_HELP}
+
 @pytest.mark.parametrize("args, field", [
     (["estimate", "--gpu", "h900"], "gpu"),
     (["estimate", "--gpu", "tpu-v4"], "gpu"),  # known, but no published achieved-matmul rate to price it

@@ -89,19 +89,18 @@ KeepZeroOpt = Annotated[int | None, typer.Option(help="keep this ZeRO stage 0-3"
 KeepRecomputeOpt = Annotated[str | None, typer.Option(help="keep this recompute policy: none | selective | full",
                                                       show_default="searched")]
 SeqOpt = Annotated[int, typer.Option(help="tokens per sequence")]
-FrameworkOpt = Annotated[str, typer.Option(help="megatron | nemo-megatron | deepspeed | megatron-deepspeed | "
-                                                  "torchtitan | composer | hai-llm | megatron-legacy | "
-                                                  "deepspeed-legacy | torchtitan-2024 | "
-                                                  "automodel | maxtext (supercluster catalog frameworks); +compile for "
-                                                  "torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
-                                                  "+embedding-split (embedding and head take a layer's place in "
-                                                  "the pipeline split), +round-robin-gate (a benchmark's fixed "
-                                                  "gate: token i to experts ik ... ik + k - 1), +cp-a2a "
-                                                  "(all-to-all, Ulysses, context parallelism); run options "
-                                                  "+cuda-graphs, +flash-attn (FlashAttention-2 where the profile's "
-                                                  "attention is unfused), +tp-overlap / +no-tp-overlap, +dp-overlap / "
-                                                  "+no-dp-overlap, fp8 recipe +fp8-delayed (default) / "
-                                                  "+fp8-current / +fp8-blockwise / +fp8-mxfp8")]
+#: what --framework takes, said once for every command: a catalog profile and the options its suffixes add
+FRAMEWORK_HELP = ("megatron | nemo-megatron | deepspeed | megatron-deepspeed | torchtitan | composer | hai-llm | "
+                  "megatron-legacy | deepspeed-legacy | torchtitan-2024 | automodel | maxtext (supercluster catalog "
+                  "frameworks); +compile for torch.compile, +ep-overlap, +deepep (DeepEP's dispatcher), "
+                  "+embedding-split (embedding and head take a layer's place in the pipeline split), "
+                  "+round-robin-gate (a benchmark's fixed gate: token i to experts ik ... ik + k - 1), +cp-a2a "
+                  "(all-to-all, Ulysses, context parallelism); MoE routing: dropless unless +capacity-<C> "
+                  "(token-drop at capacity factor C, e.g. +capacity-1.25), +pad-to-capacity (each expert's input "
+                  "padded to its capacity); run options +cuda-graphs, +flash-attn (FlashAttention-2 where the "
+                  "profile's attention is unfused), +tp-overlap / +no-tp-overlap, +dp-overlap / +no-dp-overlap, "
+                  "fp8 recipe +fp8-delayed (default) / +fp8-current / +fp8-blockwise / +fp8-mxfp8")
+FrameworkOpt = Annotated[str, typer.Option(help=FRAMEWORK_HELP)]
 
 
 def _force(ctx: typer.Context, value: bool) -> bool:

@@ -21,6 +21,7 @@ from ..reports import tables as reports
 from ..validation import evidence as evidence_lines
 from .app import (
     CLI_FRAMEWORK,
+    FRAMEWORK_HELP,
     ForceOpt,
     GbsOpt,
     GpuOpt,
@@ -81,18 +82,7 @@ def estimate(
                                                   "embedding, t layer, m MTP module, L loss, '|' between virtual "
                                                   "stages, x*n / (...)*n repeat, e.g. 'Et*4|(t*4|)*14,tmL' "
                                                   "(sets vpp)")] = None,
-    framework: Annotated[str | None, typer.Option(help="megatron | nemo-megatron | deepspeed | megatron-deepspeed "
-                                                  "| torchtitan | composer | hai-llm | megatron-legacy | "
-                                                  "deepspeed-legacy | torchtitan-2024 | automodel | maxtext "
-                                                  "(supercluster catalog "
-                                                  "frameworks); "
-                                                  "+compile, +ep-overlap, +deepep, +embedding-split, "
-                                                  "+round-robin-gate, +cp-a2a (all-to-all CP); run options "
-                                                  "+cuda-graphs, +flash-attn (FlashAttention-2 in place of an unfused "
-                                                  "attention), "
-                                                  "+tp-overlap / +no-tp-overlap, +dp-overlap / +no-dp-overlap, "
-                                                  "fp8 recipe +fp8-delayed (default) / +fp8-current / "
-                                                  "+fp8-blockwise / +fp8-mxfp8",
+    framework: Annotated[str | None, typer.Option(help=FRAMEWORK_HELP,
                                                   show_default="what --config describes: Megatron-LM as a "
                                                   "script's flags set it (overlaps, gradient precision, dropout), "
                                                   "torchtitan (+compile) for a job TOML, deepspeed for a JSON; "

@@ -19,6 +19,7 @@ from ..reports import tables as reports
 from ..validation import evidence as evidence_lines
 from .app import (
     CLI_FRAMEWORK,
+    FRAMEWORK_HELP,
     OBJECTIVE_HELP,
     ForceOpt,
     FrameworkOpt,
@@ -56,7 +57,7 @@ def plan(
     seq_len: SeqOpt = 8192,
     precision: PrecisionAnyOpt = "bf16",
     objective: Annotated[str, typer.Option(help=OBJECTIVE_HELP)] = "time",
-    framework: Annotated[str | None, typer.Option(help="as estimate --framework",
+    framework: Annotated[str | None, typer.Option(help=FRAMEWORK_HELP,
                                                   show_default=f"{CLI_FRAMEWORK}; with --export, the framework "
                                                   "that runs it: torchtitan, deepspeed, maxtext, or "
                                                   f"{CLI_FRAMEWORK} for megatron")] = None,
