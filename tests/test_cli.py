@@ -116,6 +116,21 @@ def test_catalog_frameworks_names_the_era_profiles():
 
 
 
+def test_a_global_batch_no_layout_divides_says_which_would():
+    """100,000 GPUs have a data-parallel degree of at least 25 (a factor 5**5 no power-of-two TP, PP or CP
+    takes); the default batch of 2,048 fits none, and the error says so in a user's numbers."""
+    r = run("goodput", "--gpus", "100000", "--days", "30")
+    assert r.returncode == 2
+    msg = r.stderr.strip()
+    assert msg.startswith("error: global_batch: 2,048") and "on 100,000 GPUs" in msg and "is 25:" in msg, msg
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.models.catalog import model_catalog
+    from supercluster.planner.search import candidate_columns
+
+    model = model_catalog()["llama3-405b"]
+    cols = candidate_columns(model, get_gpu("h100-sxm"), 100_000, global_batch=25, seq_len=8192)
+    assert int(cols["dp"].min()) == 25
+
 def test_every_framework_option_is_named_in_the_help_of_every_command():
     """--framework's help is one text for every command, and it names each catalog profile and each
     suffix the parser takes (MoE routing included), so a user can find the option without the source."""

@@ -195,6 +195,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     ``module_sets``: the selective recompute module sets to try (``()`` = the framework's policy);
     ``hybrid_shard``: also the replicated shard groups of :data:`SHARD_DOMAINS` (column ``rep``)."""
     counts = gpu_counts or (num_gpus,)
+    on = " or ".join(f"{c:,}" for c in counts)  # (the counts as a user reads them: "100,000 or 50,000")
     tp_cap = max_tp or max(gpu.scaleup_domain, 8)
     rows: list[tuple[int, int, int, int]] = []
     for n in counts:
@@ -206,7 +207,7 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
                     if (n // tp // pp) % cp:
                         continue
                     rows.append((n, tp, pp, cp))
-    require(bool(rows), "gpus", f"no tp x pp x cp divides {counts} for {model.name}")
+    require(bool(rows), "gpus", f"no tp x pp x cp divides {on} GPUs for {model.name}")
     arr = np.asarray(rows, dtype=np.int64)
     cols = {"gpus": arr[:, 0], "tp": arr[:, 1], "pp": arr[:, 2], "cp": arr[:, 3]}
     cols["dp"] = cols["gpus"] // (cols["tp"] * cols["pp"] * cols["cp"])
@@ -223,11 +224,13 @@ def candidate_columns(model: ModelSpec, gpu: GpuSpec, num_gpus: int, *, global_b
     cols = _keep(cols, (cols["vpp"] == 1) | (cols["pp"] > 1))
     # the model's rules, from the table Layout.check_model raises by
     cols = _keep(cols, rules.keeps(model, {**cols, "seq": np.full(len(cols["tp"]), seq_len)}, extra_pp_layers))
-    require(len(cols["tp"]) > 0, "gpus", f"no tp x pp x cp divides {counts} for {model.name}")
+    require(len(cols["tp"]) > 0, "gpus", f"no tp x pp x cp divides {on} GPUs for {model.name}")
+    least_dp = int(cols["dp"].min())
     cols = _cross(cols, "mb", list(MICRO_BATCHES))
     cols = _keep(cols, global_batch % (cols["dp"] * cols["mb"]) == 0)
     require(len(cols["tp"]) > 0, "global_batch",
-            f"{global_batch} is not a multiple of dp x micro_batch for any layout on {counts} GPUs")
+            f"{global_batch:,} is not a multiple of dp x micro_batch for any layout on {on} GPUs; the "
+            f"smallest data-parallel degree there is {least_dp:,}: give a multiple of it")
     cols = _cross(cols, "zero", list(ZERO))
     if hybrid_shard:
         cols = _replicas(cols, gpu.scaleup_domain)
