@@ -62,6 +62,8 @@ def mutated(draw: st.DrawFn, bases: list[dict], values: st.SearchStrategy = ODD)
 # found by exploring: an MPT expansion ratio of 4e304 made an infinite MLP width (OverflowError)
 @example(cfg={"model_type": "mpt", "d_model": 4096, "n_layers": 32, "n_heads": 32, "expansion_ratio": 4.4e304,
               "vocab_size": 50432, "attn_config": {"kv_n_heads": 32}})
+# found by exploring: a negative first_k_dense_replace (-2**40) made the MoE layer count loop for hours
+@example(cfg={**HF_BASES[2], "first_k_dense_replace": -2**40})
 def test_any_config_json_imports_sanely_or_names_its_field(cfg):
     try:
         m = from_hf_config(json.loads(json.dumps(cfg)))

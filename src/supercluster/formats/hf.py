@@ -528,14 +528,20 @@ def _hf_moe_layers(get: Any, L: int) -> int:
     if get("decoder_sparse_step") is not None or get("mlp_only_layers"):
         step, only = int(get("decoder_sparse_step", default=1)), set(get("mlp_only_layers", default=[]) or [])
         require(step >= 1, "config.json decoder_sparse_step", f"must be >= 1, got {step}")
-        return sum(1 for i in range(L) if i not in only and (i + 1) % step == 0)
+        # the layers on the step, less the listed dense ones among them (counted, not looped over)
+        dense = {int(i) for i in only if is_whole(i) and 0 <= i < L and (int(i) + 1) % step == 0}
+        return L // step - len(dense)
     if get("moe_layer_frequency") is not None:  # Snowflake Arctic: layer i is MoE when (i + 1) % freq == 0
         freq = int(get("moe_layer_frequency"))
         require(freq >= 1, "config.json moe_layer_frequency", f"must be >= 1, got {freq}")
         return L // freq
-    first = int(get("first_k_dense_replace", "moe_layer_start_index", default=0) or 0)
+    first = get("first_k_dense_replace", "moe_layer_start_index", default=0) or 0
+    require(is_whole(first) and 0 <= first <= MAX_LAYERS, "config.json first_k_dense_replace",
+            f"(or moe_layer_start_index) must be a whole number of dense first layers in 0..{MAX_LAYERS:,}, "
+            f"got {first!r}")
     freq = int(get("moe_layer_freq", default=1) or 1)  # DeepSeek: layer i >= first_k_dense_replace, i % freq == 0
     require(freq >= 1, "config.json moe_layer_freq", f"must be >= 1, got {freq}")
-    return sum(1 for i in range(first, L) if i % freq == 0)
+    # the multiples of freq in first .. L - 1
+    return max(0, (L - 1) // freq - (int(first) - 1) // freq)
 
 
