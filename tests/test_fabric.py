@@ -332,3 +332,15 @@ def test_systems_name_their_host_cpu_its_gpus_take_it_and_a_bad_one_is_refused()
         system_from_table("x", table)
     shown = CliRunner().invoke(app, ["catalog", "systems", "--json"])
     assert json.loads(shown.stdout)["dgx-a100"]["host_cpu"] == "amd"
+
+
+def test_the_cli_reads_oversubscription_as_numbers_or_as_ratios():
+    """--oversubscription takes each tier's down:up as a number ("2") or as network engineers write it
+    ("2:1", "3:2"); a ratio with no uplinks or not a number is one error naming the option."""
+    from supercluster.cli.app import _over
+
+    assert _over("2:1,1:1") == (2.0, 1.0) == _over("2,1")
+    assert _over("3:2") == (1.5,) and _over(None) is None
+    for bad in ("1:0", "a:b", "2:1:1", "1e308:1e-308"):
+        with pytest.raises(InputError, match="oversubscription"):
+            _over(bad)

@@ -241,10 +241,20 @@ RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full, for a 
 
 
 def _over(text: str | None) -> tuple[float, ...] | None:
+    """--oversubscription: each tier's down:up ratio, leaf first, comma-separated; a tier as one number
+    ("2") or as the ratio network engineers write ("2:1", "3:2")."""
     if text is None:
         return None
+
+    def tier(part: str) -> float:
+        down, _, up = part.partition(":")
+        ratio = float(down) / float(up) if up.strip() else float(down)
+        if not math.isfinite(ratio):
+            raise ValueError(part)
+        return ratio
+
     try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise InputError("oversubscription", f"cannot read {text!r}; use e.g. 1,2 (down:up of each tier below "
-                         "the top, leaf first)") from None
+        return tuple(tier(x) for x in text.split(",") if x.strip())
+    except (ValueError, ZeroDivisionError):
+        raise InputError("oversubscription", f"cannot read {text!r}; use e.g. 2:1 or 1,2 (down:up of each tier "
+                         "below the top, leaf first)") from None

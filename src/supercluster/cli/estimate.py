@@ -104,7 +104,7 @@ def estimate(
     switch: Annotated[str | None, typer.Option(help="fabric: scale-out switch (see supercluster fabric)")] = None,
     tiers: Annotated[int | None, typer.Option(help="fabric: tiers")] = None,
     oversubscription: Annotated[str | None, typer.Option(
-        help="fabric: down:up of each tier below the top, leaf first, e.g. 1,2")] = None,
+        help="fabric: down:up of each tier below the top, leaf first, e.g. 2:1 or 1,2")] = None,
     planes: Annotated[int | None, typer.Option(help="fabric: network planes",
                                                show_default="the system's NIC ports per GPU")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="fabric: in-network all-reduce")] = False,

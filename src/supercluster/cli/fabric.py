@@ -32,7 +32,7 @@ def fabric(
     switch: Annotated[str | None, typer.Option(help="scale-out switch (default by NIC speed)")] = None,
     tiers: Annotated[int | None, typer.Option(help="tiers (default: the fewest that reach --gpus)")] = None,
     oversubscription: Annotated[str | None, typer.Option(
-        help="down:up of each tier below the top, leaf first, e.g. 1,2 (the top tier has no uplinks)")] = None,
+        help="down:up of each tier below the top, leaf first, e.g. 2:1 or 1,2 (the top tier has no uplinks)")] = None,
     planes: Annotated[int | None, typer.Option(help="independent network planes",
                                                show_default="the system's NIC ports per GPU")] = None,
     sharp: Annotated[bool, typer.Option("--sharp", help="in-network all-reduce (switches that support it)")] = False,
