@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from supercluster.errors import InputError
 from supercluster.formats import launchers
-from supercluster.formats.hf import from_hf_config
+from supercluster.formats.hf import _HF_INT_FIELDS, from_hf_config
 from supercluster.formats.load import load_model
 from supercluster.formats.megatron_args import model_args, model_from_args, parse_args
 from supercluster.formats.megatron_flags import framework_from_args
@@ -46,19 +46,27 @@ ODD = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**64), st.floats(
 
 
 @st.composite
-def mutated(draw: st.DrawFn, bases: list[dict], values: st.SearchStrategy = ODD) -> dict:
-    """One of ``bases`` with up to three of its keys deleted or given one of ``values``."""
+def mutated(draw: st.DrawFn, bases: list[dict], values: st.SearchStrategy = ODD, extra: tuple[str, ...] = ()) -> dict:
+    """One of ``bases`` with up to three of its keys deleted or given one of ``values``, and up to two
+    keys of ``extra`` (fields the reader knows that the base may lack) given one of ``values``."""
     cfg = dict(draw(st.sampled_from(bases)))
     for key in draw(st.lists(st.sampled_from(sorted(cfg)), min_size=1, max_size=3, unique=True)):
         if draw(st.booleans()):
             del cfg[key]
         else:
             cfg[key] = draw(values)
+    if extra:
+        for key in draw(st.lists(st.sampled_from(extra), max_size=2, unique=True)):
+            cfg[key] = draw(values)
     return cfg
 
 
+#: the count fields config.json reading knows (formats/hf.py), and the layer lists it reads
+HF_FIELDS = (*_HF_INT_FIELDS, "mlp_only_layers", "moe_layers", "layer_types", "full_attention_interval")
+
+
 @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
-@given(mutated(HF_BASES))
+@given(mutated(HF_BASES, extra=HF_FIELDS))
 # found by exploring: an MPT expansion ratio of 4e304 made an infinite MLP width (OverflowError)
 @example(cfg={"model_type": "mpt", "d_model": 4096, "n_layers": 32, "n_heads": 32, "expansion_ratio": 4.4e304,
               "vocab_size": 50432, "attn_config": {"kv_n_heads": 32}})
