@@ -338,6 +338,20 @@ def test_plan_command_keeps_the_settings_it_is_given():
     assert bad.exit_code != 0 and "recompute: unknown 'often'" in str(bad.exception)
 
 
+def test_the_plan_says_how_far_apart_its_first_two_layouts_are_and_when_that_is_a_tie():
+    """#1 and #2 of a plan are often a hair apart; the why line gives the gap and, under validate's
+    ranking tie (2 %), says the model cannot call which of the two is faster."""
+    import re
+
+    from supercluster.validation.validate import RANK_TIE
+
+    base = ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "512"]
+    out = " ".join(runner.invoke(app, base).output.split())  # (rich wraps the line to the terminal)
+    line = out[out.index("why #1"):]
+    t1, t2, gap = (float(v) for v in re.search(r"step ([\d.]+) s vs ([\d.]+) s \(([\d.]+) % apart", line).groups())
+    assert gap == pytest.approx(100 * (t2 / t1 - 1), abs=0.05)
+    assert ("too close to call" in line[:400]) == (t2 / t1 - 1 < RANK_TIE)
+
 def test_a_plan_label_reads_back_as_its_layout_and_estimates_as_planned(h100, megatron):
     """Every label on a plan (MoE: expert TP and recompute modules; sequence parallelism on and off)
     reads back through Layout.from_string as the same layout, and estimate --layout prices it at

@@ -13,6 +13,7 @@ from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from ..perf.step import LEDGER, StepBreakdown
 from ..units import GiB, fmt_bytes, fmt_ibytes
+from ..validation.validate import RANK_TIE
 
 LEDGER_HELP = {
     "ideal_compute": "the job's FLOPs at dense peak",
@@ -314,8 +315,11 @@ def print_plan(console: Console, result: Any, title: str) -> None:
     console.print(f"evaluated {result.evaluated:,} layouts, {result.feasible:,} fit, in {result.seconds:.2f} s")
     if result.why:
         b, r = result.top[0], result.top[1]
+        gap = r.step_time_s / b.step_time_s - 1.0
+        close = (f" ({100 * gap:.1f} % apart, under the {100 * RANK_TIE:.0f} % that validate's ranking counts as a "
+                 "tie between published steps: too close to call)" if gap < RANK_TIE else f" ({100 * gap:.1f} % apart)")
         console.print(f"why #1 ({b.layout.label()}) beats #2 ({r.layout.label()}): step "
-                      f"{b.step_time_s:.4f} s vs {r.step_time_s:.4f} s; ledger lines that differ (s):")
+                      f"{b.step_time_s:.4f} s vs {r.step_time_s:.4f} s{close}; ledger lines that differ (s):")
         for name, d in result.why[:6]:
             console.print(f"  {name:24s} {d:+.4f}  ({LEDGER_HELP[name]})")
     if len(result.by_ep) > 1:
