@@ -44,6 +44,16 @@ def test_a_layout_label_prices_the_same_in_estimate_train_goodput_and_simulate(f
     assert sim == pytest.approx(est, rel=1e-3)
 
 
+def test_each_plan_rows_label_reads_back_at_its_step():
+    """plan --json gives each layout's whole label (micro-batch, ZeRO, recompute, replicas), which
+    estimate --layout reads back to the same job and step; its short "layout" alone would not."""
+    job = ["--model", "llama3-8b", "--gpus", "64", "--global-batch", "1024", "--seq-len", "8192"]
+    top = _json(["plan", *job, "--top", "3"])["top"]
+    for row in top:
+        back = _json(["estimate", *job, "--layout", row["label"], "--no-evidence"])
+        assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9), row["label"]
+    assert any(row["label"] != row["layout"] for row in top)
+
 @pytest.mark.parametrize("fmt, suffix", [("megatron", ".sh"), ("megatron-launch", ".sh"), ("torchtitan", ".sh"),
                                          ("torchtitan-toml", ".toml"), ("deepspeed", ".json")])
 def test_a_plans_export_read_back_prices_the_plan(tmp_path, fmt, suffix):

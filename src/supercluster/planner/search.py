@@ -87,7 +87,9 @@ class Candidate:
     def to_json(self) -> dict[str, object]:
         lay = self.layout
         return {
-            "layout": lay.short(), "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
+            # "label": the whole layout as estimate --layout reads it back (micro-batch, ZeRO, recompute)
+            "layout": lay.short(), "label": lay.label(),
+            "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
             "micro_batch": lay.micro_batch, "global_batch": lay.global_batch, "seq_len": lay.seq_len,
             "precision": lay.precision, "recompute": lay.recompute,
             "recompute_modules": list(lay.recompute_modules), "zero_stage": lay.zero_stage,
