@@ -344,3 +344,19 @@ def test_the_cli_reads_oversubscription_as_numbers_or_as_ratios():
     for bad in ("1:0", "a:b", "2:1:1", "1e308:1e-308"):
         with pytest.raises(InputError, match="oversubscription"):
             _over(bad)
+
+
+def test_power_and_capex_read_in_units_that_keep_their_digits():
+    """A 64-GPU fabric's power reads in kW and its cost in $M, not as 0.1 MW and $0.00 B; a million
+    GPUs' in GW and $B."""
+    from typer.testing import CliRunner
+
+    from supercluster.cli import app
+    from supercluster.units import fmt_usd, fmt_watts
+
+    assert (fmt_watts(975.0e3), fmt_watts(2.4e7), fmt_watts(1.554e9), fmt_watts(811.0)) == (
+        "975.0 kW", "24.0 MW", "1.55 GW", "811 W")
+    assert (fmt_usd(4.959e10), fmt_usd(2.3e6), fmt_usd(6.6e5), fmt_usd(12.0)) == (
+        "$49.59 B", "$2.3 M", "$660.0 k", "$12")
+    line = next(x for x in CliRunner().invoke(app, ["fabric", "--gpus", "64"]).output.splitlines() if "at PUE" in x)
+    assert " kW at PUE" in line and " M (network $" in line and "0.0 MW" not in line, line

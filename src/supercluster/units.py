@@ -57,3 +57,21 @@ def fmt_flops(x: float) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.1f} {unit}"
     return f"{x:.0f} FLOP/s"
+
+
+def fmt_watts(x: float) -> str:
+    """Power in the unit that keeps its digits, e.g. ``fmt_watts(2.4e7) == '24.0 MW'``, ``fmt_watts(9.75e5)
+    == '975.0 kW'`` (a 64-GPU cluster's power reads in kW, not as 0.1 MW)."""
+    for unit, scale, digits in (("GW", GIGA, 2), ("MW", MEGA, 1), ("kW", KILO, 1)):
+        if abs(x) >= scale:
+            return f"{x / scale:,.{digits}f} {unit}"
+    return f"{x:,.0f} W"
+
+
+def fmt_usd(x: float) -> str:
+    """Dollars in the unit that keeps their digits, e.g. ``fmt_usd(4.959e10) == '$49.59 B'``,
+    ``fmt_usd(6.6e5) == '$660.0 k'``."""
+    for unit, scale, digits in (("B", GIGA, 2), ("M", MEGA, 1), ("k", KILO, 1)):
+        if abs(x) >= scale:
+            return f"${x / scale:,.{digits}f} {unit}"
+    return f"${x:,.0f}"

@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..hardware.specs import get_gpu
 from ..reports import plots
 from ..reports import tables as reports
+from ..units import fmt_usd, fmt_watts
 from .app import (
     ForceOpt,
     GpusOpt,
@@ -74,7 +75,7 @@ def fabric(
     con.print(t)
     con.print(f"switches {s['total_switches']:,} | transceivers {s['transceivers']:,} | bisection "
               f"{s['bisection_bytes_per_s'] / 1e12:,.1f} TB/s | max {s['max_hops']} switch hops")
-    con.print(f"power {s['power_w'] / 1e6:,.1f} MW at PUE {pue:g} (GPUs {s['gpu_power_w'] / 1e6:,.1f}, hosts "
-              f"{s['host_power_w'] / 1e6:,.1f}, network {s['network_power_w'] / 1e6:,.2f} MW) | capex "
-              f"${s['capex_usd'] / 1e9:,.2f} B (network ${s['network_capex_usd'] / 1e9:,.3f} B; hosts not priced)")
+    con.print(f"power {fmt_watts(s['power_w'])} at PUE {pue:g} (GPUs {fmt_watts(s['gpu_power_w'])}, hosts "
+              f"{fmt_watts(s['host_power_w'])}, network {fmt_watts(s['network_power_w'])}) | capex "
+              f"{fmt_usd(s['capex_usd'])} (network {fmt_usd(s['network_capex_usd'])}; hosts not priced)")
     con.print(f"all-reduce of {s['allreduce_bytes'] / 1e12:g} TB over all GPUs: {s['allreduce_time_s']:.3f} s")
