@@ -360,3 +360,5 @@ def test_power_and_capex_read_in_units_that_keep_their_digits():
         "$49.59 B", "$2.3 M", "$660.0 k", "$12")
     line = next(x for x in CliRunner().invoke(app, ["fabric", "--gpus", "64"]).output.splitlines() if "at PUE" in x)
     assert " kW at PUE" in line and " M (network $" in line and "0.0 MW" not in line, line
+    table = CliRunner().invoke(app, ["fabric", "--gpus", "100000", "--compare"], env={"COLUMNS": "200"}).output
+    assert " MW │" in table and " B │" in table and " PB/s │" in table and "2500.0" not in table

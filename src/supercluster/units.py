@@ -24,7 +24,7 @@ DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "
 
 def fmt_bytes(x: float) -> str:
     """Decimal-prefix bytes, e.g. ``fmt_bytes(8.2e10) == '82.0 GB'``."""
-    for unit, scale in (("TB", TB), ("GB", GB), ("MB", MEGA), ("kB", KILO)):
+    for unit, scale in (("PB", PETA), ("TB", TB), ("GB", GB), ("MB", MEGA), ("kB", KILO)):
         if abs(x) >= scale:
             return f"{x / scale:.1f} {unit}"
     return f"{x:.0f} B"

@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..hardware.specs import get_gpu
 from ..reports import plots
 from ..reports import tables as reports
-from ..units import fmt_usd, fmt_watts
+from ..units import fmt_bytes, fmt_usd, fmt_watts
 from .app import (
     ForceOpt,
     GpusOpt,
@@ -74,7 +74,7 @@ def fabric(
     con = _out()
     con.print(t)
     con.print(f"switches {s['total_switches']:,} | transceivers {s['transceivers']:,} | bisection "
-              f"{s['bisection_bytes_per_s'] / 1e12:,.1f} TB/s | max {s['max_hops']} switch hops")
+              f"{fmt_bytes(s['bisection_bytes_per_s'])}/s | max {s['max_hops']} switch hops")
     con.print(f"power {fmt_watts(s['power_w'])} at PUE {pue:g} (GPUs {fmt_watts(s['gpu_power_w'])}, hosts "
               f"{fmt_watts(s['host_power_w'])}, network {fmt_watts(s['network_power_w'])}) | capex "
               f"{fmt_usd(s['capex_usd'])} (network {fmt_usd(s['network_capex_usd'])}; hosts not priced)")

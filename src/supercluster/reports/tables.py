@@ -12,7 +12,7 @@ from ..models.spec import ModelSpec
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from ..perf.step import LEDGER, StepBreakdown
-from ..units import GiB, fmt_bytes, fmt_ibytes
+from ..units import GiB, fmt_bytes, fmt_ibytes, fmt_usd, fmt_watts
 from ..validation.validate import RANK_TIE
 
 LEDGER_HELP = {
@@ -494,15 +494,14 @@ def scale_table(rows: list[dict[str, Any]], title: str) -> Table:
 def fabric_options_table(rows: list[dict[str, Any]], title: str) -> Table:
     """``fabric --compare``: each switch and plane count side by side."""
     t = Table(title=title)
-    for col in ("switch", "planes", "link", "tiers", "switches", "optics", "MW", "network MW", "capex $B",
-                "network $B", "bisection PB/s", "1 TB all-reduce"):
+    for col in ("switch", "planes", "link", "tiers", "switches", "optics", "power", "network power", "capex",
+                "network capex", "bisection", "1 TB all-reduce"):
         t.add_column(col, justify="left" if col == "switch" else "right")
     for r in rows:
         t.add_row(str(r["switch"]), str(r["planes"]), f"{r['link_gbit']:g}G", str(len(r["tiers"])),  # type: ignore[arg-type]
-                  f"{r['total_switches']:,}", f"{r['transceivers']:,}", f"{r['power_w'] / 1e6:,.0f}",
-                  f"{r['network_power_w'] / 1e6:,.1f}", f"{r['capex_usd'] / 1e9:,.1f}",
-                  f"{r['network_capex_usd'] / 1e9:,.2f}", f"{r['bisection_bytes_per_s'] / 1e15:,.1f}",
-                  f"{r['allreduce_time_s']:.2f} s")
+                  f"{r['total_switches']:,}", f"{r['transceivers']:,}", fmt_watts(r["power_w"]),
+                  fmt_watts(r["network_power_w"]), fmt_usd(r["capex_usd"]), fmt_usd(r["network_capex_usd"]),
+                  f"{fmt_bytes(r['bisection_bytes_per_s'])}/s", f"{r['allreduce_time_s']:.2f} s")
     return t
 
 
