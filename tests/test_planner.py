@@ -526,3 +526,12 @@ def test_megatron_ep_overlap_refuses_two_mtp_layers_a_recomputed_moe_and_a_delay
     # current scaling re-derives its scales on the replay; one MTP layer is scheduled
     assert sc.estimate("deepseek-v3+mtp", gpu="h100-sxm", num_gpus=1024, layout=full,
                        framework="megatron+ep-overlap+fp8-current").step_time_s > 0
+
+
+def test_a_small_token_budget_reads_in_hours_dollars_and_kilowatt_hours():
+    """plan --tokens on a small job: 1e9 tokens on 8 GPUs take hours and tens of dollars, which the
+    line says (it printed '0.1 days, $0.00 M, 0 MWh')."""
+    out = " ".join(runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "64",
+                                       "--tokens", "1e9"]).output.split())
+    line = out[out.index("tokens with #1"):]
+    assert " h (failure-free), $" in line and "kWh" in line.split("\n")[0] and "$0.00 M" not in line, line

@@ -68,6 +68,11 @@ def fmt_watts(x: float) -> str:
     return f"{x:,.0f} W"
 
 
+def fmt_watt_hours(x: float) -> str:
+    """Energy in watt-hours, in the unit that keeps its digits, e.g. ``fmt_watt_hours(1.2e10) == '12.0 GWh'``."""
+    return fmt_watts(x) + "h"
+
+
 def fmt_usd(x: float) -> str:
     """Dollars in the unit that keeps their digits, e.g. ``fmt_usd(4.959e10) == '$49.59 B'``,
     ``fmt_usd(6.6e5) == '$660.0 k'``."""

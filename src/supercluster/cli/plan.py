@@ -16,6 +16,7 @@ from ..parallelism.layout import Layout
 from ..planner.fallback import fixed_settings
 from ..reports import plots
 from ..reports import tables as reports
+from ..units import fmt_seconds, fmt_usd, fmt_watt_hours
 from ..validation import evidence as evidence_lines
 from .app import (
     CLI_FRAMEWORK,
@@ -123,8 +124,8 @@ def plan(
     reports.print_plan(_out(), res, f"{reports.model_label(m)} on {gpus:,} x {gpu}: best layouts by {objective}")
     if tokens:
         b = res.best.budget(tokens)
-        _out().print(f"{tokens:.3g} tokens with #1: {b['days_to_train']:,.1f} days (failure-free), "
-                     f"${b['cost_usd'] / 1e6:,.2f} M, {b['energy_mwh']:,.0f} MWh")
+        _out().print(f"{tokens:.3g} tokens with #1: {fmt_seconds(b['days_to_train'] * 86400.0)} (failure-free), "
+                     f"{fmt_usd(b['cost_usd'])}, {fmt_watt_hours(b['energy_mwh'] * 1e6)}")
     if ev is not None:
         _out().print(ev.line(), style="dim", markup=False)
     elif evidence:
