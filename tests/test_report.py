@@ -52,6 +52,10 @@ def test_the_report_is_the_commands_own_answers_on_one_page(tmp_path):
     assert best["layout"] in md and "How far to trust it" in md and "Which faster part buys the most" in md
     assert "| scale-out bandwidth (NIC) | " in md
     assert "## Where the traffic goes" in md and all(f"| {p['group']} | " in md for p in est["placement"])
+    # a 64-GPU job's power and network cost read in kW and $k / $M, not as 0.1 MW and $0.0 M
+    cost = next(x for x in md.splitlines() if x.startswith("| cost |"))
+    net = next(x for x in md.splitlines() if x.startswith("| network |"))
+    assert " kW |" in cost and re.search(r"\$[\d.,]+ [kM] \|$", net), (cost, net)
 
 
 def test_a_report_directory_that_is_a_file_is_refused_before_any_work(tmp_path):

@@ -25,7 +25,7 @@ from ..parallelism.framework import Framework
 from ..planner.search import compare_gpus, plan
 from ..planner.sensitivity import sensitivity
 from ..reliability.run import RunOptions, analyse_run
-from ..units import GiB
+from ..units import GiB, fmt_usd, fmt_watt_hours, fmt_watts
 from ..validation.evidence import evidence_for, no_runs_line
 from . import plots
 from .tables import breakdown_json
@@ -111,14 +111,14 @@ def _blocks(report: dict[str, Any], figures: set[str]) -> list[Block]:
         ("step", f"{step['step_time_s']:.3f} s, {step['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU "
                  f"{100 * step['mfu']:.1f} %"),
         ("memory per GPU", f"{step['memory_per_gpu_bytes'] / GiB:.1f} of {step['hbm_bytes'] / GiB:.0f} GiB"),
-        ("time to train", f"{run['wall_days_p50']:,.1f} days (p10-p90 {run['wall_days_p10']:,.1f}-"
-                          f"{run['wall_days_p90']:,.1f}; {run['failure_free_days']:,.1f} failure-free)"),
+        ("time to train", f"{run['wall_days_p50']:,.2f} days (p10-p90 {run['wall_days_p10']:,.2f}-"
+                          f"{run['wall_days_p90']:,.2f}; {run['failure_free_days']:,.2f} failure-free)"),
         ("goodput", f"ETTR {100 * run['ettr_p50']:.1f} %, job MTBF {run['job_mtbf_h']:,.2f} h, checkpoint every "
                     f"{run['checkpoint_interval_s'] / 60:,.1f} min"),
-        ("cost", f"{_big(run['gpu_hours'])} GPU-hours, ${_big(run['cost_usd'])}, "
-                 f"{run['energy_mwh']:,.0f} MWh at {run['facility_power_mw']:,.1f} MW"),
+        ("cost", f"{_big(run['gpu_hours'])} GPU-hours, {fmt_usd(run['cost_usd'])}, "
+                 f"{fmt_watt_hours(run['energy_mwh'] * 1e6)} at {fmt_watts(run['facility_power_mw'] * 1e6)}"),
         ("network", f"{len(fab['tiers'])} tier(s) of {fab['switch']}, {fab['total_switches']:,} switches, "
-                    f"{fab['transceivers']:,} transceivers, ${fab['network_capex_usd'] / 1e6:,.1f} M"),
+                    f"{fab['transceivers']:,} transceivers, {fmt_usd(fab['network_capex_usd'])}"),
     ]
     b: list[Block] = [
         ("h1", f"{job['model_name']} on {job['gpus']:,} x {job['gpu_name']}"),
