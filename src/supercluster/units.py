@@ -69,7 +69,7 @@ def fmt_watts(x: float) -> str:
 
 
 def fmt_watt_hours(x: float) -> str:
-    """Energy in watt-hours, in the unit that keeps its digits, e.g. ``fmt_watt_hours(1.2e10) == '12.0 GWh'``."""
+    """Energy in watt-hours, in the unit that keeps its digits, e.g. ``fmt_watt_hours(3.76e4) == '37.6 kWh'``."""
     return fmt_watts(x) + "h"
 
 
