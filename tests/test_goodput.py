@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -120,3 +121,15 @@ def test_train_cli_reports_days_energy_cost_and_exact_ledger():
     fl = d["ledger_flops"]
     assert sum(fl.values()) == pytest.approx(d["peak_flops_total"], rel=1e-9)
     assert d["useful_flops"] == fl["ideal_compute"]
+
+
+def test_a_small_runs_energy_power_and_cost_read_in_units_that_keep_their_digits():
+    """train on 8 GPUs for 1e9 tokens: tens of kWh at about 12 kW and tens of dollars, not 4e-05 MWh
+    at 0.0121 MW; the figures are the JSON's, in other units."""
+    job = ["train", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "8", "--tokens", "1e9", "--trials", "50"]
+    d = json.loads(runner.invoke(app, [*job, "--json"]).output)
+    line = next(x for x in runner.invoke(app, job, env={"COLUMNS": "300"}).output.splitlines() if "GPU-hours" in x)
+    energy, power = re.search(r"\| ([\d.]+) kWh at ([\d.]+) kW \|", line).groups()
+    assert float(energy) == pytest.approx(d["energy_mwh"] * 1e3, abs=0.05)
+    assert float(power) == pytest.approx(d["facility_power_mw"] * 1e3, abs=0.05)
+    assert f"| ${d['cost_usd']:,.0f} at" in line

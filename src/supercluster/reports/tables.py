@@ -12,7 +12,7 @@ from ..models.spec import ModelSpec
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from ..perf.step import LEDGER, StepBreakdown
-from ..units import GiB, fmt_bytes, fmt_ibytes, fmt_usd, fmt_watts
+from ..units import GiB, fmt_bytes, fmt_ibytes, fmt_usd, fmt_watt_hours, fmt_watts
 from ..validation.validate import RANK_TIE
 
 LEDGER_HELP = {
@@ -394,8 +394,8 @@ def print_run(console: Console, s: dict[str, Any], title: str) -> None:
         f"{ck['stall_s']:.1f} s, recovery {ck['recovery_s'] / 60:.1f} min")
     console.print(
         f"wall days p10/p50/p90 {s['wall_days_p10']:.1f}/{s['wall_days_p50']:.1f}/{s['wall_days_p90']:.1f} | "
-        f"{s['tokens']:.3g} tokens | {_num(s['gpu_hours'])} GPU-hours | {_num(s['energy_mwh'])} MWh at "
-        f"{_num(s['facility_power_mw'])} MW | ${_num(s['cost_usd'])} at ${s['gpu_hour_usd']:.2f}/GPU-h")
+        f"{s['tokens']:.3g} tokens | {_num(s['gpu_hours'])} GPU-hours | {fmt_watt_hours(s['energy_mwh'] * 1e6)} at "
+        f"{fmt_watts(s['facility_power_mw'] * 1e6)} | {fmt_usd(s['cost_usd'])} at ${s['gpu_hour_usd']:.2f}/GPU-h")
 
 
 def _num(x: float) -> str:
