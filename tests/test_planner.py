@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -306,6 +307,11 @@ def test_compare_command_prints_a_row_per_gpu_type():
         bad = CliRunner().invoke(app, ["compare", "--gpu-types", "h100-sxm", option, value])
         assert isinstance(bad.exception, InputError), (option, bad.output)
         assert bad.exception.field == option[2:].replace("-", "_"), option
+    # the table reads a small job's time, cost and energy in units that keep their digits (hours, $, kWh)
+    text = CliRunner().invoke(app, ["compare", "--model", "llama3-8b", "--gpu-types", "h100-sxm", "--gpus", "8",
+                                    "--global-batch", "64", "--tokens", "1e9"], env={"COLUMNS": "200"}).output
+    row = next(x for x in text.splitlines() if x.startswith("│ h100-sxm"))
+    assert re.search(r"│ +[\d.]+ h │ +\$\d+ │ +[\d.]+ kWh │$", row), row
 
 
 def test_a_plan_can_be_told_to_keep_settings(llama3_70b, h100, megatron):
@@ -341,8 +347,6 @@ def test_plan_command_keeps_the_settings_it_is_given():
 def test_the_plan_says_how_far_apart_its_first_two_layouts_are_and_when_that_is_a_tie():
     """#1 and #2 of a plan are often a hair apart; the why line gives the gap and, under validate's
     ranking tie (2 %), says the model cannot call which of the two is faster."""
-    import re
-
     from supercluster.validation.validate import RANK_TIE
 
     base = ["plan", "--model", "llama3-8b", "--gpus", "64", "--global-batch", "512"]

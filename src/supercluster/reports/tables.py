@@ -12,7 +12,7 @@ from ..models.spec import ModelSpec
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from ..perf.step import LEDGER, StepBreakdown
-from ..units import GiB, fmt_bytes, fmt_ibytes, fmt_usd, fmt_watt_hours, fmt_watts
+from ..units import GiB, fmt_bytes, fmt_ibytes, fmt_seconds, fmt_usd, fmt_watt_hours, fmt_watts
 from ..validation.validate import RANK_TIE
 
 LEDGER_HELP = {
@@ -458,7 +458,7 @@ def print_timeline(console: Console, s: dict[str, Any], title: str) -> None:
 def compare_table(rows: list[dict[str, Any]], title: str, objective: str) -> Table:
     """``compare``'s rows: each GPU type's best layout, days, dollars and energy."""
     t = Table(title=title + f": best layout by {objective} per GPU type")
-    for col in ("GPU", "layout", "prec", "step s", "MFU", "tok/s/GPU", "mem GiB", "days", "cost", "MWh"):
+    for col in ("GPU", "layout", "prec", "step s", "MFU", "tok/s/GPU", "mem GiB", "time", "cost", "energy"):
         t.add_column(col, justify="left" if col in ("GPU", "layout", "prec") else "right")
     for r in rows:
         if not r["fits"]:
@@ -468,9 +468,8 @@ def compare_table(rows: list[dict[str, Any]], title: str, objective: str) -> Tab
         t.add_row(str(r["gpu"]), f"{b['layout']} mb{b['micro_batch']} z{b['zero_stage']} {b['recompute']}",
                   str(b["precision"]), f"{b['step_time_s']:.3f}",
                   f"{100 * b['mfu']:.1f}%", f"{r['tokens_per_s_per_gpu']:,.0f}",
-                  f"{b['memory_per_gpu_bytes'] / 2**30:.1f}", f"{r['days_to_train']:,.1f}",
-                  f"${r['cost_usd'] / 1e6:,.2f} M" if r["cost_usd"] >= 1e6 else f"${r['cost_usd'] / 1e3:,.1f} k",
-                  f"{r['energy_mwh']:,.1f}")
+                  f"{b['memory_per_gpu_bytes'] / 2**30:.1f}", fmt_seconds(r["days_to_train"] * 86400.0),
+                  fmt_usd(r["cost_usd"]), fmt_watt_hours(r["energy_mwh"] * 1e6))
     return t
 
 
