@@ -56,6 +56,7 @@ def test_the_report_is_the_commands_own_answers_on_one_page(tmp_path):
     cost = next(x for x in md.splitlines() if x.startswith("| cost |"))
     net = next(x for x in md.splitlines() if x.startswith("| network |"))
     assert " kW |" in cost and re.search(r"\$[\d.,]+ [kM] \|$", net), (cost, net)
+    assert "| GPU | layout | step s | time | cost | energy |" in md
 
 
 def test_a_report_directory_that_is_a_file_is_refused_before_any_work(tmp_path):

@@ -25,7 +25,7 @@ from ..parallelism.framework import Framework
 from ..planner.search import compare_gpus, plan
 from ..planner.sensitivity import sensitivity
 from ..reliability.run import RunOptions, analyse_run
-from ..units import GiB, fmt_usd, fmt_watt_hours, fmt_watts
+from ..units import GiB, fmt_seconds, fmt_usd, fmt_watt_hours, fmt_watts
 from ..validation.evidence import evidence_for, no_runs_line
 from . import plots
 from .tables import breakdown_json
@@ -146,11 +146,11 @@ def _blocks(report: dict[str, Any], figures: set[str]) -> list[Block]:
     ]
     if report["compare"]:
         rows = [(r["gpu"], r["best"]["layout"], f"{r['best']['step_time_s']:.3f}",
-                 f"{r['days_to_train']:,.1f} (failure-free)", f"${_big(r['cost_usd'])}",
-                 f"{r['energy_mwh']:,.0f}") if r["fits"] else (r["gpu"], r["reason"], "-", "-", "-", "-")
+                 f"{fmt_seconds(r['days_to_train'] * 86400.0)} (failure-free)", fmt_usd(r["cost_usd"]),
+                 fmt_watt_hours(r["energy_mwh"] * 1e6)) if r["fits"] else (r["gpu"], r["reason"], "-", "-", "-", "-")
                 for r in report["compare"]]
         b += [("h2", "The same job on other GPU types"),
-              ("table", ("GPU", "layout", "step s", "days", "cost", "MWh"), rows)]
+              ("table", ("GPU", "layout", "step s", "time", "cost", "energy"), rows)]
         if "compare" in figures:
             b.append(("figure", "compare"))
     return b
