@@ -352,11 +352,12 @@ def test_power_and_capex_read_in_units_that_keep_their_digits():
     from typer.testing import CliRunner
 
     from supercluster.cli import app
-    from supercluster.units import fmt_usd, fmt_watt_hours, fmt_watts
+    from supercluster.units import fmt_count, fmt_usd, fmt_watt_hours, fmt_watts
 
     assert (fmt_watts(975.0e3), fmt_watts(2.4e7), fmt_watts(1.554e9), fmt_watts(811.0)) == (
         "975.0 kW", "24.0 MW", "1.55 GW", "811 W")
     assert fmt_watt_hours(3.76e4) == "37.6 kWh"
+    assert (fmt_count(2.123e7), fmt_count(4010.4), fmt_count(0.0243)) == ("21.23 M", "4,010", "0.0243")
     assert (fmt_usd(4.959e10), fmt_usd(2.3e6), fmt_usd(6.6e5), fmt_usd(12.0)) == (
         "$49.59 B", "$2.3 M", "$660.0 k", "$12")
     line = next(x for x in CliRunner().invoke(app, ["fabric", "--gpus", "64"]).output.splitlines() if "at PUE" in x)

@@ -80,3 +80,11 @@ def fmt_usd(x: float) -> str:
         if abs(x) >= scale:
             return f"${x / scale:,.{digits}f} {unit}"
     return f"${x:,.0f}"
+
+
+def fmt_count(x: float) -> str:
+    """A count (GPU-hours, say) to read at a glance across the scales one report spans, e.g.
+    ``fmt_count(2.123e7) == '21.23 M'``, ``fmt_count(4010.4) == '4,010'``, ``fmt_count(0.0243) == '0.0243'``."""
+    if x >= MEGA:
+        return f"{x / MEGA:,.2f} M"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"

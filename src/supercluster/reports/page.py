@@ -25,7 +25,7 @@ from ..parallelism.framework import Framework
 from ..planner.search import compare_gpus, plan
 from ..planner.sensitivity import sensitivity
 from ..reliability.run import RunOptions, analyse_run
-from ..units import GiB, fmt_seconds, fmt_usd, fmt_watt_hours, fmt_watts
+from ..units import GiB, fmt_count, fmt_seconds, fmt_usd, fmt_watt_hours, fmt_watts
 from ..validation.evidence import evidence_for, no_runs_line
 from . import plots
 from .tables import breakdown_json
@@ -115,7 +115,7 @@ def _blocks(report: dict[str, Any], figures: set[str]) -> list[Block]:
                           f"{run['wall_days_p90']:,.2f}; {run['failure_free_days']:,.2f} failure-free)"),
         ("goodput", f"ETTR {100 * run['ettr_p50']:.1f} %, job MTBF {run['job_mtbf_h']:,.2f} h, checkpoint every "
                     f"{run['checkpoint_interval_s'] / 60:,.1f} min"),
-        ("cost", f"{_big(run['gpu_hours'])} GPU-hours, {fmt_usd(run['cost_usd'])}, "
+        ("cost", f"{fmt_count(run['gpu_hours'])} GPU-hours, {fmt_usd(run['cost_usd'])}, "
                  f"{fmt_watt_hours(run['energy_mwh'] * 1e6)} at {fmt_watts(run['facility_power_mw'] * 1e6)}"),
         ("network", f"{len(fab['tiers'])} tier(s) of {fab['switch']}, {fab['total_switches']:,} switches, "
                     f"{fab['transceivers']:,} transceivers, {fmt_usd(fab['network_capex_usd'])}"),
@@ -154,11 +154,6 @@ def _blocks(report: dict[str, Any], figures: set[str]) -> list[Block]:
         if "compare" in figures:
             b.append(("figure", "compare"))
     return b
-
-
-def _big(x: float) -> str:
-    """A count or a sum of dollars to read at a glance: 1.23 M from a million up, 12,345 below."""
-    return f"{x / 1e6:,.2f} M" if abs(x) >= 1e6 else f"{x:,.0f}"
 
 
 def _sensitivity_table(rows: list[dict[str, Any]]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:

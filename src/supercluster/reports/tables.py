@@ -12,7 +12,7 @@ from ..models.spec import ModelSpec
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from ..perf.step import LEDGER, StepBreakdown
-from ..units import GiB, fmt_bytes, fmt_ibytes, fmt_seconds, fmt_usd, fmt_watt_hours, fmt_watts
+from ..units import GiB, fmt_bytes, fmt_count, fmt_ibytes, fmt_seconds, fmt_usd, fmt_watt_hours, fmt_watts
 from ..validation.validate import RANK_TIE
 
 LEDGER_HELP = {
@@ -394,15 +394,9 @@ def print_run(console: Console, s: dict[str, Any], title: str) -> None:
         f"{ck['stall_s']:.1f} s, recovery {ck['recovery_s'] / 60:.1f} min")
     console.print(
         f"wall days p10/p50/p90 {s['wall_days_p10']:.1f}/{s['wall_days_p50']:.1f}/{s['wall_days_p90']:.1f} | "
-        f"{s['tokens']:.3g} tokens | {_num(s['gpu_hours'])} GPU-hours | {fmt_watt_hours(s['energy_mwh'] * 1e6)} at "
-        f"{fmt_watts(s['facility_power_mw'] * 1e6)} | {fmt_usd(s['cost_usd'])} at ${s['gpu_hour_usd']:.2f}/GPU-h")
-
-
-def _num(x: float) -> str:
-    """1.23 M, 12,345, 0.0243: readable across the scales one report spans."""
-    if x >= 1e6:
-        return f"{x / 1e6:,.2f} M"
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+        f"{s['tokens']:.3g} tokens | {fmt_count(s['gpu_hours'])} GPU-hours | "
+        f"{fmt_watt_hours(s['energy_mwh'] * 1e6)} at {fmt_watts(s['facility_power_mw'] * 1e6)} | "
+        f"{fmt_usd(s['cost_usd'])} at ${s['gpu_hour_usd']:.2f}/GPU-h")
 
 
 def frameworks_table(fws: dict[str, Framework]) -> Table:
