@@ -138,7 +138,8 @@ def test_every_framework_option_is_named_in_the_help_of_every_command():
     import typer
 
     from supercluster.cli.app import FRAMEWORK_HELP
-    from supercluster.parallelism.framework import CAPACITY_PREFIX, SUFFIXES, framework_catalog
+    from supercluster.parallelism.framework import framework_catalog
+    from supercluster.parallelism.suffixes import CAPACITY_PREFIX, SUFFIXES
 
     for name in [*framework_catalog(), *SUFFIXES, CAPACITY_PREFIX]:
         assert name in FRAMEWORK_HELP, name

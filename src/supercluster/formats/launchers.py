@@ -42,15 +42,9 @@ from ..errors import InputError, config_int, require, subtable
 from ..files import parse_json, read_input, user_path
 from ..models.spec import ModelSpec
 from ..parallelism import pplayout
-from ..parallelism.framework import (
-    DEFAULT_FRAMEWORK,
-    DP_OVERLAP_SUFFIX,
-    MEGATRON_FP8_RECIPE,
-    NO_DP_OVERLAP_SUFFIX,
-    Framework,
-    get_framework,
-)
+from ..parallelism.framework import DEFAULT_FRAMEWORK, MEGATRON_FP8_RECIPE, Framework, get_framework
 from ..parallelism.layout import Layout
+from ..parallelism.suffixes import DP_OVERLAP_SUFFIX, NO_DP_OVERLAP_SUFFIX
 from . import maxtext, megatron_args, megatron_flags, torchtitan
 from .torchtitan import (  # noqa: F401 (the TOML writers and readers, re-exported for the launchers' callers)
     from_torchtitan_toml,

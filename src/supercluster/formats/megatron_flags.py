@@ -9,18 +9,9 @@ import dataclasses
 from typing import Any
 
 from ..errors import require
-from ..parallelism.framework import (
-    CAPACITY_PREFIX,
-    CP_A2A_SUFFIX,
-    DEEPEP_SUFFIX,
-    EP_OVERLAP_SUFFIX,
-    FP8_RECIPE_NAMES,
-    MEGATRON_FP8_RECIPE,
-    PAD_SUFFIX,
-    Framework,
-    get_framework,
-)
+from ..parallelism.framework import FP8_RECIPE_NAMES, MEGATRON_FP8_RECIPE, Framework, get_framework
 from ..parallelism.layout import Layout
+from ..parallelism.suffixes import CAPACITY_PREFIX, CP_A2A_SUFFIX, DEEPEP_SUFFIX, EP_OVERLAP_SUFFIX, PAD_SUFFIX
 from .megatron_args import float_flag
 
 #: profiles whose behaviours Megatron-LM flags can set (others export the layout and model only)

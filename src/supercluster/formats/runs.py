@@ -24,22 +24,19 @@ from ..files import user_path
 from ..hardware.specs import gpu_catalog, gpu_key
 from ..models.catalog import model_catalog
 from ..models.spec import ModelSpec
-from ..parallelism.framework import (
+from ..parallelism.framework import FP8_RECIPE_NAMES, Framework, capacity_factor, get_framework
+from ..parallelism.layout import UNPRICED_MODULES, Layout
+from ..parallelism.published import named_option_suffixes, resolve_framework
+from ..parallelism.suffixes import (
     CAPACITY_PREFIX,
     CUDA_GRAPHS_SUFFIX,
     DP_OVERLAP_SUFFIX,
     EMBED_SPLIT_SUFFIX,
-    FP8_RECIPE_NAMES,
     NO_DP_OVERLAP_SUFFIX,
     NO_TP_OVERLAP_SUFFIX,
     PAD_SUFFIX,
     TP_OVERLAP_SUFFIX,
-    Framework,
-    capacity_factor,
-    get_framework,
 )
-from ..parallelism.layout import UNPRICED_MODULES, Layout
-from ..parallelism.published import named_option_suffixes, resolve_framework
 from .phrases import (
     parse_layer_ac,
     parse_precision,

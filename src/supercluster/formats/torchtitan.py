@@ -44,8 +44,9 @@ from ..errors import InputError, config_int, require, subtable
 from ..files import parse_toml, shell_words
 from ..models.spec import ModelSpec
 from ..parallelism import pplayout
-from ..parallelism.framework import COMPILE_SUFFIX, TP_OVERLAP_SUFFIX, Framework
+from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
+from ..parallelism.suffixes import COMPILE_SUFFIX, TP_OVERLAP_SUFFIX
 from .megatron_args import world_size
 
 #: Preset -> torchtitan 0.3.0's (module, config function) for the same architecture

@@ -7,22 +7,18 @@ from dataclasses import replace
 from functools import lru_cache
 
 from ..errors import InputError
-from .framework import (
+from .framework import DEFAULT_FRAMEWORK, Framework, framework_catalog, get_framework, with_suffixes
+from .suffixes import (
     COMPILE_SUFFIX,
     CP_A2A_SUFFIX,
     CUDA_GRAPHS_SUFFIX,
     DEEPEP_SUFFIX,
-    DEFAULT_FRAMEWORK,
     EMBED_SPLIT_SUFFIX,
     EP_OVERLAP_SUFFIX,
     FLASH_ATTN_SUFFIX,
     ROUND_ROBIN_SUFFIX,
     TP_OVERLAP_SUFFIX,
-    Framework,
-    framework_catalog,
-    get_framework,
     split_suffixes,
-    with_suffixes,
 )
 
 #: First year in which training frameworks ran FlashAttention (Dao et al., May 2022; Megatron-LM

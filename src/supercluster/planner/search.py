@@ -31,8 +31,9 @@ from ..network import costs
 from ..network.fabric import check_gpu_count
 from ..network.twolevel import Network
 from ..parallelism import rules
-from ..parallelism.framework import CP_A2A_SUFFIX, Framework, with_suffixes
+from ..parallelism.framework import Framework, with_suffixes
 from ..parallelism.layout import Layout
+from ..parallelism.suffixes import CP_A2A_SUFFIX
 from ..perf.columns import LOWP_CODE, RECOMPUTE_CODE, RECOMPUTE_NAME, module_bits, module_names, row_layout
 from ..perf.compute import check_kernels
 from ..perf.step import LEDGER, step_columns
