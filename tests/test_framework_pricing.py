@@ -537,3 +537,35 @@ def test_megatron_core_keeps_no_expert_outputs_for_the_gate_gradient():
     extra = m.num_moe_layers * 4096 * m.top_k * m.expert_width * 2.0
     assert kept.memory["mem_activations_bytes"] - weighted.memory["mem_activations_bytes"] == pytest.approx(extra)
     assert kept.step_time_s == weighted.step_time_s
+
+
+def test_deepseek_low_precision_storage_keeps_less_and_recomputes_the_swiglu():
+    """DeepSeek-V3 report sec. 3.3.4 as HAI-LLM's profile holds it, by hand per token and layer of
+    DeepSeek-V3 (58 of 61 layers MoE, top-8 experts of 2,048 plus a shared one, 128 heads with values
+    of 128) in FP8 at TP 1: each MoE FC1 output element in 1 byte each for gate and up and no FC2 input
+    (1 + 1 instead of 2 + 2 + 1: 3 bytes less), the attention output once in E5M6 (1.5 bytes instead of
+    2 + 1); BF16 moments beside the FP32 master: 8 bytes of optimizer state a parameter, not 12."""
+    import dataclasses
+
+    from supercluster.formats.load import load_model
+    from supercluster.hardware.specs import get_gpu
+    from supercluster.parallelism.framework import get_framework
+    from supercluster.perf.columns import layout_columns, read_rows
+    from supercluster.perf.memory import layer_bytes_per_token
+
+    hai = get_framework("hai-llm")
+    kept = dataclasses.replace(hai, low_precision_activations=False)
+    assert hai.low_precision_activations and hai.optimizer_bytes_per_param == 8.0
+    m, h800 = load_model("deepseek-v3"), get_gpu("h800")
+    moe_width = 58 / 61 * (8 * 2048 + 2048)
+    for precision, less in (("fp8", 3.0 * moe_width + 1.5 * 128 * 128), ("bf16", 0.0)):
+        lay = Layout(pp=16, dp=128, ep=64, global_batch=15360, seq_len=4096, precision=precision,
+                     recompute="selective")
+        rows = read_rows(m, layout_columns(lay, hai))
+        zero = np.zeros(1)
+        assert float(layer_bytes_per_token(m, kept, rows, zero)[0] - layer_bytes_per_token(m, hai, rows, zero)[0]) \
+            == pytest.approx(less)
+        own, plain = (estimate(m, gpu=h800, num_gpus=2048, layout=lay, framework=f) for f in (hai, kept))
+        # the SwiGLU output runs again in the backward: recompute grows in FP8 only
+        assert (own.ledger["recompute"] > plain.ledger["recompute"]) == (precision == "fp8")
+        assert (own.memory_per_gpu_bytes < plain.memory_per_gpu_bytes) == (precision == "fp8")

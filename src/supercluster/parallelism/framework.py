@@ -234,6 +234,12 @@ class Framework:
     #: a framework that quantises for fp8 with its own kernels: HBM bytes per quantised element over
     #: forward and backward; 0 = Transformer Engine's figure for the recipe (kernels.toml [quantize])
     fp8_quantize_bytes_per_element: float = 0.0
+    #: DeepSeek-V3's low-precision activation caching (report sec. 3.3.4), in fp8 / fp4 layouts: the
+    #: attention output, which the attention's backward and the output projection's weight gradient both
+    #: read, kept once in its 12-bit E5M6 format instead of in 16 bits and quantised; the MoE layers'
+    #: SwiGLU inputs (their FC1 outputs) kept in the GEMM precision and the SwiGLU output recomputed in
+    #: the backward instead of kept (perf.memory, perf.compute)
+    low_precision_activations: bool = False
     #: peak bytes per logit the loss holds (default: fp32 logits and their fp32 gradient)
     loss_bytes_per_logit: float = 8.0
     #: the same where the framework compiles its loss under torch.compile (the "+compile" option);

@@ -301,7 +301,8 @@ def layer_work(model: ModelSpec, gpu: GpuSpec, fw: Framework, rows: Rows, r: Rat
         t_score_b=t_score_b, t_rec_f=t_rec_f, t_rec_b=t_rec_b, t_mem_f=t_mem_f, t_fwd=t_fwd, t_bwd=t_bwd,
         t_host_f=np.zeros_like(tp), t_host_b=np.zeros_like(tp), t_cont_f=np.zeros_like(tp),
         t_cont_b=np.zeros_like(tp),
-        t_rc=np.where(rows.rc == 2, rows.frc * t_fwd, np.where(rows.rc == 1, t_sel, 0.0)),
+        t_rc=np.where(rows.rc == 2, rows.frc * t_fwd, np.where(rows.rc == 1, t_sel, 0.0))
+        + _cached_act_recompute_s(model, fw, rows, act_passes, mem_bw),
         t_head=3.0 * head_f / r.ceiling16 + 5.0 * 4.0 * T * V / tp / mem_bw,  # logits in bf16, fp32 loss
         t_proj=3.0 * proj_f / r.ceiling,
         # unfused attention keeps the softmax output (and dropout mask and output) per token
@@ -413,13 +414,32 @@ def _selective_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, t_gemm_f
     act_t = el * T * act_passes / rows.tp / mem_bw
     modules = (np.where(has["core_attn"], t_attn_f + t_score_f, 0.0)
                + np.where(has["layernorm"], f_moe * 2.0 * el * h * tok_sp / mem_bw, 0.0)
-               + np.where(has["moe_act"] & ~has["moe"], act_t * f_routed, 0.0)
+               + np.where(has["moe_act"] & ~has["moe"] & ~_caches_act(fw, rows), act_t * f_routed, 0.0)
                + np.where(has["mlp"], t_gemm_f * w_dense / w_layer + act_t * f_dense
                           + (1.0 - f_moe) * 2.0 * el * h * tok_sp / mem_bw, 0.0)
                + np.where(has["moe"], t_gemm_f * w_moe / w_layer + act_t * f_moew
                           + el * f_moe * 4.0 * model.top_k * model.expert_width * tok_sp / mem_bw, 0.0)
                + np.where(has["mla_up_proj"], t_gemm_f * w_up / w_layer, 0.0))
     return modules if op is None else np.where(rows.named, modules, op)
+
+
+def _caches_act(fw: Framework, rows: Rows) -> np.ndarray:
+    """Rows whose MoE layers keep the SwiGLU inputs and recompute its output in the backward
+    (:attr:`Framework.low_precision_activations`, fp8 / fp4 layouts)."""
+    return fw.low_precision_activations & (rows.lowp > 0)
+
+
+def _cached_act_recompute_s(model: ModelSpec, fw: Framework, rows: Rows, act_passes: float,
+                            mem_bw: float) -> np.ndarray:
+    """Seconds per layer and micro-batch of the MoE layers' SwiGLU forward run again in the backward
+    where its output is not kept (:func:`_caches_act`): an activation pass over the routed and shared
+    experts' width that reads its cached inputs and writes its output (for the FC2 weight gradient) in
+    the GEMM precision; 0 where the recompute runs the whole MoE layer's forward anyway (full
+    recompute's share, a recomputed ``moe`` module)."""
+    _, f_moew, _ = mlp_widths(model)
+    act = rows.low_el * rows.T * act_passes / rows.tp / mem_bw * f_moew
+    redone = np.where(rows.rc == 2, rows.frc, np.where((rows.rc == 1) & rows.has["moe"], 1.0, 0.0))
+    return np.where(_caches_act(fw, rows), act * (1.0 - redone), 0.0)
 
 
 def mlp_widths(model: ModelSpec) -> tuple[float, float, float]:

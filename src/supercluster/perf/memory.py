@@ -17,6 +17,9 @@ from ..units import GiB
 from .columns import Rows, zero_groups
 from .compute import mean_mlp_width, mlp_widths
 
+#: bytes an element of DeepSeek's E5M6 activation format takes (1 sign, 5 exponent and 6 mantissa bits;
+#: DeepSeek-V3 report sec. 3.3.4; see Framework.low_precision_activations)
+E5M6_BYTES = 1.5
 FRAMEWORK_RESERVE_BYTES = 3 * GiB  # CUDA context, NCCL buffers, cuBLAS workspace (assumed)
 
 
@@ -180,6 +183,13 @@ def layer_bytes_per_token(model: ModelSpec, fw: Framework, rows: Rows, score_tok
     def mlp_int(width: float) -> np.ndarray:  # FC1 output(s) in 16 bits, the FC2 input in the GEMM precision
         return (2.0 * (mlp_tensors - 1.0) + low_el) * width / tp
 
+    # DeepSeek's low-precision caching (Framework.low_precision_activations): the MoE layers' FC1 outputs
+    # in the GEMM precision, their FC2 input not kept (recomputed); the attention output once, in E5M6
+    cache = fw.low_precision_activations & low
+    moe_cut = np.where(cache, (2.0 - low_el) * (mlp_tensors - 1.0) + low_el, 0.0) * f_moew / tp
+    dense_att = ~model.sparse_active(rows.seq) if model.index_topk else True
+    att_cut = np.where(cache & dense_att, (2.0 + low_el - E5M6_BYTES) * (a / tp) * dv, 0.0)
+
     # (the combined expert outputs, 16-bit, for the gate-weight gradient, unless the gate weights the
     # experts' activation)
     outputs = 0.0 if fw.moe_probs_in_experts else 2.0 * sp_frac
@@ -187,16 +197,16 @@ def layer_bytes_per_token(model: ModelSpec, fw: Framework, rows: Rows, score_tok
         outputs
         # the experts' input, gathered over expert TP, saved by the grouped FC1 in the GEMM precision
         + np.where(low, low_el, 2.0) * np.where(etp > 1, etp / tp, sp_frac))
-    per_tok = (ln_in + n_sub * lin_in + f_att * _attention_bytes_per_token(model, rows) + mlp_int(f_act) + moe_tok
-               + model.recurrent_saved_per_token(low_el) / tp)
+    per_tok = (ln_in + n_sub * lin_in + f_att * (_attention_bytes_per_token(model, rows) - att_cut) + mlp_int(f_act)
+               - moe_cut + moe_tok + model.recurrent_saved_per_token(low_el) / tp)
     none_tok = per_tok + score_tok  # what a layer keeps without recompute
     # Selective recompute drops what the recomputed modules saved (Megatron-Core recompute_modules;
     # its default, core_attn, drops the attention scores: Korthikanti et al. 2022): the MoE layers'
     # pre-MLP norm output (layernorm, or the whole MoE layer), the experts' FC2 input (moe_act),
     # a dense MLP's or an MoE layer's internals (mlp, moe).
     save = (np.where(has["layernorm"] | has["moe"], f_moe * lin_in, 0.0)
-            + np.where(has["moe"], mlp_int(f_moew) + moe_tok,
-                       np.where(has["moe_act"], low_el * f_routed / tp, 0.0))
+            + np.where(has["moe"], mlp_int(f_moew) - moe_cut + moe_tok,
+                       np.where(has["moe_act"] & ~cache, low_el * f_routed / tp, 0.0))
             + np.where(has["mlp"], (1.0 - f_moe) * lin_in + mlp_int(f_dense), 0.0)
             # MLA's up-projected q (when q is compressed), k and v, which the attention had saved
             + np.where(has["mla_up_proj"], 2.0 * ((a / tp if model.q_lora_rank else 0.0) * dq
