@@ -156,3 +156,37 @@ def _ep(label: str) -> int:
 
     m = re.search(r"-ep(\d+)", label)
     return int(m.group(1)) if m else 1
+
+
+def test_a_dispatch_is_priced_on_each_path_and_the_estimate_says_how_long_on_each():
+    """By hand on a two-level network (8 GPUs a domain, 400 GB/s bus, 50 GB/s NICs): an all-to-all of
+    64 MB a rank over 16 ranks (2 domains) keeps 7/16 of it on NVLink and sends 8/16 over the NICs;
+    the call is those two plus its latency. In an estimate the line names both, and a dispatch inside
+    one domain puts nothing on the scale-out network."""
+    from supercluster.calibration.profile import MeasuredNetwork
+    from supercluster.network.twolevel import (
+        NET_HOP_LATENCY_S,
+        NVLINK_HOP_LATENCY_S,
+        RING_BASE_LATENCY_S,
+        TwoLevelNetwork,
+    )
+
+    net = TwoLevelNetwork(domain_size=8, scaleup_busbw_bytes_per_s=400e9, scaleout_bytes_per_s=50e9)
+    up, out = (float(x) for x in net.all_to_all_paths_s(64e6, 16, 1))
+    assert (up, out) == (pytest.approx(64e6 * 7 / 16 / 400e9), pytest.approx(64e6 * 8 / 16 / 50e9))
+    latency = 7 * NVLINK_HOP_LATENCY_S + NET_HOP_LATENCY_S + RING_BASE_LATENCY_S
+    assert float(net.collective_time_s("all_to_all", 64e6, 16, 1)) == pytest.approx(up + out + latency)
+    assert [float(x) for x in net.all_to_all_paths_s(64e6, 1, 1)] == [0.0, 0.0]
+    # a measured all-to-all has no paths to tell apart
+    assert all(np.isnan(float(x)) for x in MeasuredNetwork(params={}).all_to_all_paths_s(64e6, 16, 1))
+
+    run = CliRunner()
+    for gpus, ep, remote in ((64, 16, True), (64, 8, False)):
+        args = ["estimate", "--model", "qwen3-30b-a3b", "--gpus", str(gpus), "--tp", "1", "--pp", "1", "--ep", str(ep),
+                "--global-batch", "256", "--seq-len", "4096", "--no-evidence"]
+        moe = json.loads(run.invoke(app, [*args, "--json"], catch_exceptions=False).output)["moe"]
+        up, out, call = moe["dispatch_scaleup_s"], moe["dispatch_scaleout_s"], moe["dispatch_call_s"]
+        assert up > 0 and (out > 0) == remote and up + out < call
+        line = " ".join(run.invoke(app, args, catch_exceptions=False).output.split())
+        assert (f"a dispatch or combine {call * 1e3:.2f} ms: {up * 1e3:.2f} ms on the scale-up links, "
+                f"{out * 1e3:.2f} ms on the scale-out network, the rest latency") in line

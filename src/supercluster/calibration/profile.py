@@ -231,6 +231,21 @@ class MeasuredNetwork:
         return np.where(g > 1, t, 0.0)
 
 
+    def all_to_all_paths_s(self, size_bytes: Array, group_size: Array, stride: Array,
+                           dedup: TokenDispatch | None = None) -> tuple[Array, Array]:
+        """(A measured all-to-all does not tell its paths apart: NaN where :meth:`collective_time_s`
+        prices the group from the measurement, the fallback's split where it hands the group on.)"""
+        g = np.asarray(group_size, dtype=float)
+        unknown = np.full(np.broadcast(np.asarray(size_bytes, dtype=float), g).shape, np.nan)
+        if self.fallback is None:
+            return unknown, unknown
+        up, out = self.fallback.all_to_all_paths_s(size_bytes, group_size, stride, dedup)
+        if not self.params:
+            return up, out
+        measured = g <= self._pick("all_to_all")["nranks"]
+        return np.where(measured, np.nan, up), np.where(measured, np.nan, out)
+
+
 def catalog_profile(gpu: GpuSpec) -> Profile:
     """A profile carrying a catalog GPU's compute figures, for clusters that bring only nccl-tests output."""
     from ..hardware.kernels import attention_efficiency

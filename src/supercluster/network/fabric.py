@@ -36,7 +36,7 @@ from .nccl import (
     NcclTuning,
     nccl_tuning,
 )
-from .twolevel import Array, TokenDispatch, domain_split, hierarchical_time_s
+from .twolevel import Array, TokenDispatch, all_to_all_paths_s, domain_split, hierarchical_time_s
 
 MAX_TIERS = 4
 _SWITCH_KEYS = {"name", "capacity_tbit", "max_port_gbit", "min_port_gbit", "latency_ns", "power_w", "price_usd",
@@ -419,6 +419,17 @@ class FabricNetwork:
                         "tier_name": TIER_NAMES[tier],
                         "concurrent_groups": f.num_gpus // g, "pattern": pattern, "slowdown": slow})
         return out
+
+    def all_to_all_paths_s(self, size_bytes: Array, group_size: Array, stride: Array,
+                           dedup: TokenDispatch | None = None) -> tuple[Array, Array]:
+        """(scale-up, scale-out) transfer seconds of an all-to-all, the NICs' share slowed by the
+        fabric's contention as :meth:`collective_time_s` prices it."""
+        g = np.asarray(group_size, dtype=float)
+        st = np.maximum(np.asarray(stride, dtype=float), 1.0)
+        n, k = domain_split(g, st, self.fabric.scaleup_domain)
+        divisor = self.fabric.contention("uniform", g, st)
+        return all_to_all_paths_s(size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s,
+                                  self.scaleout_bytes_per_s / divisor, dedup)
 
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
                           dedup: TokenDispatch | None = None) -> Array:

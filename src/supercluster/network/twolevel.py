@@ -48,6 +48,13 @@ class Network(Protocol):
         its experts (:class:`TokenDispatch`)."""
         ...
 
+    def all_to_all_paths_s(self, size_bytes: Array, group_size: Array, stride: Array,
+                           dedup: TokenDispatch | None = None) -> tuple[Array, Array]:
+        """The transfer seconds of the same all-to-all on each path, (scale-up links, scale-out
+        network): :meth:`collective_time_s` is their sum plus the calls' latency; NaN where the
+        network does not tell them apart (a measured collective)."""
+        ...
+
 
 
 
@@ -195,6 +202,13 @@ class TwoLevelNetwork:
         """(members per scale-up domain, domains spanned) of a group with this rank stride."""
         return domain_split(group_size, stride, self.domain_size)
 
+    def all_to_all_paths_s(self, size_bytes: Array, group_size: Array, stride: Array,
+                           dedup: TokenDispatch | None = None) -> tuple[Array, Array]:
+        g = np.asarray(group_size, dtype=float)
+        n, k = self.split(g, stride)
+        return all_to_all_paths_s(size_bytes, g, n, k, self.scaleup_busbw_bytes_per_s, self.scaleout_bytes_per_s,
+                                  dedup)
+
     def collective_time_s(self, kind: str, size_bytes: Array, group_size: Array, stride: Array,
                           dedup: TokenDispatch | None = None) -> Array:
         g = np.asarray(group_size, dtype=float)
@@ -214,6 +228,21 @@ def domain_split(group_size: Array, stride: Array, domain_size: float) -> tuple[
     return local, np.ceil(g / local)
 
 
+def all_to_all_paths_s(size_bytes: Array, g: Array, n: Array, k: Array, bu: Array, bo: Array,
+                       dedup: TokenDispatch | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Transfer seconds of an all-to-all of ``size_bytes`` per rank over g = n x k ranks on each path,
+    (scale-up at bus bandwidth ``bu``, scale-out at ``bo`` per GPU): a fraction (n-1)/g of the buffer
+    stays in the domain, (g-n)/g leaves it (collectives.md section 5); ``dedup``: each token sent once
+    per rank and once per domain holding any of its experts (:class:`TokenDispatch`). 0 for one rank."""
+    s, g = np.asarray(size_bytes, dtype=float), np.asarray(g, dtype=float)
+    intra = s * (n - 1) / g / bu
+    remote = s * (g - n) / g / bo
+    if dedup is not None:
+        per_rank, per_domain = dedup.factors(g, n, k)
+        intra, remote = intra * per_rank, remote * per_domain
+    return np.where(g > 1, intra, 0.0), np.where(g > 1, remote, 0.0)
+
+
 def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k: Array, bu: Array, bo: Array,
                         au: Array, ao: Array, base: float, in_network: Array = False,
                         dedup: TokenDispatch | None = None, tuning: NcclTuning = DEFAULT_TUNING) -> Array:
@@ -229,12 +258,7 @@ def hierarchical_time_s(kind: str, size_bytes: Array, g: np.ndarray, n: Array, k
         t = np.where(k > 1, s / bo + ao, s / bu + au) + base
         return np.where(g > 1, t, 0.0)
     if kind == "all_to_all":
-        # A fraction (n-1)/g of the buffer stays in the domain, (g-n)/g leaves it (section 5).
-        remote = s * (g - n) / g / bo
-        intra = s * (n - 1) / g / bu
-        if dedup is not None:
-            per_rank, per_domain = dedup.factors(g, n, k)
-            intra, remote = intra * per_rank, remote * per_domain
+        intra, remote = all_to_all_paths_s(s, g, n, k, bu, bo, dedup)
         bw = intra + remote
         lat = (n - 1) * au + (k - 1) * ao
     else:

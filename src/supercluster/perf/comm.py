@@ -181,22 +181,16 @@ def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: Layer
     calls = (4.0 + 2.0 * frc + 2.0 * has["moe"]) * np.ones_like(rows.tp)
     if not model.is_moe:
         return np.zeros_like(rows.tp), np.zeros_like(rows.tp), calls, np.zeros_like(rows.tp)
-    tp, ep, etp, T, el = rows.tp, rows.ep, rows.etp, rows.T, rows.el
+    tp, etp, T, el = rows.tp, rows.etp, rows.T, rows.el
     f_moe = model.num_moe_layers / model.num_layers
     # Megatron-Core's all-to-all dispatcher: EP all-to-all of each rank's tokens x top_k, then (expert
     # TP > 1) an all-gather of the dispatched tokens over the expert-TP ranks for the TP-sharded
     # experts; the combine does the reverse (reduce-scatter, all-to-all); the backward mirrors both.
     # Not pipelined with GEMMs. With expert TP < TP (MoE parallel folding) the EP group runs over TP
     # ranks first (stride tp-stride x etp) instead of within dp x cp.
-    s_ep, s_tp = rows.groups["ep"][1], rows.groups["tp"][1]
-    # (a latent MoE dispatches its tokens at the experts' latent width)
+    s_tp = rows.groups["tp"][1]
     hx = float(model.expert_width)
-    # (DeepEP: each token goes once to every rank, and crosses once to every node, holding any of
-    # its experts; where they are depends on how the router spreads them)
-    dedup = {"dedup": TokenDispatch(float(model.num_experts), float(model.top_k), fw.moe_router,
-                                    model.router_groups, model.router_group_topk)} if fw.ep_node_dedup else {}
-    # (the call ends when the busiest rank has received its tokens: work.moe_load times the mean)
-    a2a = net.collective_time_s("all_to_all", rows.tok_sp * model.top_k * hx * el * work.moe_load, ep, s_ep, **dedup)
+    a2a = net.collective_time_s("all_to_all", *_dispatch(model, fw, rows, work))
     tp_tokens = np.where(etp > 1, net.collective_time_s("all_gather", T * (etp / tp) * model.top_k * hx * el, etp,
                                                         s_tp), 0.0)
     ep_all = f_moe * (a2a + tp_tokens) * calls
@@ -209,6 +203,31 @@ def _ep_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: Layer
     # DualPipe: the DeepSeek-V3 report states the all-to-all is fully hidden (what runs under compute
     # holds SMs from it: at most the compute there is)
     return hid, np.zeros_like(ep_all), calls, a2a + tp_tokens
+
+
+def _dispatch(model: ModelSpec, fw: Framework, rows: Rows, work: LayerWork
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, TokenDispatch | None]:
+    """One MoE dispatch all-to-all as the network prices it: (bytes per rank, EP group, its rank
+    stride, DeepEP's one copy a rank and a domain or None)."""
+    # (a latent MoE dispatches its tokens at the experts' latent width; the call ends when the busiest
+    # rank has received its tokens: work.moe_load times the mean)
+    size = rows.tok_sp * model.top_k * float(model.expert_width) * rows.el * work.moe_load
+    # (DeepEP: each token goes once to every rank, and crosses once to every node, holding any of
+    # its experts; where they are depends on how the router spreads them)
+    dedup = TokenDispatch(float(model.num_experts), float(model.top_k), fw.moe_router, model.router_groups,
+                          model.router_group_topk) if fw.ep_node_dedup else None
+    return size, rows.ep, rows.groups["ep"][1], dedup
+
+
+def ep_call_paths_s(model: ModelSpec, fw: Framework, net: Network, rows: Rows, work: LayerWork
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """One MoE dispatch's (or combine's) transfer seconds on each path, (scale-up links, scale-out
+    network): :attr:`CommTimes.ep_call` less the calls' latency and the expert-TP gather (0 dense;
+    NaN where a measured network does not tell its paths apart)."""
+    if not model.is_moe:
+        return np.zeros_like(rows.tp), np.zeros_like(rows.tp)
+    up, out = net.all_to_all_paths_s(*_dispatch(model, fw, rows, work))
+    return np.asarray(up, dtype=float) * np.ones_like(rows.tp), np.asarray(out, dtype=float) * np.ones_like(rows.tp)
 
 
 def paired_ep_exposed_s(rows: Rows, work: LayerWork, call: np.ndarray, calls: np.ndarray, busy: np.ndarray,

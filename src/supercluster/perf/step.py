@@ -19,6 +19,7 @@ deviations slower than the mean: its own ledger line, growing with the GPU count
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,7 @@ from ..parallelism import pplayout
 from ..parallelism.framework import Framework
 from ..parallelism.layout import Layout
 from .columns import DEFAULT_RANK_ORDER, Rows, layouts_columns, read_rows
-from .comm import CommTimes, layer_comm
+from .comm import CommTimes, ep_call_paths_s, layer_comm
 from .compute import LayerWork, Rates, contended, layer_work, rates
 from .host import host_bound, moe_host_ops
 from .memory import memory_bytes
@@ -103,6 +104,9 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # an MoE layer's routing as priced: the busiest EP rank's tokens over the mean, one dispatch (or
         # combine) call and how many a layer makes, and the share of its bytes that leave the scale-up domain
         moe_load_factor=work.moe_load, ep_call_s=comm.ep_call, ep_calls=comm.ep_calls,
+        # ... that call's transfer on the scale-up links and on the scale-out network
+        **dict(zip(("ep_call_scaleup_s", "ep_call_scaleout_s"), ep_call_paths_s(model, fw, net, rows, work),
+                   strict=True)),
         ep_remote_share=_remote_share(rows, gpu),
         # ... and the kernels an MoE layer launches per micro-batch beyond a dense layer's (forward + backward)
         moe_host_kernels=sum(moe_host_ops(model, fw, rows)),
@@ -230,7 +234,9 @@ class StepBreakdown:
     #: ("random": balanced, "round-robin": a fixed gate), dropless, capacity_factor (token-drop: each expert
     #: keeps at most that times the mean; 0 dropless) and padded (inputs padded to capacity), load_factor
     #: (the busiest EP rank's tokens over the mean), dispatch_call_s and dispatch_calls (per MoE layer and
-    #: micro-batch), remote_byte_share (before node_dedup: DeepEP's one copy a node), host_kernels (the
+    #: micro-batch), dispatch_scaleup_s and dispatch_scaleout_s (that call's transfer on each path; the rest
+    #: of dispatch_call_s is latency and the expert-TP gather; None where a measured network does not tell
+    #: the paths apart), remote_byte_share (before node_dedup: DeepEP's one copy a node), host_kernels (the
     #: kernels an MoE layer launches per micro-batch beyond a dense layer's, forward and backward) and
     #: host_waits (the host waits for the router's counts before the experts' kernels)
     moe: dict[str, object] | None = None
@@ -273,6 +279,9 @@ def _moe(model: ModelSpec, fw: Framework, layout: Layout, col: dict[str, float])
             "padded": fw.moe_pad_to_capacity,
             "load_factor": col["moe_load_factor"], "dispatch_call_s": col["ep_call_s"],
             "dispatch_calls": col["ep_calls"], "remote_byte_share": col["ep_remote_share"],
+            # (None where a measured network does not tell the paths apart)
+            **{k: None if math.isnan(col[c]) else col[c] for k, c in (("dispatch_scaleup_s", "ep_call_scaleup_s"),
+                                                                      ("dispatch_scaleout_s", "ep_call_scaleout_s"))},
             "node_dedup": bool(fw.ep_node_dedup), "host_kernels": col["moe_host_kernels"],
             "host_waits": bool(fw.moe_dispatch_sync and not fw.moe_pad_to_capacity)}
 

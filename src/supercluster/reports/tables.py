@@ -139,9 +139,14 @@ def moe_line(b: StepBreakdown) -> str:
     held = (f"every EP rank runs {load:.2f} x the mean tokens" if e.get("padded")
             else f"busiest EP rank {100 * (load - 1):+.1f} % tokens over the mean"
             + (" (at most the capacity)" if cap > 0 else ""))
+    up, out = e.get("dispatch_scaleup_s"), e.get("dispatch_scaleout_s")
+    paths = "" if up is None or out is None else (
+        f": {float(up) * 1e3:.2f} ms on the scale-up links, {float(out) * 1e3:.2f} ms on the scale-out network, "  # type: ignore[arg-type]
+        "the rest latency")
     return (line + f"; {held}; "  # type: ignore[arg-type]
-            f"a dispatch or combine {float(e['dispatch_call_s']) * 1e3:.2f} ms ({float(e['dispatch_calls']):g} a "  # type: ignore[arg-type]
-            f"layer and micro-batch), {100 * float(e['remote_byte_share']):.0f} % of its bytes over the scale-out "  # type: ignore[arg-type]
+            f"a dispatch or combine {float(e['dispatch_call_s']) * 1e3:.2f} ms{paths} "  # type: ignore[arg-type]
+            f"({float(e['dispatch_calls']):g} a layer and micro-batch), "  # type: ignore[arg-type]
+            f"{100 * float(e['remote_byte_share']):.0f} % of its bytes over the scale-out "  # type: ignore[arg-type]
             f"network{' before DeepEP sends each token once a node' if e['node_dedup'] else ''}; "
             f"exposed {b.ledger['exposed_ep_comm']:.2f} s a step" + host)
 
