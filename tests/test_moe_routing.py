@@ -179,6 +179,11 @@ def test_a_dispatch_is_priced_on_each_path_and_the_estimate_says_how_long_on_eac
     assert [float(x) for x in net.all_to_all_paths_s(64e6, 1, 1)] == [0.0, 0.0]
     # a measured all-to-all has no paths to tell apart
     assert all(np.isnan(float(x)) for x in MeasuredNetwork(params={}).all_to_all_paths_s(64e6, 16, 1))
+    # ... unless the group is larger than the one measured, which the fallback prices
+    a2a = {"alpha_s": 2e-5, "busbw_bytes_per_s": 300e9, "nranks": 8}
+    measured = MeasuredNetwork(params={"all_to_all": a2a}, fallback=net)
+    assert all(np.isnan(float(x)) for x in measured.all_to_all_paths_s(64e6, 8, 1))
+    assert [float(x) for x in measured.all_to_all_paths_s(64e6, 16, 1)] == [pytest.approx(up), pytest.approx(out)]
 
     run = CliRunner()
     for gpus, ep, remote in ((64, 16, True), (64, 8, False)):

@@ -230,7 +230,6 @@ class MeasuredNetwork:
             t = np.where(g > c["nranks"], big, t)
         return np.where(g > 1, t, 0.0)
 
-
     def all_to_all_paths_s(self, size_bytes: Array, group_size: Array, stride: Array,
                            dedup: TokenDispatch | None = None) -> tuple[Array, Array]:
         """(A measured all-to-all does not tell its paths apart: NaN where :meth:`collective_time_s`

@@ -56,8 +56,6 @@ class Network(Protocol):
         ...
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class TokenDispatch:
     """An MoE dispatch that sends each token once to every rank, and across the scale-up domains
