@@ -144,6 +144,14 @@ def test_fabric_network_slows_only_groups_that_cross_thin_tiers(dgx_h100):
     across = (2048, 8)  # a DP group over every node
     assert thin.collective_time_s("all_reduce", size, *inside) == fat.collective_time_s("all_reduce", size, *inside)
     assert thin.collective_time_s("all_to_all", size, *across) > fat.collective_time_s("all_to_all", size, *across)
+    # the all-to-all's paths (an EP group of 256 over 32 nodes): the thin tier slows its scale-out
+    # share only, and the call is the two plus the same latency on either fabric
+    ep = (256, 1)
+    (up_f, out_f), (up_t, out_t) = (n.all_to_all_paths_s(size, *ep) for n in (fat, thin))
+    assert float(up_t) == float(up_f) > 0 and float(out_t) > float(out_f) > 0
+    lat = [float(n.collective_time_s("all_to_all", size, *ep)) - float(u + o)
+           for n, u, o in ((fat, up_f, out_f), (thin, up_t, out_t))]
+    assert lat[0] == pytest.approx(lat[1]) and 0 < lat[0] < 1e-3
 
 
 def test_default_network_is_the_sized_fabric(dgx_h100):
