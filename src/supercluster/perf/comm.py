@@ -17,7 +17,9 @@ interface (the two-level model, a sized fabric, or a device profile's measuremen
   compute chunk of another micro-batch, in the steady phase of the schedule, :func:`paired_ep_exposed_s`;
   DualPipe: hidden). DeepEP sends a token once to each rank and node holding any of
   its experts; under a model's group-limited routing (DeepSeek-V3: each token's experts inside its
-  best 4 of 8 groups) those are fewer, counted over the groups a token can choose.
+  best 4 of 8 groups) those are fewer, counted over the groups a token can choose. A call's transfer
+  on each path (the scale-up links, the scale-out network) is reported beside its price
+  (:func:`ep_call_paths_s`).
 * The head: a vocabulary-parallel embedding and loss (Megatron).
 """
 

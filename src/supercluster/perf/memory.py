@@ -4,7 +4,9 @@ Weights, gradients and optimizer states as the framework shards them (ZeRO 1-3, 
 the shard group of hybrid sharding, each replica holding a whole sharded copy), and
 the activation census of Korthikanti et al. 2022, generalised to GQA, gated MLPs, MoE, MLA, hybrids
 and flash attention, with what recompute drops; the micro-batches in flight per stage follow the
-pipeline schedule (:func:`in_flight_microbatches`).
+pipeline schedule (:func:`in_flight_microbatches`). A framework that stores activations in low
+precision as DeepSeek-V3's does (its report, sec. 3.3.4: the attention output once in E5M6, the MoE
+SwiGLU inputs in FP8 with the SwiGLU output recomputed) keeps those at their stored width.
 """
 
 from __future__ import annotations
