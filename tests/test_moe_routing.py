@@ -195,3 +195,22 @@ def test_a_dispatch_is_priced_on_each_path_and_the_estimate_says_how_long_on_eac
         line = " ".join(run.invoke(app, args, catch_exceptions=False).output.split())
         assert (f"a dispatch or combine {call * 1e3:.2f} ms: {up * 1e3:.2f} ms on the scale-up links, "
                 f"{out * 1e3:.2f} ms on the scale-out network, the rest latency") in line
+
+
+def test_a_measured_network_prices_the_dispatch_without_a_path_split():
+    """A device profile's measured all-to-all has no paths: the step's MoE record says None for both
+    and the line prints the call alone."""
+    import dataclasses
+
+    from supercluster.calibration.profile import MeasuredNetwork
+    from supercluster.job import Job, price
+    from supercluster.reports.tables import moe_line
+
+    job = Job.from_label("tp1-pp1-dp16-ep16", model="qwen3-30b-a3b", gpu="h100-sxm", global_batch=64, seq_len=4096)
+    a2a = {"alpha_s": 2e-5, "busbw_bytes_per_s": 300e9, "nranks": 64}
+    measured = price(dataclasses.replace(job, network=MeasuredNetwork(params={"all_to_all": a2a})))
+    assert measured.moe["dispatch_scaleup_s"] is None and measured.moe["dispatch_scaleout_s"] is None
+    assert measured.moe["dispatch_call_s"] > 0
+    line = moe_line(measured)
+    assert f"a dispatch or combine {measured.moe['dispatch_call_s'] * 1e3:.2f} ms (4 a layer" in line
+    assert "scale-up links" not in line and "scale-up links" in moe_line(price(job))
