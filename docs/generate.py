@@ -179,6 +179,42 @@ def memory_misses() -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the groups of rows "Reading the misses" (docs/validation.md) discusses: (file, what the group is,
+#: which of its validate --json rows belong to it)
+MISS_GROUPS: list[tuple[str, str, Callable[[dict], bool]]] = [
+    ("public", "NVIDIA's dense recipes on H100", lambda r: r["kind"] == "dense" and r["gpu"] == "h100-sxm"
+     and r["framework"].startswith("nemo-megatron")),
+    ("both", "NVIDIA's dense recipes on B200 and GB200", lambda r: r["kind"] == "dense"
+     and r["gpu"] in ("b200", "gb200") and r["framework"].startswith("nemo-megatron")),
+    ("both", "NVIDIA's dense recipes on GB300", lambda r: r["kind"] == "dense" and r["gpu"] == "gb300"),
+    ("both", "NVIDIA's dense recipes on H100 in FP8 current scaling", lambda r: r["kind"] == "dense"
+     and r["gpu"] == "h100-sxm" and "fp8-current" in r["framework"]),
+    ("public", "DeepSpeed ZeRO-3 of 2021 (Narayanan et al. Table 2)", lambda r: r["id"].startswith("NAR-T2-ZeRO3")),
+    ("public", "... its 530B model", lambda r: r["id"].startswith("NAR-T2-ZeRO3-530B")),
+    ("held-out", "DeepSpeed's pipeline engine (MT-NLG 530B, BLOOM 176B)",
+     lambda r: r["id"].startswith(("MTNLG-", "BLOOM-"))),
+    ("both", "torchtitan's context-parallel table at CP 4 and CP 8",
+     lambda r: r["id"].startswith("TT-H100") and re.search(r"-cp[48]-", r["layout_label"]) is not None),
+    ("held-out", "Qwen3 30B-A3B, dropless, micro-batch 1 - 2", lambda r: "QWEN3-30B" in r["id"]
+     and re.search(r"-mb[12]-", r["layout_label"]) is not None and "capacity" not in r["framework"]),
+    ("held-out", "GPT-OSS", lambda r: "GPTOSS" in r["id"]),
+]
+
+
+def miss_groups() -> str:
+    """Each group of rows "Reading the misses" discusses: how many, and their errors' range and median."""
+    import statistics
+
+    files = {"public": _json("validate")["rows"], "held-out": _json("validate", "--runs", "heldout")["rows"]}
+    lines = ["| rows | file | count | error range | median |", "|---|---|---|---|---|"]
+    for where, name, keep in MISS_GROUPS:
+        pool = [r for f, rows in files.items() if where in (f, "both") for r in rows]
+        errs = sorted(100 * r["error"] for r in pool if r.get("error") is not None and keep(r))
+        lines.append(f"| {name} | {where} | {len(errs)} | {errs[0]:+.1f} … {errs[-1]:+.1f} % | "
+                     f"{statistics.median(errs):+.1f} % |")
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "quickstart": lambda: shown("estimate"),
     "accuracy": accuracy,
@@ -186,6 +222,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "collectives": collectives,
     "input-limits": input_limits,
     "memory-misses": memory_misses,
+    "miss-groups": miss_groups,
     "estimate-70b": lambda: shown("estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4",
                                   "--cp", "2", "--vpp", "5", "--global-batch", "128", "--no-evidence"),
     "sensitivity": lambda: shown("estimate", "--sensitivity", "--no-evidence"),
