@@ -83,6 +83,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
     pipe = pipeline_times(model, fw, net, rows, work, comm, st, stages, schedule_bound)
     sync = sync_times(model, fw, net, rows, work, comm, st.Lh, r.mem_bw, frac, gpu.host_cpu)
     ledger = step_ledger(model, gpu, rows, r, work, comm, st, pipe, sync)
+    ep_up, ep_out = ep_call_paths_s(model, fw, net, rows, work)
     out = {name: np.asarray(v, dtype=float) * np.ones_like(rows.tp) for name, v in ledger.items()}
     out.update(flop_columns(model, fw, rows, work, sum(ledger[k] for k in LEDGER), r.peak))
     out.update(memory_bytes(model, fw, rows, sync.dense_params, sync.expert_params, st.Lh_first, st.Lh_last,
@@ -105,8 +106,7 @@ def step_columns(model: ModelSpec, gpu: GpuSpec, net: Network, fw: Framework,
         # combine) call and how many a layer makes, and the share of its bytes that leave the scale-up domain
         moe_load_factor=work.moe_load, ep_call_s=comm.ep_call, ep_calls=comm.ep_calls,
         # ... that call's transfer on the scale-up links and on the scale-out network
-        **dict(zip(("ep_call_scaleup_s", "ep_call_scaleout_s"), ep_call_paths_s(model, fw, net, rows, work),
-                   strict=True)),
+        ep_call_scaleup_s=ep_up, ep_call_scaleout_s=ep_out,
         ep_remote_share=_remote_share(rows, gpu),
         # ... and the kernels an MoE layer launches per micro-batch beyond a dense layer's (forward + backward)
         moe_host_kernels=sum(moe_host_ops(model, fw, rows)),
@@ -268,6 +268,11 @@ class StepBreakdown:
         return self.memory_per_gpu_bytes <= self.hbm_bytes
 
 
+def _known(x: float) -> float | None:
+    """``x``, or None where it is NaN (a figure the network cannot give)."""
+    return None if math.isnan(x) else x
+
+
 def _moe(model: ModelSpec, fw: Framework, layout: Layout, col: dict[str, float]) -> dict[str, object] | None:
     """:attr:`StepBreakdown.moe` from one row of :func:`step_columns`."""
     if not model.is_moe:
@@ -280,8 +285,8 @@ def _moe(model: ModelSpec, fw: Framework, layout: Layout, col: dict[str, float])
             "load_factor": col["moe_load_factor"], "dispatch_call_s": col["ep_call_s"],
             "dispatch_calls": col["ep_calls"], "remote_byte_share": col["ep_remote_share"],
             # (None where a measured network does not tell the paths apart)
-            **{k: None if math.isnan(col[c]) else col[c] for k, c in (("dispatch_scaleup_s", "ep_call_scaleup_s"),
-                                                                      ("dispatch_scaleout_s", "ep_call_scaleout_s"))},
+            "dispatch_scaleup_s": _known(col["ep_call_scaleup_s"]),
+            "dispatch_scaleout_s": _known(col["ep_call_scaleout_s"]),
             "node_dedup": bool(fw.ep_node_dedup), "host_kernels": col["moe_host_kernels"],
             "host_waits": bool(fw.moe_dispatch_sync and not fw.moe_pad_to_capacity)}
 
