@@ -124,7 +124,6 @@ def test_a_torchtitan_launch_line_reads_as_its_config_functions_defaults_unless_
     assert get_framework(read).key == profile
 
 
-
 def test_a_rowwise_float8_row_is_priced_as_blockwise_and_says_so():
     """torchao's rowwise recipe (torchtitan's Float8 converter) is read from a row's precision text or its
     fp8_recipe column and priced as the blockwise recipe: slower than tensorwise, faster than nothing."""

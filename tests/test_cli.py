@@ -50,7 +50,6 @@ def test_estimate_json_has_the_contract_keys():
     assert d["tokens_per_s"] == pytest.approx(128 * 8192 / d["step_time_s"])
 
 
-
 def test_a_gpu_key_in_any_case_is_that_key_in_every_view():
     args = ["estimate", "--model", "llama3-8b", "--gpus", "64", "--tp", "1", "--pp", "1", "--global-batch", "64",
             "--json"]
@@ -113,7 +112,6 @@ def test_catalog_frameworks_names_the_era_profiles():
     assert d["megatron-legacy"]["attention"] == "unfused" and d["megatron-legacy"]["era_of"] == "megatron"
     assert d["hai-llm"]["ep_overlap"] is True and d["torchtitan"]["elementwise"] == "eager"
     assert runner.invoke(app, ["catalog", "frameworks"]).exit_code == 0
-
 
 
 def test_a_global_batch_no_layout_divides_says_which_would():

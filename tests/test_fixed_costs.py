@@ -54,7 +54,6 @@ def test_a_short_layer_waits_for_its_kernel_launches_unless_graphed(tmp_path):
     assert long.ledger["kernel_launch"] == 0.0
 
 
-
 def test_a_layers_kernel_count_follows_its_attention_and_positions(tmp_path):
     """Counted in the layer code: a fused layer with RoPE launches 12 kernels forward and 24 backward;
     a model without rotary embeddings 2 fewer each way; unfused attention (Megatron-LM before

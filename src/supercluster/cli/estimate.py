@@ -171,8 +171,6 @@ def estimate(
     _estimate_and_print(model, gpu, gpus, lay, framework, planned=planned, **show)
 
 
-
-
 def _layout_from_options(model: str, gpu: str, gpus: int, framework: str, opts: dict[str, Any], given: set[str],
                          fab: dict[str, Any]) -> tuple[Layout, bool]:
     """The layout the options describe; where none of them sets a parallel degree and the default
@@ -225,20 +223,6 @@ LAYOUT_OPTIONS = frozenset({"tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "p
 #: what ``--layout`` sets: none of these may be given with it
 LAYOUT_STRING_OPTIONS = frozenset({"tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "micro_batch", "zero",
                                    "recompute", "grad_accum", "dp_replicate"})
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _estimate_and_print(model: str, gpu: str, gpus: int, layout: Layout, framework: str | Any, as_json: bool,

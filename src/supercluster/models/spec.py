@@ -518,7 +518,6 @@ def window_keys(seq_len: Any, w: float, causal: bool) -> Any:
     return np.where(s >= w, w - w * w / (2.0 * s), s / 2.0) if causal else np.minimum(s, w)
 
 
-
 #: Megatron-Core's hybrid layer symbols (megatron/core/ssm/mamba_hybrid_layer_allocation.py)
 HYBRID_SYMBOLS = {"M": "Mamba", "*": "attention", "-": "MLP", "E": "MoE"}
 

@@ -218,7 +218,6 @@ def compute_optimal_for_deadline(model_flops_per_s: float, days: float, ettr: fl
     return {"compute_flops": compute, "params": params, "tokens": TOKENS_PER_PARAM * params}
 
 
-
 def scale_table(model: ModelSpec, gpu: GpuSpec, sizes: list[int], *, framework: Framework, tokens: float | None = None,
                 base_batch: int = 1024, gpus_per_sequence: int = 16, seq_len: int = 8192,
                 options: RunOptions = RunOptions(trials=2000)) -> list[dict[str, object]]:

@@ -39,7 +39,6 @@ LEDGER_HELP = {
 Fit = tuple[Layout, Framework | None] | tuple[Layout, Framework | None, ModelSpec]
 
 
-
 def model_label(m: ModelSpec) -> str:
     """A model's name and size, as every estimate and plan names it: ``Llama 3 405B (405.8 B
     parameters)``, ``DeepSeek-V3 671B (671.0 B parameters, 37.6 B active)``."""
