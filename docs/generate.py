@@ -198,6 +198,9 @@ MISS_GROUPS: list[tuple[str, str, Callable[[dict], bool]]] = [
     ("held-out", "Qwen3 30B-A3B, dropless, micro-batch 1 - 2", lambda r: "QWEN3-30B" in r["id"]
      and re.search(r"-mb[12]-", r["layout_label"]) is not None and "capacity" not in r["framework"]),
     ("held-out", "GPT-OSS", lambda r: "GPTOSS" in r["id"]),
+    ("held-out", "Nemotron-H 56B on H100, NeMo 25.04.01's table",
+     lambda r: r["id"].startswith("DGXC-NEMOTRONH-56B-fp8-") and not r["id"].endswith("-r2")),
+    ("held-out", "... one of its layouts in a later revision", lambda r: r["id"] == "DGXC-NEMOTRONH-56B-fp8-128-r2"),
 ]
 
 
