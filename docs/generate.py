@@ -181,6 +181,19 @@ def memory_misses() -> str:
 
 #: the groups of rows "Reading the misses" (docs/validation.md) discusses: (file, what the group is,
 #: which of its validate --json rows belong to it)
+def _ep(row: dict) -> int:
+    """A validated row's expert-parallel degree, from its layout label (1 without EP)."""
+    m = re.search(r"-ep(\d+)-", row["layout_label"])
+    return int(m.group(1)) if m else 1
+
+
+def _megatron_moe(row: dict) -> bool:
+    """An MoE row of NVIDIA's Megatron-Core stacks (Megatron-LM, NeMo / Megatron-Bridge) with a distributed
+    optimizer (ZeRO 1; the fully sharded row is a traffic miss of its own), GPT-OSS aside."""
+    return (row["kind"] == "moe" and row["framework"].split("+")[0] in ("megatron", "nemo-megatron")
+            and "-z1-" in row["layout_label"] and "GPTOSS" not in row["id"])
+
+
 MISS_GROUPS: list[tuple[str, str, Callable[[dict], bool]]] = [
     ("public", "NVIDIA's dense recipes on H100", lambda r: r["kind"] == "dense" and r["gpu"] == "h100-sxm"
      and r["framework"].startswith("nemo-megatron")),
@@ -198,6 +211,9 @@ MISS_GROUPS: list[tuple[str, str, Callable[[dict], bool]]] = [
     ("held-out", "Qwen3 30B-A3B, dropless, micro-batch 1 - 2", lambda r: "QWEN3-30B" in r["id"]
      and re.search(r"-mb[12]-", r["layout_label"]) is not None and "capacity" not in r["framework"]),
     ("held-out", "GPT-OSS", lambda r: "GPTOSS" in r["id"]),
+    ("held-out", "Megatron-Core MoE at EP 8 on x86 hosts (H100, B200, B300), GPT-OSS aside",
+     lambda r: _megatron_moe(r) and _ep(r) == 8 and r["gpu"] in ("h100-sxm", "b200", "b300")),
+    ("held-out", "Megatron-Core MoE at EP 16 - 128, GPT-OSS aside", lambda r: _megatron_moe(r) and _ep(r) >= 16),
     ("held-out", "Nemotron-H 56B on H100, NeMo 25.04.01's table",
      lambda r: r["id"].startswith("DGXC-NEMOTRONH-56B-fp8-") and not r["id"].endswith("-r2")),
     ("held-out", "... one of its layouts in a later revision", lambda r: r["id"] == "DGXC-NEMOTRONH-56B-fp8-128-r2"),
