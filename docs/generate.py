@@ -179,8 +179,6 @@ def memory_misses() -> str:
     return "\n".join(lines) + "\n"
 
 
-#: the groups of rows "Reading the misses" (docs/validation.md) discusses: (file, what the group is,
-#: which of its validate --json rows belong to it)
 def _ep(row: dict) -> int:
     """A validated row's expert-parallel degree, from its layout label (1 without EP)."""
     m = re.search(r"-ep(\d+)-", row["layout_label"])
@@ -194,6 +192,8 @@ def _megatron_moe(row: dict) -> bool:
             and "-z1-" in row["layout_label"] and "GPTOSS" not in row["id"])
 
 
+#: the groups of rows "Reading the misses" (docs/validation.md) discusses: (file, what the group is,
+#: which of its validate --json rows belong to it)
 MISS_GROUPS: list[tuple[str, str, Callable[[dict], bool]]] = [
     ("public", "NVIDIA's dense recipes on H100", lambda r: r["kind"] == "dense" and r["gpu"] == "h100-sxm"
      and r["framework"].startswith("nemo-megatron")),
