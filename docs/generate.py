@@ -179,6 +179,24 @@ def memory_misses() -> str:
     return "\n".join(lines) + "\n"
 
 
+def one_model_two_stacks() -> str:
+    """Qwen3 30B-A3B on H100 as two stacks ran it: each held-out row's measured tokens a second per GPU
+    (its global batch x sequence over its GPUs and measured step), its layout and the model's error."""
+    from supercluster.formats.runs import load_rows
+
+    shape = {r["id"]: r for r in load_rows("heldout")}
+    lines = ["| run | framework | layout | measured tokens/s per GPU | predicted vs measured |",
+             "|---|---|---|---|---|"]
+    for r in _json("validate", "--runs", "heldout")["rows"]:
+        if "QWEN3-30B-H100" not in r["id"] or r.get("error") is None:
+            continue
+        row = shape[r["id"]]
+        tok = int(row["global_batch"]) * int(row["seq_len"]) / (int(row["num_gpus"]) * r["measured_step_time_s"])
+        lines.append(f"| `{r['id']}` | {r['framework']} | `{r['layout_label']}` | {tok:,.0f} | "
+                     f"{100 * r['error']:+.1f} % |")
+    return "\n".join(lines) + "\n"
+
+
 def _ep(row: dict) -> int:
     """A validated row's expert-parallel degree, from its layout label (1 without EP)."""
     m = re.search(r"-ep(\d+)-", row["layout_label"])
@@ -242,6 +260,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "input-limits": input_limits,
     "memory-misses": memory_misses,
     "miss-groups": miss_groups,
+    "one-model-two-stacks": one_model_two_stacks,
     "estimate-70b": lambda: shown("estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4",
                                   "--cp", "2", "--vpp", "5", "--global-batch", "128", "--no-evidence"),
     "sensitivity": lambda: shown("estimate", "--sensitivity", "--no-evidence"),
