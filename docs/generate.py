@@ -12,6 +12,7 @@ stale: ``tests/test_docs.py`` fails when a page differs from what this script wr
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -45,7 +46,10 @@ def shown(*argv: str) -> str:
     return f"```text\n$ supercluster {' '.join(argv)}\n{run(*argv).strip()}\n```\n"
 
 
+@functools.cache
 def _json(*argv: str) -> object:
+    """A command's --json answer, run once per generation (several blocks read the same validate run;
+    callers only read it)."""
     return json.loads(run(*argv, "--json"))
 
 
